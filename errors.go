@@ -1,0 +1,52 @@
+package runbox
+
+import "errors"
+
+// Sentinel errors. Compare with errors.Is; every error runbox returns for
+// these conditions wraps one of them.
+var (
+	// ErrSandboxLost means runboxd cannot be reached or the sandbox is gone.
+	// It is never reported as an exit code.
+	ErrSandboxLost = errors.New("sandbox lost")
+	// ErrSandboxNotFound means no sandbox has the given id or name.
+	ErrSandboxNotFound = errors.New("no such sandbox")
+	// ErrExecNotFound means the daemon knows no exec with the given id
+	// (never started, or past its retention window).
+	ErrExecNotFound = errors.New("no such exec")
+	// ErrCancelled means the exec was cancelled before it started, so it
+	// never ran.
+	ErrCancelled = errors.New("exec cancelled")
+	// ErrInvalidSpec means a request was malformed (no command, both
+	// command and argv, a negative timeout...).
+	ErrInvalidSpec = errors.New("invalid exec spec")
+	// ErrNotRunning means the exec has already exited, so it cannot take
+	// stdin or a signal.
+	ErrNotRunning = errors.New("exec not running")
+	// ErrSpawn means the command could not be started (missing binary,
+	// bad working directory).
+	ErrSpawn = errors.New("cannot start command")
+)
+
+// Error is an error from an operation on a sandbox, carrying which operation,
+// sandbox and exec it concerns. Err is usually one of the sentinels above.
+type Error struct {
+	Op      string // "exec", "attach", "cancel", "create", ...
+	Sandbox string // sandbox id or name, if known
+	Exec    string // exec id, if any
+	Err     error
+}
+
+// Error formats as "op sandbox exec: cause".
+func (e *Error) Error() string {
+	s := e.Op
+	if e.Sandbox != "" {
+		s += " sandbox " + e.Sandbox
+	}
+	if e.Exec != "" {
+		s += " exec " + e.Exec
+	}
+	return s + ": " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }

@@ -1,0 +1,225 @@
+package runbox
+
+import (
+	"context"
+	"net"
+	"time"
+)
+
+// Stream names one of an exec's output streams.
+type Stream int
+
+const (
+	// StreamUnspecified is the zero Stream; it never appears in output.
+	StreamUnspecified Stream = iota
+	// Stdout is the exec's standard output.
+	Stdout
+	// Stderr is the exec's standard error.
+	Stderr
+)
+
+// String returns "stdout" or "stderr".
+func (s Stream) String() string {
+	switch s {
+	case Stdout:
+		return "stdout"
+	case Stderr:
+		return "stderr"
+	}
+	return "unspecified"
+}
+
+// ExecState is where an exec is in its life: starting → running → stopping →
+// exited. Transitions only go forward.
+type ExecState int
+
+const (
+	// ExecStateUnspecified is the zero ExecState.
+	ExecStateUnspecified ExecState = iota
+	// ExecStarting means the process is being spawned.
+	ExecStarting
+	// ExecRunning means the leader process is alive.
+	ExecRunning
+	// ExecStopping means the stop protocol (TERM, grace, KILL) is under way.
+	ExecStopping
+	// ExecExited means the leader has exited and its status is known.
+	ExecExited
+)
+
+// String returns the state's lower-case name.
+func (s ExecState) String() string {
+	switch s {
+	case ExecStarting:
+		return "starting"
+	case ExecRunning:
+		return "running"
+	case ExecStopping:
+		return "stopping"
+	case ExecExited:
+		return "exited"
+	}
+	return "unspecified"
+}
+
+// ExecSpec describes one command to run in a sandbox.
+//
+// Exactly one of Command (a shell string, run by bash -c, or sh -c where bash
+// is absent) and Argv (run directly, looked up in PATH) must be set.
+type ExecSpec struct {
+	// ID names the exec. Empty means the daemon generates one. Running a spec
+	// whose ID already exists attaches to that exec instead of starting it
+	// again, so a retried request runs the command exactly once.
+	ID string
+	// Command is a shell string.
+	Command string
+	// Argv is a program and its arguments, run without a shell.
+	Argv []string
+	// Login runs the shell as a login shell (bash -l).
+	Login bool
+	// Env adds or overrides environment variables.
+	Env map[string]string
+	// Cwd is the working directory; empty means the daemon's default.
+	Cwd string
+	// Stdin is given to the command, then its stdin is closed. With neither
+	// Stdin nor StdinStream, stdin is /dev/null, so `cat` never hangs.
+	Stdin []byte
+	// StdinStream keeps stdin open after Stdin for later writes until closed.
+	StdinStream bool
+	// Timeout bounds the exec's run time; zero means no limit. The daemon
+	// enforces it on its own monotonic clock.
+	Timeout time.Duration
+	// IdleTimeout stops the exec after this long without output; zero means
+	// no limit.
+	IdleTimeout time.Duration
+	// Grace is how long stopped processes get between SIGTERM and SIGKILL;
+	// zero means DefaultGrace.
+	Grace time.Duration
+	// HeadBytes and TailBytes bound how much of each stream the Result keeps
+	// (its first and last bytes); zero means the defaults.
+	HeadBytes, TailBytes int
+}
+
+// DefaultGrace is the time between SIGTERM and SIGKILL when a spec gives none.
+const DefaultGrace = 5 * time.Second
+
+// Result is how an exec ended.
+type Result struct {
+	// ID is the exec's id.
+	ID string
+	// ExitCode is the shell's own status, or 128+N when killed by signal N.
+	ExitCode int
+	// Signal names the signal that killed the leader ("TERM", "KILL"), if any.
+	Signal string
+	// TimedOut, Cancelled and IdleTimedOut say why the exec was stopped.
+	TimedOut, Cancelled, IdleTimedOut bool
+	// Duration is the leader's run time, on the daemon's clock.
+	Duration time.Duration
+	// Stdout and Stderr hold each stream's head and tail. When a stream
+	// exceeded HeadBytes+TailBytes, the middle is left out and counted in
+	// StdoutDropped/StderrDropped.
+	Stdout, Stderr []byte
+	// StdoutDropped and StderrDropped count bytes left out of Stdout/Stderr.
+	StdoutDropped, StderrDropped int64
+	// StdoutBytes and StderrBytes count every byte each stream produced.
+	StdoutBytes, StderrBytes int64
+	// Killed counts the processes the stop protocol signalled.
+	Killed int
+	// Survivors counts processes still alive after the stop protocol gave up;
+	// it is zero unless something escaped SIGKILL (e.g. uninterruptible sleep).
+	Survivors int
+	// Pid is the leader's pid inside the sandbox (for information only).
+	Pid int
+}
+
+// OK reports whether the exec exited with status 0 by itself.
+func (r Result) OK() bool {
+	return r.ExitCode == 0 && !r.TimedOut && !r.Cancelled && !r.IdleTimedOut
+}
+
+// ExecInfo describes an exec the daemon knows about.
+type ExecInfo struct {
+	ID        string
+	Pid       int
+	State     ExecState
+	Command   string
+	StartedAt time.Time
+	// Result is set once State is ExecExited.
+	Result *Result
+	// LiveProcesses counts the exec's processes still alive (background
+	// children keep an exited exec's count above zero).
+	LiveProcesses int
+}
+
+// Chunk is a piece of an exec's output. Seq orders chunks across both
+// streams: the merged order is the order runboxd read them.
+type Chunk struct {
+	Stream Stream
+	Seq    uint64
+	Data   []byte
+}
+
+// DaemonInfo describes a running runboxd.
+type DaemonInfo struct {
+	Version string
+	Pid     int
+	// CgroupMode is "cgroup2" when each exec gets its own cgroup, or
+	// "proc" when descendants are tracked through /proc as a subreaper.
+	CgroupMode string
+	// Running counts execs whose leader is alive; Retained counts exited execs
+	// still kept for attach; Total counts execs started since the daemon began.
+	Running, Retained int
+	Total             uint64
+	StartedAt         time.Time
+}
+
+// SandboxSpec describes a sandbox to create.
+type SandboxSpec struct {
+	// Name is an optional unique alias.
+	Name string
+	// Image is the root filesystem image, for providers that use one.
+	Image string
+	// Workdir is a host directory made available in the sandbox.
+	Workdir string
+	// Memory (bytes), Pids and CPUs are resource limits; zero means none.
+	Memory int64
+	Pids   int64
+	CPUs   float64
+	// Network is "none" or "host" (provider dependent); empty is the
+	// provider's default.
+	Network string
+	// DaemonArgs are extra flags for runboxd serve (e.g. "--cgroup=off").
+	DaemonArgs []string
+}
+
+// Sandbox is a sandbox as its provider records it.
+type Sandbox struct {
+	ID       string
+	Name     string
+	Provider string
+	Created  time.Time
+	// Alive reports whether runboxd answered when the sandbox was looked up.
+	Alive bool
+	// Detail holds provider-specific facts (pid, container id, socket path).
+	Detail map[string]string
+}
+
+// Dialer opens a fresh byte stream to a sandbox's runboxd. The client calls it
+// again whenever a stream breaks.
+type Dialer func(ctx context.Context) (net.Conn, error)
+
+// Provider creates, finds and destroys sandboxes, and opens streams to them.
+type Provider interface {
+	// Name is the provider's name as the CLI spells it ("host", "docker").
+	Name() string
+	// Create makes a sandbox and returns once its runboxd answers.
+	Create(ctx context.Context, spec SandboxSpec) (Sandbox, error)
+	// Get finds a sandbox by id or name; ErrSandboxNotFound when none matches.
+	Get(ctx context.Context, idOrName string) (Sandbox, error)
+	// List returns every sandbox this provider knows of.
+	List(ctx context.Context) ([]Sandbox, error)
+	// Dialer returns how to reach the sandbox's runboxd.
+	Dialer(sb Sandbox) Dialer
+	// Remove stops every exec through the stop protocol and destroys the
+	// sandbox. With force, it also removes sandboxes whose runboxd is gone.
+	Remove(ctx context.Context, sb Sandbox, force bool) error
+}
