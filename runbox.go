@@ -170,6 +170,8 @@ type DaemonInfo struct {
 	Running, Retained int
 	Total             uint64
 	StartedAt         time.Time
+	// Goroutines and OpenFDs are the daemon's own counts, for leak checks.
+	Goroutines, OpenFDs int
 }
 
 // SandboxSpec describes a sandbox to create.
