@@ -1,0 +1,55 @@
+// Package supervisor owns every process an exec spawns inside a sandbox: it
+// spawns each exec in its own process group and (where a writable cgroup v2
+// hierarchy exists) straight into a fresh cgroup of its own, enforces the
+// exec's deadlines on the daemon's monotonic clock, stops it with the stop
+// protocol (SIGTERM to every process, grace, SIGKILL, confirm none is left),
+// reaps every zombie, and keeps the exec's output in bounded rings for replay.
+//
+// Containment has two modes. In "cgroup2" mode the child is created with
+// clone3(CLONE_INTO_CGROUP), so there is no window in which a grandchild can
+// be forked outside the exec's cgroup, and the cgroup's membership is the
+// truth about what is alive. In "proc" mode (no writable cgroup v2) the
+// daemon is a child subreaper and finds an exec's processes through /proc: by
+// ancestry from the leader, and by the RUNBOX_EXEC_ID marker in each process's
+// initial environment, which survives setsid, double forks and reparenting.
+//
+// Reaping: the supervisor calls wait4(-1) for every SIGCHLD, so it reaps
+// orphans re-parented to the daemon as well as its own leaders. Leaders are
+// registered under a barrier that the reaper crosses before it looks a pid up,
+// so an exit status is never lost to the reaper. Consequently the process
+// that hosts a Supervisor must not wait for children of its own by other
+// means (os/exec's Wait would race with the reaper).
+//
+// The package does not speak any RPC: internal/daemon adapts it to the API.
+package supervisor
+
+import "time"
+
+// Timing and size knobs. Each value is a default a request or a daemon flag
+// may override where noted.
+const (
+	// DefaultRetention is how long an exited exec (with its result and
+	// output ring) and a cancel tombstone are kept: long enough for a client
+	// to re-attach after a dropped connection or a laptop sleep.
+	DefaultRetention = 10 * time.Minute
+	// DefaultRingBytes bounds the replay ring of each output stream.
+	DefaultRingBytes = 1 << 20
+	// DefaultDrain bounds how long output is still read after the leader
+	// exits, so a background child holding the pipe never hangs the call.
+	DefaultDrain = 200 * time.Millisecond
+	// DefaultHeadBytes and DefaultTailBytes are what a Result keeps of each
+	// stream when the request does not say.
+	DefaultHeadBytes = 32 << 10
+	DefaultTailBytes = 32 << 10
+
+	// killConfirmTimeout bounds the wait for SIGKILLed processes to vanish;
+	// only a process in uninterruptible sleep outlives it.
+	killConfirmTimeout = 3 * time.Second
+	// stopPollInterval is how often the stop protocol re-checks what is alive
+	// (and signals processes forked since the last look).
+	stopPollInterval = 5 * time.Millisecond
+	// readChunkSize is the largest output chunk read at once.
+	readChunkSize = 32 << 10
+	// maxIDLength bounds caller-chosen exec ids.
+	maxIDLength = 128
+)

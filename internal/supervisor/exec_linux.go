@@ -1,0 +1,473 @@
+package supervisor
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/runbox/runbox"
+)
+
+// stopReason says why the stop protocol ran, for the Result's flags.
+type stopReason int
+
+const (
+	stopNone stopReason = iota
+	stopTimeout
+	stopIdle
+	stopCancel
+)
+
+// Exec is one command the supervisor runs. Its state only moves forward:
+// starting → running → stopping → exited.
+type Exec struct {
+	s     *Supervisor
+	id    string
+	n     uint64 // the supervisor's sequence number for this exec
+	spec  runbox.ExecSpec
+	grace time.Duration
+	out   *outputStore
+
+	done       chan struct{}        // closed when the Result is final
+	leaderGone chan struct{}        // closed when the leader has been reaped
+	exitCh     chan unix.WaitStatus // the reaper's delivery of the leader's status
+	stopCh     chan struct{}        // closed on the first stop request
+	stopMu     sync.Mutex           // one stop protocol at a time
+	stdinMu    sync.Mutex           // serialises stdin writes and close
+	stdin      *os.File             // nil unless stdin is a pipe we still hold
+	stdinFeed  sync.WaitGroup       // the goroutine writing spec.Stdin
+	signalled  map[int]struct{}     // pids the stop protocol signalled (under stopMu)
+	cont       containment          // set before the leader is spawned
+
+	mu        sync.Mutex
+	state     runbox.ExecState
+	pid       int
+	started   time.Time
+	ended     time.Time
+	reason    stopReason
+	stopGrace time.Duration
+	released  bool // containment released
+	survivors int
+	result    runbox.Result
+}
+
+func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64) *Exec {
+	head, tail := spec.HeadBytes, spec.TailBytes
+	if head == 0 {
+		head = DefaultHeadBytes
+	}
+	if tail == 0 {
+		tail = DefaultTailBytes
+	}
+	grace := spec.Grace
+	if grace == 0 {
+		grace = runbox.DefaultGrace
+	}
+	return &Exec{
+		s: s, id: spec.ID, n: n, spec: spec, grace: grace,
+		out:        newOutputStore(s.cfg.RingBytes, head, tail),
+		done:       make(chan struct{}),
+		leaderGone: make(chan struct{}),
+		exitCh:     make(chan unix.WaitStatus, 1),
+		stopCh:     make(chan struct{}),
+		signalled:  make(map[int]struct{}),
+		state:      runbox.ExecStarting,
+		started:    time.Now(),
+	}
+}
+
+// ID returns the exec's id.
+func (e *Exec) ID() string { return e.id }
+
+// Pid returns the leader's pid, or 0 before it is spawned.
+func (e *Exec) Pid() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pid
+}
+
+// Done is closed when the exec's Result is final: the leader has exited, its
+// output has been drained, and any stop protocol has finished.
+func (e *Exec) Done() <-chan struct{} { return e.done }
+
+// Result returns how the exec ended; it is complete once Done is closed.
+func (e *Exec) Result() runbox.Result {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.result
+}
+
+// Output returns a reader of the exec's output from sequence number from.
+func (e *Exec) Output(from uint64) *OutputReader { return e.out.reader(from) }
+
+func (e *Exec) finished() bool {
+	select {
+	case <-e.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (e *Exec) finishedAt() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ended
+}
+
+func (e *Exec) command() string {
+	if e.spec.Command != "" {
+		return e.spec.Command
+	}
+	return strings.Join(e.spec.Argv, " ")
+}
+
+// Info describes the exec.
+func (e *Exec) Info() runbox.ExecInfo {
+	live := 0
+	e.mu.Lock()
+	released := e.released
+	e.mu.Unlock()
+	if !released && e.cont != nil {
+		live = len(e.cont.pids())
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	info := runbox.ExecInfo{
+		ID: e.id, Pid: e.pid, State: e.state, Command: e.command(),
+		StartedAt: e.started, LiveProcesses: live,
+	}
+	if e.finished() {
+		r := e.result
+		info.Result = &r
+	}
+	return info
+}
+
+// WriteStdin writes p to the exec's stdin, which must have been opened as a
+// stream (ExecSpec.StdinStream).
+func (e *Exec) WriteStdin(p []byte) error {
+	e.stdinMu.Lock()
+	defer e.stdinMu.Unlock()
+	if e.stdin == nil {
+		return notRunningStdin(e.id)
+	}
+	if _, err := e.stdin.Write(p); err != nil {
+		if errors.Is(err, syscall.EPIPE) || errors.Is(err, os.ErrClosed) {
+			return notRunningStdin(e.id)
+		}
+		return err
+	}
+	return nil
+}
+
+func notRunningStdin(id string) error {
+	return &runbox.Error{Op: "write stdin", Exec: id, Err: runbox.ErrNotRunning}
+}
+
+// CloseStdin closes the exec's stdin; the command sees EOF. Closing twice is
+// not an error.
+func (e *Exec) CloseStdin() error {
+	e.stdinMu.Lock()
+	defer e.stdinMu.Unlock()
+	if e.stdin != nil {
+		e.stdin.Close()
+		e.stdin = nil
+	}
+	return nil
+}
+
+// leaderExited is called by the reaper with the leader's wait status.
+func (e *Exec) leaderExited(ws unix.WaitStatus) { e.exitCh <- ws }
+
+// spawnFailed ends an exec whose leader could not be started.
+func (e *Exec) spawnFailed(err error) {
+	e.mu.Lock()
+	e.state = runbox.ExecExited
+	e.ended = time.Now()
+	e.released = true
+	e.result = runbox.Result{ID: e.id, ExitCode: -1}
+	e.mu.Unlock()
+	close(e.leaderGone)
+	close(e.done)
+}
+
+// requestStop starts the stop protocol unless one was already requested. A
+// request after the leader exited stops the exec's background processes
+// and leaves its Result alone.
+func (e *Exec) requestStop(reason stopReason, grace time.Duration) {
+	if grace <= 0 {
+		grace = e.grace
+	}
+	e.mu.Lock()
+	if e.state == runbox.ExecExited {
+		e.mu.Unlock()
+		if reason == stopCancel {
+			e.stopBackground(grace)
+		}
+		return
+	}
+	if e.reason != stopNone {
+		e.mu.Unlock()
+		return
+	}
+	e.reason, e.stopGrace = reason, grace
+	if e.state == runbox.ExecRunning {
+		e.state = runbox.ExecStopping
+	}
+	close(e.stopCh)
+	e.mu.Unlock()
+}
+
+func (e *Exec) cancel(grace time.Duration) { e.requestStop(stopCancel, grace) }
+
+// stopBackground stops what an exited exec left running, then frees its
+// containment.
+func (e *Exec) stopBackground(grace time.Duration) {
+	<-e.done
+	e.mu.Lock()
+	released := e.released
+	e.mu.Unlock()
+	if released {
+		return
+	}
+	e.stopProtocol(grace)
+	e.releaseIfEmpty()
+}
+
+// gone reports whether the leader has been reaped and no process is left.
+func (e *Exec) gone() bool {
+	select {
+	case <-e.leaderGone:
+		return e.cont.empty()
+	default:
+		return false
+	}
+}
+
+// stopProtocol sends SIGTERM to every process of the exec (again to any
+// forked since), waits up to grace for them to exit, SIGKILLs what is left,
+// and waits until nothing is alive or killConfirmTimeout passes.
+func (e *Exec) stopProtocol(grace time.Duration) {
+	e.stopMu.Lock()
+	defer e.stopMu.Unlock()
+	poll := stopPollInterval
+	wait := func() {
+		time.Sleep(poll)
+		poll = min(poll*2, 50*time.Millisecond)
+	}
+	termBy := time.Now().Add(grace)
+	for !e.gone() {
+		if time.Now().After(termBy) {
+			break
+		}
+		signalPids(e.livePids(), syscall.SIGTERM, e.signalled)
+		e.signalLeaderGroup(syscall.SIGTERM)
+		wait()
+	}
+	killBy := time.Now().Add(killConfirmTimeout)
+	for !e.gone() && time.Now().Before(killBy) {
+		for _, pid := range e.livePids() {
+			e.signalled[pid] = struct{}{}
+		}
+		e.cont.killAll()
+		e.signalLeaderGroup(syscall.SIGKILL)
+		wait()
+	}
+	survivors := 0
+	if !e.gone() {
+		survivors = len(e.cont.pids())
+	}
+	e.mu.Lock()
+	e.survivors = survivors
+	e.mu.Unlock()
+}
+
+// livePids lists the exec's live processes.
+func (e *Exec) livePids() []int { return e.cont.pids() }
+
+// signalLeaderGroup signals the leader's process group while the leader is
+// unreaped: in proc mode it reaches a freshly forked child before a /proc
+// scan can see it.
+func (e *Exec) signalLeaderGroup(sig syscall.Signal) {
+	select {
+	case <-e.leaderGone:
+	default:
+		if pid := e.Pid(); pid > 0 {
+			_ = syscall.Kill(-pid, sig)
+		}
+	}
+}
+
+// signal sends sig to every live process of the exec.
+func (e *Exec) signal(sig syscall.Signal) (int, error) {
+	e.mu.Lock()
+	released := e.released
+	e.mu.Unlock()
+	if released || e.cont == nil {
+		return 0, &runbox.Error{Op: "signal", Exec: e.id, Err: runbox.ErrNotRunning}
+	}
+	pids := e.livePids()
+	n := signalPids(pids, sig, nil)
+	if n == 0 && e.finished() {
+		return 0, &runbox.Error{Op: "signal", Exec: e.id, Err: runbox.ErrNotRunning}
+	}
+	return n, nil
+}
+
+// releaseIfEmpty frees the containment once no process of the exec is left,
+// and reports whether it is free.
+func (e *Exec) releaseIfEmpty() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.released {
+		return true
+	}
+	if !e.cont.empty() {
+		return false
+	}
+	e.cont.release()
+	e.released = true
+	return true
+}
+
+// releaseContainment frees the containment unconditionally (at shutdown,
+// after the stop protocol).
+func (e *Exec) releaseContainment() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.released && e.cont != nil {
+		e.cont.release()
+		e.released = true
+	}
+}
+
+// supervise runs for the exec's life: it reads output, enforces the deadline
+// and the idle deadline, starts the stop protocol when asked, and builds the
+// Result once the leader has exited and the output is drained.
+func (e *Exec) supervise(stdout, stderr *os.File) {
+	var readers sync.WaitGroup
+	readers.Go(func() { e.readStream(stdout, runbox.Stdout) })
+	readers.Go(func() { e.readStream(stderr, runbox.Stderr) })
+
+	var deadline <-chan time.Time
+	if t := e.spec.Timeout; t > 0 {
+		timer := time.NewTimer(t - time.Since(e.started))
+		defer timer.Stop()
+		deadline = timer.C
+	}
+	var idle <-chan time.Time
+	var idleTimer *time.Timer
+	if t := e.spec.IdleTimeout; t > 0 {
+		idleTimer = time.NewTimer(t)
+		defer idleTimer.Stop()
+		idle = idleTimer.C
+	}
+
+	stopCh := e.stopCh
+	var stopDone chan struct{}
+	var ws unix.WaitStatus
+	for waiting := true; waiting; {
+		select {
+		case ws = <-e.exitCh:
+			waiting = false
+		case <-deadline:
+			deadline = nil
+			e.requestStop(stopTimeout, 0)
+		case <-idle:
+			if quiet := time.Since(e.out.idleSince()); quiet >= e.spec.IdleTimeout {
+				idle = nil
+				e.requestStop(stopIdle, 0)
+			} else {
+				idleTimer.Reset(e.spec.IdleTimeout - quiet)
+			}
+		case <-stopCh:
+			stopCh = nil
+			e.mu.Lock()
+			grace := e.stopGrace
+			e.mu.Unlock()
+			stopDone = make(chan struct{})
+			go func() {
+				defer close(stopDone)
+				e.stopProtocol(grace)
+			}()
+		}
+	}
+
+	e.mu.Lock()
+	e.ended = time.Now()
+	e.state = runbox.ExecExited
+	lateCancel := stopDone == nil && e.reason == stopCancel
+	if stopDone == nil {
+		// The leader exited by itself before a stop requested at the same
+		// moment began: its status stands.
+		e.reason = stopNone
+	}
+	lateGrace := e.stopGrace
+	e.mu.Unlock()
+	e.cont.leaderReaped()
+	close(e.leaderGone)
+
+	// Output already written is read; a background child holding a pipe
+	// open can delay the result by at most Drain.
+	drainBy := time.Now().Add(e.s.cfg.Drain)
+	_ = stdout.SetReadDeadline(drainBy)
+	_ = stderr.SetReadDeadline(drainBy)
+	readers.Wait()
+	stdout.Close()
+	stderr.Close()
+	if stopDone != nil {
+		<-stopDone
+	}
+	e.CloseStdin() // unblocks the stdin feeder if nothing reads
+	e.stdinFeed.Wait()
+
+	e.mu.Lock()
+	r := runbox.Result{ID: e.id, Pid: e.pid, Duration: e.ended.Sub(e.started)}
+	switch {
+	case ws.Exited():
+		r.ExitCode = ws.ExitStatus()
+	case ws.Signaled():
+		r.ExitCode = 128 + int(ws.Signal())
+		r.Signal = strings.TrimPrefix(unix.SignalName(ws.Signal()), "SIG")
+	}
+	r.TimedOut = e.reason == stopTimeout
+	r.IdleTimedOut = e.reason == stopIdle
+	r.Cancelled = e.reason == stopCancel
+	e.mu.Unlock()
+	e.stopMu.Lock()
+	r.Killed = len(e.signalled)
+	e.stopMu.Unlock()
+	e.out.fill(&r)
+	e.mu.Lock()
+	r.Survivors = e.survivors
+	e.result = r
+	e.mu.Unlock()
+	if stopDone != nil || e.cont.empty() {
+		e.releaseIfEmpty()
+	}
+	close(e.done)
+	if lateCancel {
+		// The cancel still means: nothing this exec started may survive.
+		e.stopBackground(lateGrace)
+	}
+}
+
+func (e *Exec) readStream(f *os.File, s runbox.Stream) {
+	defer e.out.closeStream()
+	buf := make([]byte, readChunkSize)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			e.out.append(s, buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package supervisor
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// execMarkerVar is set in every exec's environment. Processes inherit it
+// through fork and exec, so the proc tracker can find an exec's processes
+// after they setsid, double-fork and are re-parented to the daemon.
+const execMarkerVar = "RUNBOX_EXEC_ID"
+
+// procTracker finds an exec's processes through /proc when there is no
+// cgroup: the processes whose initial environment carries the exec's
+// marker, the leader while it is unreaped, and every descendant of either.
+type procTracker struct {
+	needle []byte // "\x00RUNBOX_EXEC_ID=<id>\x00"
+	self   int
+
+	mu     sync.Mutex
+	leader int // 0 once reaped (the pid may be reused)
+}
+
+func newProcTracker(execID string) *procTracker {
+	return &procTracker{needle: []byte("\x00" + execMarkerVar + "=" + execID + "\x00"), self: os.Getpid()}
+}
+
+func (p *procTracker) leaderStarted(pid int) {
+	p.mu.Lock()
+	p.leader = pid
+	p.mu.Unlock()
+}
+
+func (p *procTracker) leaderReaped() {
+	p.mu.Lock()
+	p.leader = 0
+	p.mu.Unlock()
+}
+
+// procStat is the part of /proc/<pid>/stat the tracker needs.
+type procStat struct {
+	pid, ppid int
+	zombie    bool
+}
+
+// readProcStat parses /proc/<pid>/stat; the command name may contain
+// spaces and parentheses, so fields are counted from the last ')'.
+func readProcStat(pid int) (procStat, bool) {
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return procStat{}, false
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 2 {
+		return procStat{}, false
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return procStat{pid: pid, ppid: ppid, zombie: fields[0] == "Z" || fields[0] == "X"}, true
+}
+
+// allProcs lists every process in this pid namespace's /proc.
+func allProcs() []procStat {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	procs := make([]procStat, 0, len(names))
+	for _, n := range names {
+		pid, err := strconv.Atoi(n)
+		if err != nil {
+			continue
+		}
+		if st, ok := readProcStat(pid); ok {
+			procs = append(procs, st)
+		}
+	}
+	return procs
+}
+
+func (p *procTracker) hasMarker(pid int) bool {
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil {
+		return false
+	}
+	// Prefix a NUL so the first variable matches like every other one.
+	return bytes.Contains(append([]byte{0}, env...), p.needle)
+}
+
+func (p *procTracker) pids() []int {
+	p.mu.Lock()
+	leader := p.leader
+	p.mu.Unlock()
+
+	procs := allProcs()
+	children := make(map[int][]int, len(procs))
+	alive := make(map[int]bool, len(procs))
+	for _, st := range procs {
+		children[st.ppid] = append(children[st.ppid], st.pid)
+		alive[st.pid] = !st.zombie
+	}
+	member := make(map[int]bool)
+	var walk func(pid int)
+	walk = func(pid int) {
+		if member[pid] || pid == p.self {
+			return
+		}
+		member[pid] = true
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	if leader > 0 {
+		walk(leader)
+	}
+	for _, st := range procs {
+		if !member[st.pid] && !st.zombie && st.pid != p.self && p.hasMarker(st.pid) {
+			walk(st.pid)
+		}
+	}
+	pids := make([]int, 0, len(member))
+	for pid := range member {
+		if alive[pid] {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func (p *procTracker) killAll() {
+	// Repeat until a scan finds nothing new to kill, so processes forked
+	// between a scan and the signals are caught by the next scan.
+	killed := make(map[int]struct{})
+	for range 50 {
+		if signalPids(p.pids(), syscall.SIGKILL, killed) == 0 {
+			return
+		}
+	}
+}
+
+func (p *procTracker) empty() bool { return len(p.pids()) == 0 }
+
+func (p *procTracker) release() {}

@@ -1,0 +1,229 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/runbox/runbox"
+)
+
+// nonInteractiveEnv is set for every exec unless the request sets the
+// variable itself, so pagers, prompts and installers never wait for a human.
+var nonInteractiveEnv = map[string]string{
+	"PAGER":               "cat",
+	"GIT_PAGER":           "cat",
+	"TERM":                "dumb",
+	"GIT_TERMINAL_PROMPT": "0",
+	"DEBIAN_FRONTEND":     "noninteractive",
+}
+
+// defaultPath is used when the daemon itself has no PATH (PID 1 in an image
+// that sets none).
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+func environMap(environ []string) map[string]string {
+	m := make(map[string]string, len(environ))
+	for _, kv := range environ {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string) map[string]string {
+	env := make(map[string]string, len(s.baseEnv)+len(nonInteractiveEnv)+len(spec.Env)+1)
+	for k, v := range s.baseEnv {
+		env[k] = v
+	}
+	if env["PATH"] == "" {
+		env["PATH"] = defaultPath
+	}
+	for k, v := range nonInteractiveEnv {
+		env[k] = v
+	}
+	for k, v := range spec.Env {
+		env[k] = v
+	}
+	env[execMarkerVar] = id
+	return env
+}
+
+// lookPath finds file in the directories of pathList, like a shell does.
+func lookPath(file, pathList string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	for _, dir := range filepath.SplitList(pathList) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s: %w in PATH", file, fs.ErrNotExist)
+}
+
+// spawn starts e's leader: its own process group, its own cgroup where there
+// is one (entered by clone3 itself, so no child can be forked outside it),
+// stdin from /dev/null unless given, stdout and stderr on pipes.
+func (s *Supervisor) spawn(e *Exec) (err error) {
+	spec := e.spec
+	env := s.execEnv(spec, e.id)
+	var path string
+	var argv []string
+	if spec.Command != "" {
+		path = s.shell
+		argv = []string{filepath.Base(s.shell), "-c", spec.Command}
+		if spec.Login {
+			argv = []string{filepath.Base(s.shell), "-l", "-c", spec.Command}
+		}
+	} else {
+		if path, err = lookPath(spec.Argv[0], env["PATH"]); err != nil {
+			return fmt.Errorf("%w: %w", runbox.ErrSpawn, err)
+		}
+		argv = spec.Argv
+	}
+	dir := spec.Cwd
+	if dir == "" {
+		dir = s.cfg.Dir
+	} else if !filepath.IsAbs(dir) {
+		dir = filepath.Join(s.cfg.Dir, dir)
+	}
+	envList := make([]string, 0, len(env))
+	for k, v := range env {
+		envList = append(envList, k+"="+v)
+	}
+
+	var closeAfter []*os.File // the child's ends, closed once it has them
+	defer func() {
+		for _, f := range closeAfter {
+			f.Close()
+		}
+	}()
+	var parentFiles []*os.File // our ends, closed only if the spawn fails
+	defer func() {
+		if err != nil {
+			for _, f := range parentFiles {
+				f.Close()
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: pipe: %w", runbox.ErrSpawn, err)
+		}
+		return r, w, nil
+	}
+
+	stdin := s.devNull
+	var stdinW *os.File
+	if spec.Stdin != nil || spec.StdinStream {
+		r, w, err := pipe()
+		if err != nil {
+			return err
+		}
+		stdin, stdinW = r, w
+		closeAfter = append(closeAfter, r)
+		parentFiles = append(parentFiles, w)
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return err
+	}
+	closeAfter = append(closeAfter, outW)
+	parentFiles = append(parentFiles, outR)
+	errR, errW, err := pipe()
+	if err != nil {
+		return err
+	}
+	closeAfter = append(closeAfter, errW)
+	parentFiles = append(parentFiles, errR)
+
+	sys := &syscall.SysProcAttr{Setpgid: true}
+	if s.cgroups != nil {
+		c, fd, cerr := s.cgroups.newExec(e.n)
+		if cerr != nil {
+			return fmt.Errorf("%w: %w", runbox.ErrSpawn, cerr)
+		}
+		defer syscall.Close(fd)
+		defer func() {
+			if err != nil {
+				c.release()
+			}
+		}()
+		e.cont = c
+		sys.UseCgroupFD, sys.CgroupFD = true, fd
+	} else {
+		e.cont = newProcTracker(e.id)
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   dir,
+		Env:   envList,
+		Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()},
+		Sys:   sys,
+	}
+
+	e.mu.Lock()
+	e.started = time.Now()
+	e.mu.Unlock()
+	s.spawnMu.RLock()
+	pid, err := syscall.ForkExec(path, argv, attr)
+	if err == nil {
+		s.leadersMu.Lock()
+		s.leaders[pid] = e
+		s.leadersMu.Unlock()
+	}
+	s.spawnMu.RUnlock()
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) && dir != "" {
+			if _, serr := os.Stat(dir); serr != nil {
+				return fmt.Errorf("%w: working directory %s: %w", runbox.ErrSpawn, dir, serr)
+			}
+		}
+		return fmt.Errorf("%w: %s: %w", runbox.ErrSpawn, path, err)
+	}
+
+	e.cont.leaderStarted(pid)
+	e.mu.Lock()
+	e.pid = pid
+	if e.state == runbox.ExecStarting {
+		e.state = runbox.ExecRunning
+		if e.reason != stopNone {
+			e.state = runbox.ExecStopping
+		}
+	}
+	e.mu.Unlock()
+	if stdinW != nil {
+		e.stdin = stdinW
+		if spec.Stdin != nil {
+			e.stdinFeed.Go(func() { e.feedStdin(spec.Stdin, !spec.StdinStream) })
+		}
+	}
+	go e.supervise(outR, errR)
+	return nil
+}
+
+// feedStdin writes the request's stdin bytes, then closes stdin unless it
+// stays open as a stream.
+func (e *Exec) feedStdin(data []byte, closeAfter bool) {
+	e.stdinMu.Lock()
+	f := e.stdin
+	e.stdinMu.Unlock()
+	if f == nil {
+		return
+	}
+	_, _ = f.Write(data) // an EPIPE means the command did not want it all
+	if closeAfter {
+		_ = e.CloseStdin()
+	}
+}

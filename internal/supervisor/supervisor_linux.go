@@ -1,0 +1,393 @@
+package supervisor
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/runbox/runbox"
+)
+
+// Config configures a Supervisor. The zero value is usable.
+type Config struct {
+	// CgroupMode is "auto" (or empty): cgroup2 where a writable cgroup v2
+	// hierarchy exists, else proc; "cgroup2": require it; "off": proc.
+	CgroupMode string
+	// Retention is how long exited execs and cancel tombstones are kept.
+	Retention time.Duration
+	// RingBytes bounds each stream's replay ring.
+	RingBytes int
+	// Drain bounds output reading after the leader exits.
+	Drain time.Duration
+	// Dir is the default working directory; empty means the daemon's.
+	Dir string
+	// Version is reported by Info.
+	Version string
+}
+
+// Cgroup modes as Info reports them.
+const (
+	ModeCgroup2 = "cgroup2"
+	ModeProc    = "proc"
+)
+
+// Supervisor owns every exec of one sandbox.
+type Supervisor struct {
+	cfg       Config
+	mode      string
+	cgroups   *cgroupParent // nil in proc mode
+	shell     string        // bash, or sh where bash is absent
+	baseEnv   map[string]string
+	devNull   *os.File
+	startedAt time.Time
+
+	// spawnMu is the barrier between spawning and reaping: spawns hold it
+	// shared from fork until the leader is registered; the reaper takes it
+	// exclusively before looking a reaped pid up, so it never misses one.
+	spawnMu   sync.RWMutex
+	leadersMu sync.Mutex
+	leaders   map[int]*Exec
+
+	mu         sync.Mutex
+	execs      map[string]*Exec
+	tombstones map[string]time.Time
+	total      uint64
+	closed     bool
+
+	quit     chan struct{}
+	loopDone sync.WaitGroup
+	shutdown sync.Once
+}
+
+// New starts a Supervisor: it makes the process a child subreaper, picks the
+// containment mode, and starts the reaper.
+func New(cfg Config) (*Supervisor, error) {
+	if cfg.Retention <= 0 {
+		cfg.Retention = DefaultRetention
+	}
+	if cfg.RingBytes <= 0 {
+		cfg.RingBytes = DefaultRingBytes
+	}
+	if cfg.Drain <= 0 {
+		cfg.Drain = DefaultDrain
+	}
+	if cfg.Dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: working directory: %w", err)
+		}
+		cfg.Dir = wd
+	}
+	s := &Supervisor{
+		cfg:        cfg,
+		baseEnv:    environMap(os.Environ()),
+		leaders:    make(map[int]*Exec),
+		execs:      make(map[string]*Exec),
+		tombstones: make(map[string]time.Time),
+		quit:       make(chan struct{}),
+		startedAt:  time.Now(),
+	}
+	s.shell = "/bin/sh"
+	if p, err := lookPath("bash", s.baseEnv["PATH"]); err == nil {
+		s.shell = p
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("supervisor: become child subreaper: %w", err)
+	}
+	switch cfg.CgroupMode {
+	case "", "auto":
+		if p, err := newCgroupParent(); err == nil {
+			s.mode, s.cgroups = ModeCgroup2, p
+		} else {
+			s.mode = ModeProc
+		}
+	case ModeCgroup2:
+		p, err := newCgroupParent()
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: cgroup2 mode: %w", err)
+		}
+		s.mode, s.cgroups = ModeCgroup2, p
+	case "off", ModeProc:
+		s.mode = ModeProc
+	default:
+		return nil, fmt.Errorf("supervisor: unknown cgroup mode %q (want auto, cgroup2 or off)", cfg.CgroupMode)
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, fmt.Errorf("supervisor: %w", err)
+	}
+	s.devNull = devNull
+	s.loopDone.Add(2)
+	go s.reapLoop()
+	go s.sweepLoop()
+	return s, nil
+}
+
+// Mode reports the containment mode: ModeCgroup2 or ModeProc.
+func (s *Supervisor) Mode() string { return s.mode }
+
+func newExecID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func validID(id string) bool {
+	if len(id) == 0 || len(id) > maxIDLength {
+		return false
+	}
+	for _, c := range id {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '-' || c == '_' || c == '.' || c == ':'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func validate(spec runbox.ExecSpec) error {
+	switch {
+	case spec.ID != "" && !validID(spec.ID):
+		return fmt.Errorf("%w: id %q: use 1-%d characters of A-Z a-z 0-9 - _ . :", runbox.ErrInvalidSpec, spec.ID, maxIDLength)
+	case spec.Command == "" && len(spec.Argv) == 0:
+		return fmt.Errorf("%w: no command or argv", runbox.ErrInvalidSpec)
+	case spec.Command != "" && len(spec.Argv) > 0:
+		return fmt.Errorf("%w: both command and argv given", runbox.ErrInvalidSpec)
+	case len(spec.Argv) > 0 && spec.Argv[0] == "":
+		return fmt.Errorf("%w: empty program name", runbox.ErrInvalidSpec)
+	case spec.Timeout < 0 || spec.IdleTimeout < 0 || spec.Grace < 0:
+		return fmt.Errorf("%w: negative duration", runbox.ErrInvalidSpec)
+	case spec.HeadBytes < 0 || spec.TailBytes < 0:
+		return fmt.Errorf("%w: negative output limit", runbox.ErrInvalidSpec)
+	}
+	return nil
+}
+
+// Start runs spec, or attaches to the exec with spec.ID if it exists.
+func (s *Supervisor) Start(spec runbox.ExecSpec) (*Exec, bool, error) {
+	if err := validate(spec); err != nil {
+		return nil, false, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, false, fmt.Errorf("start exec: %w: daemon is shutting down", runbox.ErrSandboxLost)
+	}
+	if spec.ID == "" {
+		spec.ID = newExecID()
+	}
+	if e, ok := s.execs[spec.ID]; ok {
+		s.mu.Unlock()
+		return e, true, nil
+	}
+	if _, ok := s.tombstones[spec.ID]; ok {
+		s.mu.Unlock()
+		return nil, false, fmt.Errorf("start exec %s: %w", spec.ID, runbox.ErrCancelled)
+	}
+	s.total++
+	e := newExec(s, spec, s.total)
+	s.execs[spec.ID] = e
+	s.mu.Unlock()
+
+	if err := s.spawn(e); err != nil {
+		s.mu.Lock()
+		delete(s.execs, spec.ID)
+		s.mu.Unlock()
+		e.spawnFailed(err)
+		return nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
+	}
+	return e, false, nil
+}
+
+// Get returns the exec with id.
+func (s *Supervisor) Get(id string) (*Exec, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.execs[id]
+	if !ok {
+		return nil, fmt.Errorf("exec %s: %w", id, runbox.ErrExecNotFound)
+	}
+	return e, nil
+}
+
+// Cancel stops the exec with id through the stop protocol (grace zero means
+// the exec's own). For an unknown id it leaves a tombstone, so a later Start
+// with that id is refused. It returns at once; wait on e.Done().
+func (s *Supervisor) Cancel(id string, grace time.Duration) (e *Exec, known bool) {
+	s.mu.Lock()
+	e, ok := s.execs[id]
+	if !ok {
+		if validID(id) {
+			s.tombstones[id] = time.Now()
+		}
+		s.mu.Unlock()
+		return nil, false
+	}
+	s.mu.Unlock()
+	e.cancel(grace)
+	return e, true
+}
+
+// Signal sends sig to every live process of the exec with id.
+func (s *Supervisor) Signal(id string, sig syscall.Signal) (int, error) {
+	e, err := s.Get(id)
+	if err != nil {
+		return 0, err
+	}
+	return e.signal(sig)
+}
+
+// List describes every exec the supervisor keeps, oldest first.
+func (s *Supervisor) List() []runbox.ExecInfo {
+	s.mu.Lock()
+	execs := make([]*Exec, 0, len(s.execs))
+	for _, e := range s.execs {
+		execs = append(execs, e)
+	}
+	s.mu.Unlock()
+	sort.Slice(execs, func(i, j int) bool { return execs[i].n < execs[j].n })
+	infos := make([]runbox.ExecInfo, len(execs))
+	for i, e := range execs {
+		infos[i] = e.Info()
+	}
+	return infos
+}
+
+// Info describes the daemon.
+func (s *Supervisor) Info() runbox.DaemonInfo {
+	info := runbox.DaemonInfo{
+		Version:    s.cfg.Version,
+		Pid:        os.Getpid(),
+		CgroupMode: s.mode,
+		StartedAt:  s.startedAt,
+		Goroutines: runtime.NumGoroutine(),
+		OpenFDs:    countOpenFDs(),
+	}
+	s.mu.Lock()
+	info.Total = s.total
+	for _, e := range s.execs {
+		if e.finished() {
+			info.Retained++
+		} else {
+			info.Running++
+		}
+	}
+	s.mu.Unlock()
+	return info
+}
+
+func countOpenFDs() int {
+	d, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return -1
+	}
+	defer d.Close()
+	names, _ := d.Readdirnames(-1)
+	return len(names) - 1 // the directory being read
+}
+
+// Shutdown stops every exec with the stop protocol (grace zero means each
+// exec's own), waits for them, releases cgroups and stops the reaper. Start
+// is refused from the moment it is called. It is idempotent.
+func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
+	s.mu.Lock()
+	s.closed = true
+	execs := make([]*Exec, 0, len(s.execs))
+	for _, e := range s.execs {
+		execs = append(execs, e)
+	}
+	s.mu.Unlock()
+
+	var wg sync.WaitGroup
+	for _, e := range execs {
+		wg.Go(func() { e.cancel(grace) })
+	}
+	all := make(chan struct{})
+	go func() {
+		wg.Wait()
+		for _, e := range execs {
+			<-e.Done()
+		}
+		close(all)
+	}()
+	var err error
+	select {
+	case <-all:
+	case <-ctx.Done():
+		err = fmt.Errorf("shutdown: %w", ctx.Err())
+	}
+	s.shutdown.Do(func() {
+		close(s.quit)
+		s.loopDone.Wait()
+		if err == nil {
+			s.mu.Lock()
+			for _, e := range s.execs {
+				e.releaseContainment()
+			}
+			s.mu.Unlock()
+			if s.cgroups != nil {
+				if rerr := s.cgroups.remove(); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+					err = fmt.Errorf("shutdown: remove cgroup: %w", rerr)
+				}
+			}
+		}
+		s.devNull.Close()
+	})
+	return err
+}
+
+// sweepLoop forgets exited execs (and tombstones) past the retention window
+// and frees the containment of execs whose background processes are gone.
+func (s *Supervisor) sweepLoop() {
+	defer s.loopDone.Done()
+	interval := min(max(s.cfg.Retention/4, 50*time.Millisecond), 5*time.Second)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.quit:
+			return
+		case <-t.C:
+			s.sweep(time.Now())
+		}
+	}
+}
+
+func (s *Supervisor) sweep(now time.Time) {
+	s.mu.Lock()
+	var candidates []*Exec
+	for _, e := range s.execs {
+		if e.finished() {
+			candidates = append(candidates, e)
+		}
+	}
+	for id, at := range s.tombstones {
+		if now.Sub(at) > s.cfg.Retention {
+			delete(s.tombstones, id)
+		}
+	}
+	s.mu.Unlock()
+	for _, e := range candidates {
+		if !e.releaseIfEmpty() {
+			continue // background processes still run: keep the exec so Cancel can reach them
+		}
+		if now.Sub(e.finishedAt()) > s.cfg.Retention {
+			s.mu.Lock()
+			if s.execs[e.id] == e {
+				delete(s.execs, e.id)
+			}
+			s.mu.Unlock()
+		}
+	}
+}
