@@ -22,6 +22,8 @@ var (
 	// ErrNotRunning means the exec has already exited, so it cannot take
 	// stdin or a signal.
 	ErrNotRunning = errors.New("exec not running")
+	// ErrSessionNotFound means no shell session has the given name.
+	ErrSessionNotFound = errors.New("no such session")
 	// ErrSpawn means the command could not be started (missing binary,
 	// bad working directory).
 	ErrSpawn = errors.New("cannot start command")

@@ -78,8 +78,14 @@ type ExecSpec struct {
 	Login bool
 	// Env adds or overrides environment variables.
 	Env map[string]string
-	// Cwd is the working directory; empty means the daemon's default.
+	// Cwd is the working directory; empty means the session's, or the
+	// daemon's default.
 	Cwd string
+	// Session names a shell session: the exec starts in the session's
+	// working directory with its exported environment (and, under bash, its
+	// functions and aliases), and a normal exit saves them back. Timed-out
+	// or cancelled execs leave the session unchanged.
+	Session string
 	// Stdin is given to the command, then its stdin is closed. With neither
 	// Stdin nor StdinStream, stdin is /dev/null, so `cat` never hangs.
 	Stdin []byte
@@ -129,6 +135,23 @@ type Result struct {
 	Survivors int
 	// Pid is the leader's pid inside the sandbox (for information only).
 	Pid int
+	// Cwd is the session's working directory after the exec (session
+	// execs only).
+	Cwd string
+	// CwdFallbackFrom is set when the session's saved directory no longer
+	// existed: the exec started in its nearest existing parent instead.
+	CwdFallbackFrom string
+}
+
+// SessionInfo describes a shell session kept by runboxd.
+type SessionInfo struct {
+	Name string
+	// Cwd is the session's working directory.
+	Cwd string
+	// EnvVars counts the session's exported variables.
+	EnvVars int
+	// Execs counts the execs run in the session.
+	Execs int
 }
 
 // OK reports whether the exec exited with status 0 by itself.

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"strings"
@@ -43,6 +44,7 @@ type Exec struct {
 	stdinFeed  sync.WaitGroup       // the goroutine writing spec.Stdin
 	signalled  map[int]struct{}     // pids the stop protocol signalled (under stopMu)
 	cont       containment          // set before the leader is spawned
+	session    *sessionSnapshot     // the session state the exec started from
 
 	mu        sync.Mutex
 	state     runbox.ExecState
@@ -350,10 +352,14 @@ func (e *Exec) releaseContainment() {
 // supervise runs for the exec's life: it reads output, enforces the deadline
 // and the idle deadline, starts the stop protocol when asked, and builds the
 // Result once the leader has exited and the output is drained.
-func (e *Exec) supervise(stdout, stderr *os.File) {
+func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	var readers sync.WaitGroup
 	readers.Go(func() { e.readStream(stdout, runbox.Stdout) })
 	readers.Go(func() { e.readStream(stderr, runbox.Stderr) })
+	var stateRecord []byte
+	if state != nil {
+		readers.Go(func() { stateRecord = readStateRecord(state) })
+	}
 
 	var deadline <-chan time.Time
 	if t := e.spec.Timeout; t > 0 {
@@ -418,9 +424,15 @@ func (e *Exec) supervise(stdout, stderr *os.File) {
 	drainBy := time.Now().Add(e.s.cfg.Drain)
 	_ = stdout.SetReadDeadline(drainBy)
 	_ = stderr.SetReadDeadline(drainBy)
+	if state != nil {
+		_ = state.SetReadDeadline(drainBy)
+	}
 	readers.Wait()
 	stdout.Close()
 	stderr.Close()
+	if state != nil {
+		state.Close()
+	}
 	if stopDone != nil {
 		<-stopDone
 	}
@@ -439,7 +451,20 @@ func (e *Exec) supervise(stdout, stderr *os.File) {
 	r.TimedOut = e.reason == stopTimeout
 	r.IdleTimedOut = e.reason == stopIdle
 	r.Cancelled = e.reason == stopCancel
+	stoppedByUs := e.reason != stopNone
 	e.mu.Unlock()
+	if e.session != nil {
+		r.CwdFallbackFrom = e.session.fallbackFrom
+		r.Cwd = e.session.cwd
+		// Only a command that ended by itself changes its session.
+		if !stoppedByUs && ws.Exited() {
+			if st, err := parseState(stateRecord); err == nil {
+				if err := e.s.saveSession(e.session.s, st); err == nil && st.cwd != "" {
+					r.Cwd = st.cwd
+				}
+			}
+		}
+	}
 	e.stopMu.Lock()
 	r.Killed = len(e.signalled)
 	e.stopMu.Unlock()
@@ -456,6 +481,21 @@ func (e *Exec) supervise(stdout, stderr *os.File) {
 		// The cancel still means: nothing this exec started may survive.
 		e.stopBackground(lateGrace)
 	}
+}
+
+// readStateRecord reads a session state record until its trailer, EOF, the
+// size bound, or the drain deadline.
+func readStateRecord(f *os.File) []byte {
+	var rec []byte
+	buf := make([]byte, 4096)
+	for len(rec) < maxStateBytes {
+		n, err := f.Read(buf)
+		rec = append(rec, buf[:n]...)
+		if bytes.HasSuffix(rec, []byte(stateTrailer)) || err != nil {
+			break
+		}
+	}
+	return rec
 }
 
 func (e *Exec) readStream(f *os.File, s runbox.Stream) {

@@ -37,16 +37,25 @@ func environMap(environ []string) map[string]string {
 	return m
 }
 
-func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string) map[string]string {
+// execEnv is the environment an exec starts with: the session's saved
+// environment, or the daemon's with the non-interactive defaults; then the
+// request's variables; then the exec marker.
+func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[string]string) map[string]string {
 	env := make(map[string]string, len(s.baseEnv)+len(nonInteractiveEnv)+len(spec.Env)+1)
-	for k, v := range s.baseEnv {
-		env[k] = v
+	if sessionEnv != nil {
+		for k, v := range sessionEnv {
+			env[k] = v
+		}
+	} else {
+		for k, v := range s.baseEnv {
+			env[k] = v
+		}
+		for k, v := range nonInteractiveEnv {
+			env[k] = v
+		}
 	}
 	if env["PATH"] == "" {
 		env["PATH"] = defaultPath
-	}
-	for k, v := range nonInteractiveEnv {
-		env[k] = v
 	}
 	for k, v := range spec.Env {
 		env[k] = v
@@ -77,14 +86,25 @@ func lookPath(file, pathList string) (string, error) {
 // stdin from /dev/null unless given, stdout and stderr on pipes.
 func (s *Supervisor) spawn(e *Exec) (err error) {
 	spec := e.spec
-	env := s.execEnv(spec, e.id)
+	var sessionEnv map[string]string
+	if spec.Session != "" {
+		snap := s.session(spec.Session).snapshot()
+		e.session = &snap
+		sessionEnv = snap.env
+	}
+	env := s.execEnv(spec, e.id, sessionEnv)
 	var path string
 	var argv []string
 	if spec.Command != "" {
 		path = s.shell
-		argv = []string{filepath.Base(s.shell), "-c", spec.Command}
+		shellName := filepath.Base(s.shell)
+		command := spec.Command
+		if e.session != nil {
+			command = sessionPrelude(command, e.session.funcsFile, shellName == "bash")
+		}
+		argv = []string{shellName, "-c", command}
 		if spec.Login {
-			argv = []string{filepath.Base(s.shell), "-l", "-c", spec.Command}
+			argv = []string{shellName, "-l", "-c", command}
 		}
 	} else {
 		if path, err = lookPath(spec.Argv[0], env["PATH"]); err != nil {
@@ -93,6 +113,9 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		argv = spec.Argv
 	}
 	dir := spec.Cwd
+	if dir == "" && e.session != nil {
+		dir = e.session.cwd
+	}
 	if dir == "" {
 		dir = s.cfg.Dir
 	} else if !filepath.IsAbs(dir) {
@@ -149,6 +172,22 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	closeAfter = append(closeAfter, errW)
 	parentFiles = append(parentFiles, errR)
 
+	files := []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}
+	var stateR *os.File
+	if e.session != nil && spec.Command != "" {
+		r, w, err := pipe()
+		if err != nil {
+			return err
+		}
+		stateR = r
+		closeAfter = append(closeAfter, w)
+		parentFiles = append(parentFiles, r)
+		for len(files) < stateFD {
+			files = append(files, ^uintptr(0)) // closed in the child
+		}
+		files = append(files, w.Fd())
+	}
+
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if s.cgroups != nil {
 		c, fd, cerr := s.cgroups.newExec(e.n)
@@ -169,7 +208,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	attr := &syscall.ProcAttr{
 		Dir:   dir,
 		Env:   envList,
-		Files: []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()},
+		Files: files,
 		Sys:   sys,
 	}
 
@@ -209,7 +248,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 			e.stdinFeed.Go(func() { e.feedStdin(spec.Stdin, !spec.StdinStream) })
 		}
 	}
-	go e.supervise(outR, errR)
+	go e.supervise(outR, errR, stateR)
 	return nil
 }
 

@@ -33,6 +33,9 @@ type Config struct {
 	Dir string
 	// Version is reported by Info.
 	Version string
+	// StateDir holds the daemon's files (session functions); empty means a
+	// fresh temporary directory, removed at Shutdown.
+	StateDir string
 }
 
 // Cgroup modes as Info reports them.
@@ -50,6 +53,8 @@ type Supervisor struct {
 	baseEnv   map[string]string
 	devNull   *os.File
 	startedAt time.Time
+	stateDir  string
+	ownsState bool // stateDir was created by New and is removed at Shutdown
 
 	// spawnMu is the barrier between spawning and reaping: spawns hold it
 	// shared from fork until the leader is registered; the reaper takes it
@@ -61,6 +66,7 @@ type Supervisor struct {
 	mu         sync.Mutex
 	execs      map[string]*Exec
 	tombstones map[string]time.Time
+	sessions   map[string]*session
 	total      uint64
 	closed     bool
 
@@ -94,6 +100,7 @@ func New(cfg Config) (*Supervisor, error) {
 		leaders:    make(map[int]*Exec),
 		execs:      make(map[string]*Exec),
 		tombstones: make(map[string]time.Time),
+		sessions:   make(map[string]*session),
 		quit:       make(chan struct{}),
 		startedAt:  time.Now(),
 	}
@@ -121,6 +128,16 @@ func New(cfg Config) (*Supervisor, error) {
 		s.mode = ModeProc
 	default:
 		return nil, fmt.Errorf("supervisor: unknown cgroup mode %q (want auto, cgroup2 or off)", cfg.CgroupMode)
+	}
+	s.stateDir = cfg.StateDir
+	if s.stateDir == "" {
+		dir, err := os.MkdirTemp("", "runboxd-state-")
+		if err != nil {
+			return nil, fmt.Errorf("supervisor: state directory: %w", err)
+		}
+		s.stateDir, s.ownsState = dir, true
+	} else if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("supervisor: state directory: %w", err)
 	}
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -170,6 +187,8 @@ func validate(spec runbox.ExecSpec) error {
 		return fmt.Errorf("%w: negative duration", runbox.ErrInvalidSpec)
 	case spec.HeadBytes < 0 || spec.TailBytes < 0:
 		return fmt.Errorf("%w: negative output limit", runbox.ErrInvalidSpec)
+	case spec.Session != "" && !validID(spec.Session):
+		return fmt.Errorf("%w: session %q: use 1-%d characters of A-Z a-z 0-9 - _ . :", runbox.ErrInvalidSpec, spec.Session, maxIDLength)
 	}
 	return nil
 }
@@ -343,6 +362,9 @@ func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
 			}
 		}
 		s.devNull.Close()
+		if s.ownsState {
+			os.RemoveAll(s.stateDir)
+		}
 	})
 	return err
 }
