@@ -103,7 +103,23 @@ type ExecSpec struct {
 	// HeadBytes and TailBytes bound how much of each stream the Result keeps
 	// (its first and last bytes); zero means the defaults.
 	HeadBytes, TailBytes int
+	// Spill says when the full output of a stream is also written to a file
+	// in the sandbox, so the part left out of the Result stays readable.
+	Spill SpillMode
 }
+
+// SpillMode says when an exec's full output is written to a spill file.
+type SpillMode int
+
+const (
+	// SpillAuto (the default) spills a stream once it outgrows the
+	// Result's head and tail.
+	SpillAuto SpillMode = iota
+	// SpillAlways spills every stream that produces output.
+	SpillAlways
+	// SpillNever keeps only the head and tail.
+	SpillNever
+)
 
 // DefaultGrace is the time between SIGTERM and SIGKILL when a spec gives none.
 const DefaultGrace = 5 * time.Second
@@ -128,6 +144,11 @@ type Result struct {
 	StdoutDropped, StderrDropped int64
 	// StdoutBytes and StderrBytes count every byte each stream produced.
 	StdoutBytes, StderrBytes int64
+	// StdoutSpill and StderrSpill are paths, in the sandbox, of files holding
+	// the stream's full output (see ExecSpec.Spill). SpillTruncated says the
+	// daemon's spill budget ran out before the output did.
+	StdoutSpill, StderrSpill string
+	SpillTruncated           bool
 	// Killed counts the processes the stop protocol signalled.
 	Killed int
 	// Survivors counts processes still alive after the stop protocol gave up;

@@ -45,6 +45,7 @@ type Exec struct {
 	signalled  map[int]struct{}     // pids the stop protocol signalled (under stopMu)
 	cont       containment          // set before the leader is spawned
 	session    *sessionSnapshot     // the session state the exec started from
+	spills     [2]*spillFile        // written only by the stream's reader
 
 	mu        sync.Mutex
 	state     runbox.ExecState
@@ -72,7 +73,7 @@ func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64) *Exec {
 	}
 	return &Exec{
 		s: s, id: spec.ID, n: n, spec: spec, grace: grace,
-		out:        newOutputStore(s.cfg.RingBytes, head, tail),
+		out:        newOutputStore(s.cfg.RingBytes, head, tail, spec.Spill),
 		done:       make(chan struct{}),
 		leaderGone: make(chan struct{}),
 		exitCh:     make(chan unix.WaitStatus, 1),
@@ -469,6 +470,14 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	r.Killed = len(e.signalled)
 	e.stopMu.Unlock()
 	e.out.fill(&r)
+	var truncated [2]bool
+	if sf := e.spills[0]; sf != nil {
+		r.StdoutSpill, truncated[0] = e.s.spills.finish(sf)
+	}
+	if sf := e.spills[1]; sf != nil {
+		r.StderrSpill, truncated[1] = e.s.spills.finish(sf)
+	}
+	r.SpillTruncated = truncated[0] || truncated[1]
 	e.mu.Lock()
 	r.Survivors = e.survivors
 	e.result = r
@@ -501,10 +510,20 @@ func readStateRecord(f *os.File) []byte {
 func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 	defer e.out.closeStream()
 	buf := make([]byte, readChunkSize)
+	i := streamIndex(s)
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			e.out.append(s, buf[:n])
+			start, prior := e.out.append(s, buf[:n])
+			if start {
+				if sf, err := e.s.spills.create(e.id + "." + s.String()); err == nil {
+					e.spills[i] = sf
+					e.s.spills.write(sf, prior)
+				}
+			}
+			if sf := e.spills[i]; sf != nil {
+				e.s.spills.write(sf, buf[:n])
+			}
 		}
 		if err != nil {
 			return

@@ -118,6 +118,8 @@ func (h *headTail) result() ([]byte, int64) {
 // outputStore is an exec's output: the replay rings, the result buffers, and
 // a broadcast that wakes readers when anything changes.
 type outputStore struct {
+	spill      runbox.SpillMode
+	spilling   [2]bool
 	mu         sync.Mutex
 	seq        uint64 // last sequence number assigned
 	rings      [2]ring
@@ -127,8 +129,8 @@ type outputStore struct {
 	lastOutput time.Time
 }
 
-func newOutputStore(ringBytes, head, tail int) *outputStore {
-	o := &outputStore{open: 2, changed: make(chan struct{}), lastOutput: time.Now()}
+func newOutputStore(ringBytes, head, tail int, spill runbox.SpillMode) *outputStore {
+	o := &outputStore{open: 2, changed: make(chan struct{}), lastOutput: time.Now(), spill: spill}
 	for i := range o.rings {
 		o.rings[i].limit = ringBytes
 		o.results[i] = headTail{headLimit: head, tailLimit: tail}
@@ -138,18 +140,33 @@ func newOutputStore(ringBytes, head, tail int) *outputStore {
 
 func streamIndex(s runbox.Stream) int { return int(s) - 1 }
 
-// append stores a copy of data as the next chunk of stream.
-func (o *outputStore) append(s runbox.Stream, data []byte) {
+// append stores a copy of data as the next chunk of stream. When this chunk
+// makes the stream start spilling, it returns startSpill with everything the
+// stream produced before it (all of which the head and tail still hold).
+func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, prior []byte) {
 	buf := make([]byte, len(data))
 	copy(buf, data)
 	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.seq++
 	i := streamIndex(s)
+	if !o.spilling[i] {
+		h := &o.results[i]
+		switch o.spill {
+		case runbox.SpillAlways:
+			o.spilling[i], startSpill = true, true
+		case runbox.SpillAuto:
+			if h.total+int64(len(buf)) > int64(h.headLimit+h.tailLimit) {
+				o.spilling[i], startSpill = true, true
+				prior, _ = h.result()
+			}
+		}
+	}
 	o.rings[i].add(o.seq, buf)
 	o.results[i].write(buf)
 	o.lastOutput = time.Now()
 	o.broadcastLocked()
-	o.mu.Unlock()
+	return startSpill, prior
 }
 
 // closeStream records that stream s reached EOF (or stopped being read).

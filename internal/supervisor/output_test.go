@@ -36,7 +36,7 @@ func TestHeadTailExact(t *testing.T) {
 }
 
 func TestReaderReplayAndGap(t *testing.T) {
-	o := newOutputStore(10, 4, 4)
+	o := newOutputStore(10, 4, 4, runbox.SpillNever)
 	for i := range 6 {
 		s := runbox.Stdout
 		if i%2 == 1 {

@@ -33,9 +33,11 @@ type Config struct {
 	Dir string
 	// Version is reported by Info.
 	Version string
-	// StateDir holds the daemon's files (session functions); empty means a
-	// fresh temporary directory, removed at Shutdown.
+	// StateDir holds the daemon's files (session functions, spill files);
+	// empty means a fresh temporary directory, removed at Shutdown.
 	StateDir string
+	// SpillBytes bounds the total size of spill files; 0 → 1 GiB.
+	SpillBytes int64
 }
 
 // Cgroup modes as Info reports them.
@@ -54,6 +56,7 @@ type Supervisor struct {
 	devNull   *os.File
 	startedAt time.Time
 	stateDir  string
+	spills    *spillDir
 	ownsState bool // stateDir was created by New and is removed at Shutdown
 
 	// spawnMu is the barrier between spawning and reaping: spawns hold it
@@ -139,6 +142,7 @@ func New(cfg Config) (*Supervisor, error) {
 	} else if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("supervisor: state directory: %w", err)
 	}
+	s.spills = newSpillDir(s.stateDir, cfg.SpillBytes)
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
