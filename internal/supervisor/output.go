@@ -127,10 +127,20 @@ type outputStore struct {
 	open       int           // streams not yet at EOF
 	changed    chan struct{} // closed and replaced on every change
 	lastOutput time.Time
+	// followers are the readers a connected client is consuming live. The
+	// stream's reader waits (and so the command's writes block, as on a
+	// terminal) rather than evict a chunk a follower has not read yet. A
+	// follower that goes away releases it; so does the end of the drain.
+	followers    map[*OutputReader]struct{}
+	producerWait bool // a producer waits for followers: readers must broadcast
+	noBackpress  bool // after the drain: never wait again
 }
 
 func newOutputStore(ringBytes, head, tail int, spill runbox.SpillMode) *outputStore {
-	o := &outputStore{open: 2, changed: make(chan struct{}), lastOutput: time.Now(), spill: spill}
+	o := &outputStore{
+		open: 2, changed: make(chan struct{}), lastOutput: time.Now(), spill: spill,
+		followers: make(map[*OutputReader]struct{}),
+	}
 	for i := range o.rings {
 		o.rings[i].limit = ringBytes
 		o.results[i] = headTail{headLimit: head, tailLimit: tail}
@@ -148,8 +158,16 @@ func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, pri
 	copy(buf, data)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.seq++
 	i := streamIndex(s)
+	for o.mustWaitLocked(i, len(buf)) {
+		o.producerWait = true
+		changed := o.changed
+		o.mu.Unlock()
+		<-changed
+		o.mu.Lock()
+	}
+	o.producerWait = false
+	o.seq++
 	if !o.spilling[i] {
 		h := &o.results[i]
 		switch o.spill {
@@ -167,6 +185,33 @@ func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, pri
 	o.lastOutput = time.Now()
 	o.broadcastLocked()
 	return startSpill, prior
+}
+
+// mustWaitLocked reports whether adding n bytes to ring i would evict a
+// chunk some follower has not read yet.
+func (o *outputStore) mustWaitLocked(i, n int) bool {
+	if o.noBackpress || len(o.followers) == 0 {
+		return false
+	}
+	r := &o.rings[i]
+	if len(r.chunks) == 0 || r.bytes+n <= r.limit {
+		return false
+	}
+	oldest := r.chunks[0].seq
+	for f := range o.followers {
+		if f.next <= oldest {
+			return true
+		}
+	}
+	return false
+}
+
+// stopBackpressure makes the producer stop waiting for followers for good.
+func (o *outputStore) stopBackpressure() {
+	o.mu.Lock()
+	o.noBackpress = true
+	o.broadcastLocked()
+	o.mu.Unlock()
 }
 
 // closeStream records that stream s reached EOF (or stopped being read).
@@ -198,7 +243,9 @@ func (o *outputStore) fill(r *runbox.Result) {
 }
 
 // OutputReader follows an exec's output from a sequence number. Each reader
-// has its own cursor; a slow reader never slows the exec, it sees a Gap.
+// has its own cursor. While a reader is open, the exec's output waits for it
+// rather than drop what it has not read (a terminal's flow control); a
+// reader that started behind the ring sees a Gap. Close it when done.
 type OutputReader struct {
 	o    *outputStore
 	next uint64
@@ -213,7 +260,18 @@ func (o *outputStore) reader(from uint64) *OutputReader {
 	if from > 1 {
 		r.off = [2]int64{-1, -1}
 	}
+	o.mu.Lock()
+	o.followers[r] = struct{}{}
+	o.mu.Unlock()
 	return r
+}
+
+// Close releases the reader: the exec's output no longer waits for it.
+func (r *OutputReader) Close() {
+	r.o.mu.Lock()
+	delete(r.o.followers, r)
+	r.o.broadcastLocked()
+	r.o.mu.Unlock()
 }
 
 // Next returns the next output event, waiting for one if necessary. It
@@ -224,6 +282,9 @@ func (r *OutputReader) Next(ctx context.Context) (OutputEvent, error) {
 		r.o.mu.Lock()
 		ev, ok := r.nextLocked()
 		if ok {
+			if r.o.producerWait {
+				r.o.broadcastLocked()
+			}
 			r.o.mu.Unlock()
 			return ev, nil
 		}

@@ -79,3 +79,36 @@ func TestReaderReplayAndGap(t *testing.T) {
 		t.Errorf("from 5: %+v", ev)
 	}
 }
+
+func TestFollowerGetsEveryByteDespiteSmallRing(t *testing.T) {
+	o := newOutputStore(64, 8, 8, runbox.SpillNever)
+	r := o.reader(0)
+	defer r.Close()
+	var want []byte
+	go func() {
+		for i := range 1000 {
+			chunk := []byte{byte(i), byte(i >> 8), 'x'}
+			want = append(want, chunk...)
+			o.append(runbox.Stdout, chunk)
+		}
+		o.closeStream()
+		o.closeStream()
+	}()
+	var got []byte
+	for {
+		ev, err := r.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Gap != nil {
+			t.Fatalf("follower saw a gap: %+v", ev.Gap)
+		}
+		got = append(got, ev.Chunk.Data...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("got %d bytes, want %d", len(got), len(want))
+	}
+}
