@@ -74,6 +74,58 @@ func (Stream) EnumDescriptor() ([]byte, []int) {
 	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{0}
 }
 
+type SpillMode int32
+
+const (
+	SpillMode_SPILL_MODE_UNSPECIFIED SpillMode = 0 // auto
+	SpillMode_SPILL_MODE_AUTO        SpillMode = 1
+	SpillMode_SPILL_MODE_ALWAYS      SpillMode = 2
+	SpillMode_SPILL_MODE_NEVER       SpillMode = 3
+)
+
+// Enum value maps for SpillMode.
+var (
+	SpillMode_name = map[int32]string{
+		0: "SPILL_MODE_UNSPECIFIED",
+		1: "SPILL_MODE_AUTO",
+		2: "SPILL_MODE_ALWAYS",
+		3: "SPILL_MODE_NEVER",
+	}
+	SpillMode_value = map[string]int32{
+		"SPILL_MODE_UNSPECIFIED": 0,
+		"SPILL_MODE_AUTO":        1,
+		"SPILL_MODE_ALWAYS":      2,
+		"SPILL_MODE_NEVER":       3,
+	}
+)
+
+func (x SpillMode) Enum() *SpillMode {
+	p := new(SpillMode)
+	*p = x
+	return p
+}
+
+func (x SpillMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (SpillMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_runbox_v1_runbox_proto_enumTypes[1].Descriptor()
+}
+
+func (SpillMode) Type() protoreflect.EnumType {
+	return &file_runbox_v1_runbox_proto_enumTypes[1]
+}
+
+func (x SpillMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use SpillMode.Descriptor instead.
+func (SpillMode) EnumDescriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{1}
+}
+
 type ExecState int32
 
 const (
@@ -113,11 +165,11 @@ func (x ExecState) String() string {
 }
 
 func (ExecState) Descriptor() protoreflect.EnumDescriptor {
-	return file_runbox_v1_runbox_proto_enumTypes[1].Descriptor()
+	return file_runbox_v1_runbox_proto_enumTypes[2].Descriptor()
 }
 
 func (ExecState) Type() protoreflect.EnumType {
-	return &file_runbox_v1_runbox_proto_enumTypes[1]
+	return &file_runbox_v1_runbox_proto_enumTypes[2]
 }
 
 func (x ExecState) Number() protoreflect.EnumNumber {
@@ -126,7 +178,7 @@ func (x ExecState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ExecState.Descriptor instead.
 func (ExecState) EnumDescriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{1}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{2}
 }
 
 type ExecSpec struct {
@@ -144,6 +196,8 @@ type ExecSpec struct {
 	GraceMs       int64                  `protobuf:"varint,11,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
 	HeadBytes     int64                  `protobuf:"varint,12,opt,name=head_bytes,json=headBytes,proto3" json:"head_bytes,omitempty"`
 	TailBytes     int64                  `protobuf:"varint,13,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
+	Session       string                 `protobuf:"bytes,14,opt,name=session,proto3" json:"session,omitempty"`
+	Spill         SpillMode              `protobuf:"varint,15,opt,name=spill,proto3,enum=runbox.v1.SpillMode" json:"spill,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -267,6 +321,20 @@ func (x *ExecSpec) GetTailBytes() int64 {
 		return x.TailBytes
 	}
 	return 0
+}
+
+func (x *ExecSpec) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ExecSpec) GetSpill() SpillMode {
+	if x != nil {
+		return x.Spill
+	}
+	return SpillMode_SPILL_MODE_UNSPECIFIED
 }
 
 type RunRequest struct {
@@ -726,25 +794,30 @@ func (x *Exited) GetResult() *Result {
 }
 
 type Result struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Signal        string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
-	TimedOut      bool                   `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	Cancelled     bool                   `protobuf:"varint,5,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
-	IdleTimedOut  bool                   `protobuf:"varint,6,opt,name=idle_timed_out,json=idleTimedOut,proto3" json:"idle_timed_out,omitempty"`
-	DurationUs    int64                  `protobuf:"varint,7,opt,name=duration_us,json=durationUs,proto3" json:"duration_us,omitempty"`
-	Stdout        []byte                 `protobuf:"bytes,8,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,9,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	StdoutDropped int64                  `protobuf:"varint,10,opt,name=stdout_dropped,json=stdoutDropped,proto3" json:"stdout_dropped,omitempty"`
-	StderrDropped int64                  `protobuf:"varint,11,opt,name=stderr_dropped,json=stderrDropped,proto3" json:"stderr_dropped,omitempty"`
-	StdoutBytes   int64                  `protobuf:"varint,12,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
-	StderrBytes   int64                  `protobuf:"varint,13,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
-	Killed        int32                  `protobuf:"varint,14,opt,name=killed,proto3" json:"killed,omitempty"`
-	Survivors     int32                  `protobuf:"varint,15,opt,name=survivors,proto3" json:"survivors,omitempty"`
-	Pid           int64                  `protobuf:"varint,16,opt,name=pid,proto3" json:"pid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	ExitCode        int32                  `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal          string                 `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
+	TimedOut        bool                   `protobuf:"varint,4,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	Cancelled       bool                   `protobuf:"varint,5,opt,name=cancelled,proto3" json:"cancelled,omitempty"`
+	IdleTimedOut    bool                   `protobuf:"varint,6,opt,name=idle_timed_out,json=idleTimedOut,proto3" json:"idle_timed_out,omitempty"`
+	DurationUs      int64                  `protobuf:"varint,7,opt,name=duration_us,json=durationUs,proto3" json:"duration_us,omitempty"`
+	Stdout          []byte                 `protobuf:"bytes,8,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr          []byte                 `protobuf:"bytes,9,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	StdoutDropped   int64                  `protobuf:"varint,10,opt,name=stdout_dropped,json=stdoutDropped,proto3" json:"stdout_dropped,omitempty"`
+	StderrDropped   int64                  `protobuf:"varint,11,opt,name=stderr_dropped,json=stderrDropped,proto3" json:"stderr_dropped,omitempty"`
+	StdoutBytes     int64                  `protobuf:"varint,12,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
+	StderrBytes     int64                  `protobuf:"varint,13,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
+	Killed          int32                  `protobuf:"varint,14,opt,name=killed,proto3" json:"killed,omitempty"`
+	Survivors       int32                  `protobuf:"varint,15,opt,name=survivors,proto3" json:"survivors,omitempty"`
+	Pid             int64                  `protobuf:"varint,16,opt,name=pid,proto3" json:"pid,omitempty"`
+	StdoutSpill     string                 `protobuf:"bytes,17,opt,name=stdout_spill,json=stdoutSpill,proto3" json:"stdout_spill,omitempty"`
+	StderrSpill     string                 `protobuf:"bytes,18,opt,name=stderr_spill,json=stderrSpill,proto3" json:"stderr_spill,omitempty"`
+	SpillTruncated  bool                   `protobuf:"varint,19,opt,name=spill_truncated,json=spillTruncated,proto3" json:"spill_truncated,omitempty"`
+	Cwd             string                 `protobuf:"bytes,20,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	CwdFallbackFrom string                 `protobuf:"bytes,21,opt,name=cwd_fallback_from,json=cwdFallbackFrom,proto3" json:"cwd_fallback_from,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -887,6 +960,41 @@ func (x *Result) GetPid() int64 {
 		return x.Pid
 	}
 	return 0
+}
+
+func (x *Result) GetStdoutSpill() string {
+	if x != nil {
+		return x.StdoutSpill
+	}
+	return ""
+}
+
+func (x *Result) GetStderrSpill() string {
+	if x != nil {
+		return x.StderrSpill
+	}
+	return ""
+}
+
+func (x *Result) GetSpillTruncated() bool {
+	if x != nil {
+		return x.SpillTruncated
+	}
+	return false
+}
+
+func (x *Result) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *Result) GetCwdFallbackFrom() string {
+	if x != nil {
+		return x.CwdFallbackFrom
+	}
+	return ""
 }
 
 type CancelRequest struct {
@@ -1647,11 +1755,239 @@ func (*ShutdownResponse) Descriptor() ([]byte, []int) {
 	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{23}
 }
 
+type Session struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Cwd           string                 `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	EnvVars       int32                  `protobuf:"varint,3,opt,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
+	Execs         int32                  `protobuf:"varint,4,opt,name=execs,proto3" json:"execs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Session) Reset() {
+	*x = Session{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Session) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Session) ProtoMessage() {}
+
+func (x *Session) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Session.ProtoReflect.Descriptor instead.
+func (*Session) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Session) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Session) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *Session) GetEnvVars() int32 {
+	if x != nil {
+		return x.EnvVars
+	}
+	return 0
+}
+
+func (x *Session) GetExecs() int32 {
+	if x != nil {
+		return x.Execs
+	}
+	return 0
+}
+
+type ListSessionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsRequest) Reset() {
+	*x = ListSessionsRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsRequest) ProtoMessage() {}
+
+func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
+func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{25}
+}
+
+type ListSessionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sessions      []*Session             `protobuf:"bytes,1,rep,name=sessions,proto3" json:"sessions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSessionsResponse) Reset() {
+	*x = ListSessionsResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSessionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSessionsResponse) ProtoMessage() {}
+
+func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
+func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ListSessionsResponse) GetSessions() []*Session {
+	if x != nil {
+		return x.Sessions
+	}
+	return nil
+}
+
+type DeleteSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionRequest) Reset() {
+	*x = DeleteSessionRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionRequest) ProtoMessage() {}
+
+func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *DeleteSessionRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSessionResponse) Reset() {
+	*x = DeleteSessionResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSessionResponse) ProtoMessage() {}
+
+func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{28}
+}
+
 var File_runbox_v1_runbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
-	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\xb1\x03\n" +
+	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\xf7\x03\n" +
 	"\bExecSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
@@ -1669,7 +2005,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
 	"head_bytes\x18\f \x01(\x03R\theadBytes\x12\x1d\n" +
 	"\n" +
-	"tail_bytes\x18\r \x01(\x03R\ttailBytes\x1a6\n" +
+	"tail_bytes\x18\r \x01(\x03R\ttailBytes\x12\x18\n" +
+	"\asession\x18\x0e \x01(\tR\asession\x12*\n" +
+	"\x05spill\x18\x0f \x01(\x0e2\x14.runbox.v1.SpillModeR\x05spill\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
@@ -1700,7 +2038,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"3\n" +
 	"\x06Exited\x12)\n" +
-	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\xdb\x03\n" +
+	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\x88\x05\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -1719,7 +2057,12 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\fstderr_bytes\x18\r \x01(\x03R\vstderrBytes\x12\x16\n" +
 	"\x06killed\x18\x0e \x01(\x05R\x06killed\x12\x1c\n" +
 	"\tsurvivors\x18\x0f \x01(\x05R\tsurvivors\x12\x10\n" +
-	"\x03pid\x18\x10 \x01(\x03R\x03pid\":\n" +
+	"\x03pid\x18\x10 \x01(\x03R\x03pid\x12!\n" +
+	"\fstdout_spill\x18\x11 \x01(\tR\vstdoutSpill\x12!\n" +
+	"\fstderr_spill\x18\x12 \x01(\tR\vstderrSpill\x12'\n" +
+	"\x0fspill_truncated\x18\x13 \x01(\bR\x0espillTruncated\x12\x10\n" +
+	"\x03cwd\x18\x14 \x01(\tR\x03cwd\x12*\n" +
+	"\x11cwd_fallback_from\x18\x15 \x01(\tR\x0fcwdFallbackFrom\":\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"&\n" +
@@ -1764,17 +2107,33 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\bopen_fds\x18\t \x01(\x05R\aopenFds\",\n" +
 	"\x0fShutdownRequest\x12\x19\n" +
 	"\bgrace_ms\x18\x01 \x01(\x03R\agraceMs\"\x12\n" +
-	"\x10ShutdownResponse*F\n" +
+	"\x10ShutdownResponse\"`\n" +
+	"\aSession\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x19\n" +
+	"\benv_vars\x18\x03 \x01(\x05R\aenvVars\x12\x14\n" +
+	"\x05execs\x18\x04 \x01(\x05R\x05execs\"\x15\n" +
+	"\x13ListSessionsRequest\"F\n" +
+	"\x14ListSessionsResponse\x12.\n" +
+	"\bsessions\x18\x01 \x03(\v2\x12.runbox.v1.SessionR\bsessions\"*\n" +
+	"\x14DeleteSessionRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
+	"\x15DeleteSessionResponse*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x02*\x88\x01\n" +
+	"\rSTREAM_STDERR\x10\x02*i\n" +
+	"\tSpillMode\x12\x1a\n" +
+	"\x16SPILL_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fSPILL_MODE_AUTO\x10\x01\x12\x15\n" +
+	"\x11SPILL_MODE_ALWAYS\x10\x02\x12\x14\n" +
+	"\x10SPILL_MODE_NEVER\x10\x03*\x88\x01\n" +
 	"\tExecState\x12\x1a\n" +
 	"\x16EXEC_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EXEC_STATE_STARTING\x10\x01\x12\x16\n" +
 	"\x12EXEC_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13EXEC_STATE_STOPPING\x10\x03\x12\x15\n" +
-	"\x11EXEC_STATE_EXITED\x10\x042\xcc\x04\n" +
+	"\x11EXEC_STATE_EXITED\x10\x042\xf1\x05\n" +
 	"\rRunboxService\x124\n" +
 	"\x03Run\x12\x15.runbox.v1.RunRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12:\n" +
 	"\x06Attach\x12\x18.runbox.v1.AttachRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12=\n" +
@@ -1786,7 +2145,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"CloseStdin\x12\x1c.runbox.v1.CloseStdinRequest\x1a\x1d.runbox.v1.CloseStdinResponse\x127\n" +
 	"\x04List\x12\x16.runbox.v1.ListRequest\x1a\x17.runbox.v1.ListResponse\x127\n" +
 	"\x04Info\x12\x16.runbox.v1.InfoRequest\x1a\x17.runbox.v1.InfoResponse\x12C\n" +
-	"\bShutdown\x12\x1a.runbox.v1.ShutdownRequest\x1a\x1b.runbox.v1.ShutdownResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\bShutdown\x12\x1a.runbox.v1.ShutdownRequest\x1a\x1b.runbox.v1.ShutdownResponse\x12O\n" +
+	"\fListSessions\x12\x1e.runbox.v1.ListSessionsRequest\x1a\x1f.runbox.v1.ListSessionsResponse\x12R\n" +
+	"\rDeleteSession\x12\x1f.runbox.v1.DeleteSessionRequest\x1a .runbox.v1.DeleteSessionResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_runbox_proto_rawDescOnce sync.Once
@@ -1800,72 +2161,84 @@ func file_runbox_v1_runbox_proto_rawDescGZIP() []byte {
 	return file_runbox_v1_runbox_proto_rawDescData
 }
 
-var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_runbox_v1_runbox_proto_goTypes = []any{
-	(Stream)(0),                // 0: runbox.v1.Stream
-	(ExecState)(0),             // 1: runbox.v1.ExecState
-	(*ExecSpec)(nil),           // 2: runbox.v1.ExecSpec
-	(*RunRequest)(nil),         // 3: runbox.v1.RunRequest
-	(*AttachRequest)(nil),      // 4: runbox.v1.AttachRequest
-	(*ExecEvent)(nil),          // 5: runbox.v1.ExecEvent
-	(*Started)(nil),            // 6: runbox.v1.Started
-	(*Output)(nil),             // 7: runbox.v1.Output
-	(*Gap)(nil),                // 8: runbox.v1.Gap
-	(*Exited)(nil),             // 9: runbox.v1.Exited
-	(*Result)(nil),             // 10: runbox.v1.Result
-	(*CancelRequest)(nil),      // 11: runbox.v1.CancelRequest
-	(*CancelResponse)(nil),     // 12: runbox.v1.CancelResponse
-	(*SignalRequest)(nil),      // 13: runbox.v1.SignalRequest
-	(*SignalResponse)(nil),     // 14: runbox.v1.SignalResponse
-	(*WriteStdinRequest)(nil),  // 15: runbox.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil), // 16: runbox.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),  // 17: runbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil), // 18: runbox.v1.CloseStdinResponse
-	(*ListRequest)(nil),        // 19: runbox.v1.ListRequest
-	(*ListResponse)(nil),       // 20: runbox.v1.ListResponse
-	(*ExecInfo)(nil),           // 21: runbox.v1.ExecInfo
-	(*InfoRequest)(nil),        // 22: runbox.v1.InfoRequest
-	(*InfoResponse)(nil),       // 23: runbox.v1.InfoResponse
-	(*ShutdownRequest)(nil),    // 24: runbox.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),   // 25: runbox.v1.ShutdownResponse
-	nil,                        // 26: runbox.v1.ExecSpec.EnvEntry
+	(Stream)(0),                   // 0: runbox.v1.Stream
+	(SpillMode)(0),                // 1: runbox.v1.SpillMode
+	(ExecState)(0),                // 2: runbox.v1.ExecState
+	(*ExecSpec)(nil),              // 3: runbox.v1.ExecSpec
+	(*RunRequest)(nil),            // 4: runbox.v1.RunRequest
+	(*AttachRequest)(nil),         // 5: runbox.v1.AttachRequest
+	(*ExecEvent)(nil),             // 6: runbox.v1.ExecEvent
+	(*Started)(nil),               // 7: runbox.v1.Started
+	(*Output)(nil),                // 8: runbox.v1.Output
+	(*Gap)(nil),                   // 9: runbox.v1.Gap
+	(*Exited)(nil),                // 10: runbox.v1.Exited
+	(*Result)(nil),                // 11: runbox.v1.Result
+	(*CancelRequest)(nil),         // 12: runbox.v1.CancelRequest
+	(*CancelResponse)(nil),        // 13: runbox.v1.CancelResponse
+	(*SignalRequest)(nil),         // 14: runbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 15: runbox.v1.SignalResponse
+	(*WriteStdinRequest)(nil),     // 16: runbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 17: runbox.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),     // 18: runbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),    // 19: runbox.v1.CloseStdinResponse
+	(*ListRequest)(nil),           // 20: runbox.v1.ListRequest
+	(*ListResponse)(nil),          // 21: runbox.v1.ListResponse
+	(*ExecInfo)(nil),              // 22: runbox.v1.ExecInfo
+	(*InfoRequest)(nil),           // 23: runbox.v1.InfoRequest
+	(*InfoResponse)(nil),          // 24: runbox.v1.InfoResponse
+	(*ShutdownRequest)(nil),       // 25: runbox.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 26: runbox.v1.ShutdownResponse
+	(*Session)(nil),               // 27: runbox.v1.Session
+	(*ListSessionsRequest)(nil),   // 28: runbox.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 29: runbox.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 30: runbox.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil), // 31: runbox.v1.DeleteSessionResponse
+	nil,                           // 32: runbox.v1.ExecSpec.EnvEntry
 }
 var file_runbox_v1_runbox_proto_depIdxs = []int32{
-	26, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
-	2,  // 1: runbox.v1.RunRequest.spec:type_name -> runbox.v1.ExecSpec
-	6,  // 2: runbox.v1.ExecEvent.started:type_name -> runbox.v1.Started
-	7,  // 3: runbox.v1.ExecEvent.output:type_name -> runbox.v1.Output
-	9,  // 4: runbox.v1.ExecEvent.exited:type_name -> runbox.v1.Exited
-	8,  // 5: runbox.v1.ExecEvent.gap:type_name -> runbox.v1.Gap
-	0,  // 6: runbox.v1.Output.stream:type_name -> runbox.v1.Stream
-	10, // 7: runbox.v1.Exited.result:type_name -> runbox.v1.Result
-	21, // 8: runbox.v1.ListResponse.execs:type_name -> runbox.v1.ExecInfo
-	1,  // 9: runbox.v1.ExecInfo.state:type_name -> runbox.v1.ExecState
-	10, // 10: runbox.v1.ExecInfo.result:type_name -> runbox.v1.Result
-	3,  // 11: runbox.v1.RunboxService.Run:input_type -> runbox.v1.RunRequest
-	4,  // 12: runbox.v1.RunboxService.Attach:input_type -> runbox.v1.AttachRequest
-	11, // 13: runbox.v1.RunboxService.Cancel:input_type -> runbox.v1.CancelRequest
-	13, // 14: runbox.v1.RunboxService.Signal:input_type -> runbox.v1.SignalRequest
-	15, // 15: runbox.v1.RunboxService.WriteStdin:input_type -> runbox.v1.WriteStdinRequest
-	17, // 16: runbox.v1.RunboxService.CloseStdin:input_type -> runbox.v1.CloseStdinRequest
-	19, // 17: runbox.v1.RunboxService.List:input_type -> runbox.v1.ListRequest
-	22, // 18: runbox.v1.RunboxService.Info:input_type -> runbox.v1.InfoRequest
-	24, // 19: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
-	5,  // 20: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
-	5,  // 21: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
-	12, // 22: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
-	14, // 23: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
-	16, // 24: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
-	18, // 25: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
-	20, // 26: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
-	23, // 27: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
-	25, // 28: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
-	20, // [20:29] is the sub-list for method output_type
-	11, // [11:20] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	32, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
+	1,  // 1: runbox.v1.ExecSpec.spill:type_name -> runbox.v1.SpillMode
+	3,  // 2: runbox.v1.RunRequest.spec:type_name -> runbox.v1.ExecSpec
+	7,  // 3: runbox.v1.ExecEvent.started:type_name -> runbox.v1.Started
+	8,  // 4: runbox.v1.ExecEvent.output:type_name -> runbox.v1.Output
+	10, // 5: runbox.v1.ExecEvent.exited:type_name -> runbox.v1.Exited
+	9,  // 6: runbox.v1.ExecEvent.gap:type_name -> runbox.v1.Gap
+	0,  // 7: runbox.v1.Output.stream:type_name -> runbox.v1.Stream
+	11, // 8: runbox.v1.Exited.result:type_name -> runbox.v1.Result
+	22, // 9: runbox.v1.ListResponse.execs:type_name -> runbox.v1.ExecInfo
+	2,  // 10: runbox.v1.ExecInfo.state:type_name -> runbox.v1.ExecState
+	11, // 11: runbox.v1.ExecInfo.result:type_name -> runbox.v1.Result
+	27, // 12: runbox.v1.ListSessionsResponse.sessions:type_name -> runbox.v1.Session
+	4,  // 13: runbox.v1.RunboxService.Run:input_type -> runbox.v1.RunRequest
+	5,  // 14: runbox.v1.RunboxService.Attach:input_type -> runbox.v1.AttachRequest
+	12, // 15: runbox.v1.RunboxService.Cancel:input_type -> runbox.v1.CancelRequest
+	14, // 16: runbox.v1.RunboxService.Signal:input_type -> runbox.v1.SignalRequest
+	16, // 17: runbox.v1.RunboxService.WriteStdin:input_type -> runbox.v1.WriteStdinRequest
+	18, // 18: runbox.v1.RunboxService.CloseStdin:input_type -> runbox.v1.CloseStdinRequest
+	20, // 19: runbox.v1.RunboxService.List:input_type -> runbox.v1.ListRequest
+	23, // 20: runbox.v1.RunboxService.Info:input_type -> runbox.v1.InfoRequest
+	25, // 21: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
+	28, // 22: runbox.v1.RunboxService.ListSessions:input_type -> runbox.v1.ListSessionsRequest
+	30, // 23: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
+	6,  // 24: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
+	6,  // 25: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
+	13, // 26: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
+	15, // 27: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
+	17, // 28: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
+	19, // 29: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
+	21, // 30: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
+	24, // 31: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
+	26, // 32: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
+	29, // 33: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
+	31, // 34: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_runbox_proto_init() }
@@ -1884,8 +2257,8 @@ func file_runbox_v1_runbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_runbox_proto_rawDesc), len(file_runbox_v1_runbox_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   25,
+			NumEnums:      3,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,12 @@ const (
 	RunboxServiceInfoProcedure = "/runbox.v1.RunboxService/Info"
 	// RunboxServiceShutdownProcedure is the fully-qualified name of the RunboxService's Shutdown RPC.
 	RunboxServiceShutdownProcedure = "/runbox.v1.RunboxService/Shutdown"
+	// RunboxServiceListSessionsProcedure is the fully-qualified name of the RunboxService's
+	// ListSessions RPC.
+	RunboxServiceListSessionsProcedure = "/runbox.v1.RunboxService/ListSessions"
+	// RunboxServiceDeleteSessionProcedure is the fully-qualified name of the RunboxService's
+	// DeleteSession RPC.
+	RunboxServiceDeleteSessionProcedure = "/runbox.v1.RunboxService/DeleteSession"
 )
 
 // RunboxServiceClient is a client for the runbox.v1.RunboxService service.
@@ -80,6 +86,10 @@ type RunboxServiceClient interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// Shutdown stops every exec with the stop protocol, then ends the daemon.
 	Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error)
+	// ListSessions describes the shell sessions.
+	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// DeleteSession forgets a shell session.
+	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
 }
 
 // NewRunboxServiceClient constructs a client for the runbox.v1.RunboxService service. By default,
@@ -147,20 +157,34 @@ func NewRunboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(runboxServiceMethods.ByName("Shutdown")),
 			connect.WithClientOptions(opts...),
 		),
+		listSessions: connect.NewClient[v1.ListSessionsRequest, v1.ListSessionsResponse](
+			httpClient,
+			baseURL+RunboxServiceListSessionsProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("ListSessions")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSession: connect.NewClient[v1.DeleteSessionRequest, v1.DeleteSessionResponse](
+			httpClient,
+			baseURL+RunboxServiceDeleteSessionProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("DeleteSession")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // runboxServiceClient implements RunboxServiceClient.
 type runboxServiceClient struct {
-	run        *connect.Client[v1.RunRequest, v1.ExecEvent]
-	attach     *connect.Client[v1.AttachRequest, v1.ExecEvent]
-	cancel     *connect.Client[v1.CancelRequest, v1.CancelResponse]
-	signal     *connect.Client[v1.SignalRequest, v1.SignalResponse]
-	writeStdin *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
-	closeStdin *connect.Client[v1.CloseStdinRequest, v1.CloseStdinResponse]
-	list       *connect.Client[v1.ListRequest, v1.ListResponse]
-	info       *connect.Client[v1.InfoRequest, v1.InfoResponse]
-	shutdown   *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
+	run           *connect.Client[v1.RunRequest, v1.ExecEvent]
+	attach        *connect.Client[v1.AttachRequest, v1.ExecEvent]
+	cancel        *connect.Client[v1.CancelRequest, v1.CancelResponse]
+	signal        *connect.Client[v1.SignalRequest, v1.SignalResponse]
+	writeStdin    *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
+	closeStdin    *connect.Client[v1.CloseStdinRequest, v1.CloseStdinResponse]
+	list          *connect.Client[v1.ListRequest, v1.ListResponse]
+	info          *connect.Client[v1.InfoRequest, v1.InfoResponse]
+	shutdown      *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
+	listSessions  *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
+	deleteSession *connect.Client[v1.DeleteSessionRequest, v1.DeleteSessionResponse]
 }
 
 // Run calls runbox.v1.RunboxService.Run.
@@ -208,6 +232,16 @@ func (c *runboxServiceClient) Shutdown(ctx context.Context, req *connect.Request
 	return c.shutdown.CallUnary(ctx, req)
 }
 
+// ListSessions calls runbox.v1.RunboxService.ListSessions.
+func (c *runboxServiceClient) ListSessions(ctx context.Context, req *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
+	return c.listSessions.CallUnary(ctx, req)
+}
+
+// DeleteSession calls runbox.v1.RunboxService.DeleteSession.
+func (c *runboxServiceClient) DeleteSession(ctx context.Context, req *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error) {
+	return c.deleteSession.CallUnary(ctx, req)
+}
+
 // RunboxServiceHandler is an implementation of the runbox.v1.RunboxService service.
 type RunboxServiceHandler interface {
 	// Run starts an exec and streams its events: started, output (when asked),
@@ -230,6 +264,10 @@ type RunboxServiceHandler interface {
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
 	// Shutdown stops every exec with the stop protocol, then ends the daemon.
 	Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error)
+	// ListSessions describes the shell sessions.
+	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
+	// DeleteSession forgets a shell session.
+	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
 }
 
 // NewRunboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -293,6 +331,18 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(runboxServiceMethods.ByName("Shutdown")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runboxServiceListSessionsHandler := connect.NewUnaryHandler(
+		RunboxServiceListSessionsProcedure,
+		svc.ListSessions,
+		connect.WithSchema(runboxServiceMethods.ByName("ListSessions")),
+		connect.WithHandlerOptions(opts...),
+	)
+	runboxServiceDeleteSessionHandler := connect.NewUnaryHandler(
+		RunboxServiceDeleteSessionProcedure,
+		svc.DeleteSession,
+		connect.WithSchema(runboxServiceMethods.ByName("DeleteSession")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/runbox.v1.RunboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RunboxServiceRunProcedure:
@@ -313,6 +363,10 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 			runboxServiceInfoHandler.ServeHTTP(w, r)
 		case RunboxServiceShutdownProcedure:
 			runboxServiceShutdownHandler.ServeHTTP(w, r)
+		case RunboxServiceListSessionsProcedure:
+			runboxServiceListSessionsHandler.ServeHTTP(w, r)
+		case RunboxServiceDeleteSessionProcedure:
+			runboxServiceDeleteSessionHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -356,4 +410,12 @@ func (UnimplementedRunboxServiceHandler) Info(context.Context, *connect.Request[
 
 func (UnimplementedRunboxServiceHandler) Shutdown(context.Context, *connect.Request[v1.ShutdownRequest]) (*connect.Response[v1.ShutdownResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Shutdown is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.ListSessions is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.DeleteSession is not implemented"))
 }

@@ -1,0 +1,284 @@
+// Package client is the wire client of runboxd, the supervisor daemon inside
+// every runbox sandbox. It turns the runbox.v1 API into agent-level calls —
+// [Client.Exec], [Client.Start], [Client.Attach], [Client.Cancel] — and maps
+// infrastructure failure to typed errors.
+//
+// A Result with a non-zero exit code is not an error. Errors are
+// *runbox.Error values wrapping one of the root package's sentinels, so
+// errors.Is works: runbox.ErrSandboxLost when the daemon cannot be reached
+// (never an exit code), runbox.ErrExecNotFound, runbox.ErrCancelled,
+// runbox.ErrInvalidSpec, runbox.ErrSpawn, runbox.ErrNotRunning.
+//
+// The client speaks HTTP/2 cleartext over whatever byte stream the
+// [runbox.Dialer] opens (a unix socket, a docker exec pipe, an SSH channel),
+// and survives that stream breaking: exec ids are chosen by the client, so a
+// Run interrupted before its started event is re-issued with the same id (the
+// daemon attaches instead of running it twice), and a stream broken after it
+// re-attaches from the last output sequence number seen, so output is
+// delivered exactly once. It gives up with runbox.ErrSandboxLost after the
+// reconnect window.
+//
+// The client does not enforce timeouts itself: the daemon does, on its own
+// clock, and the client's transport deadline is always later.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/daemon/wire"
+)
+
+// Timing knobs.
+const (
+	// DefaultReconnectWindow is how long a broken stream is retried before
+	// the sandbox is declared lost: long enough to ride out a dropped
+	// connection, short enough that a dead sandbox is reported promptly.
+	DefaultReconnectWindow = 1500 * time.Millisecond
+	// streamHeadroom is added to an exec's timeout+grace for the transport
+	// deadline, so the daemon's own deadline always fires first and the
+	// result says timed_out instead of the call failing.
+	streamHeadroom = 5 * time.Second
+	// cancelHeadroom bounds a Cancel sent because the caller's context
+	// ended, on top of the exec's grace; then the stream gets as long again
+	// to deliver the exit event before the sandbox is declared lost.
+	cancelHeadroom = 5 * time.Second
+	// minBackoff and maxBackoff space reconnect attempts.
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 400 * time.Millisecond
+	// pingAfter and pingTimeout detect a half-dead connection (the peer
+	// vanished without closing it): after pingAfter without a frame the
+	// client pings, and closes the connection if no answer comes within
+	// pingTimeout, which breaks its streams so they reconnect.
+	pingAfter   = 5 * time.Second
+	pingTimeout = 5 * time.Second
+	// idleConnTimeout closes a connection no call has used for this long.
+	idleConnTimeout = 90 * time.Second
+)
+
+// baseURL is the URL the API is served at; the host is never resolved, as
+// every connection comes from the Dialer.
+const baseURL = "http://runboxd"
+
+// errClientClosed is the cause of calls cut short by Client.Close.
+var errClientClosed = fmt.Errorf("client closed: %w", net.ErrClosed)
+
+// Client talks to one sandbox's runboxd. It is safe for concurrent use.
+type Client struct {
+	rpc       runboxv1connect.RunboxServiceClient
+	transport *http.Transport
+	sandbox   string
+	window    time.Duration
+	base      context.Context // ended by Close; every stream derives from it
+	closeBase context.CancelCauseFunc
+}
+
+// Option configures a Client.
+type Option func(*options)
+
+type options struct {
+	sandbox                string
+	window                 time.Duration
+	pingAfter, pingTimeout time.Duration
+}
+
+// WithSandboxName names the sandbox in errors.
+func WithSandboxName(name string) Option { return func(o *options) { o.sandbox = name } }
+
+// WithReconnectWindow sets how long a broken stream is retried before the
+// call fails with runbox.ErrSandboxLost; d <= 0 keeps
+// DefaultReconnectWindow.
+func WithReconnectWindow(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.window = d
+		}
+	}
+}
+
+// New returns a Client that reaches runboxd through connections from dial,
+// speaking the Connect protocol over HTTP/2 cleartext. It dials lazily, and
+// again whenever a connection breaks. dial's context bounds the dial only.
+func New(dial runbox.Dialer, opts ...Option) *Client {
+	o := options{window: DefaultReconnectWindow, pingAfter: pingAfter, pingTimeout: pingTimeout}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	t := &http.Transport{
+		Protocols: &protocols,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return dial(ctx)
+		},
+		IdleConnTimeout: idleConnTimeout,
+		HTTP2: &http.HTTP2Config{
+			SendPingTimeout: o.pingAfter,
+			PingTimeout:     o.pingTimeout,
+		},
+	}
+	base, closeBase := context.WithCancelCause(context.Background())
+	return &Client{
+		rpc: runboxv1connect.NewRunboxServiceClient(&http.Client{Transport: t}, baseURL,
+			// Output is mostly small chunks on a local stream: compressing
+			// it costs more than it saves.
+			connect.WithAcceptCompression("gzip", nil, nil)),
+		transport: t,
+		sandbox:   o.sandbox,
+		window:    o.window,
+		base:      base,
+		closeBase: closeBase,
+	}
+}
+
+// DialUnix returns a Client for the runboxd listening on a unix socket.
+func DialUnix(socketPath string, opts ...Option) *Client {
+	return New(func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socketPath)
+	}, opts...)
+}
+
+// Close ends every stream of the client (Wait, Attach and Output calls in
+// progress fail) and closes its connections. Execs keep running on the
+// daemon. It always returns nil.
+func (c *Client) Close() error {
+	c.closeBase(errClientClosed)
+	c.transport.CloseIdleConnections()
+	return nil
+}
+
+// callContext bounds a unary call by ctx and by Close.
+func (c *Client) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.base, func() { cancel(context.Cause(c.base)) })
+	return ctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// Cancel stops the exec with id through the stop protocol (grace zero means
+// the exec's own grace) and returns once it has stopped. It is idempotent;
+// for an id not yet started it leaves a tombstone, so a later run with that
+// id is refused with runbox.ErrCancelled.
+func (c *Client) Cancel(ctx context.Context, id string, grace time.Duration) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.Cancel(ctx, connect.NewRequest(&runboxv1.CancelRequest{Id: id, GraceMs: wire.DurationToMs(grace)}))
+	return c.opError("cancel", id, ctx, err)
+}
+
+// Signal sends sig to every live process of the exec with id and returns how
+// many were signalled.
+func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (int, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	resp, err := c.rpc.Signal(ctx, connect.NewRequest(&runboxv1.SignalRequest{Id: id, Signal: int32(sig)}))
+	if err != nil {
+		return 0, c.opError("signal", id, ctx, err)
+	}
+	return int(resp.Msg.GetSignalled()), nil
+}
+
+// WriteStdin writes p to the stdin of the exec with id, which must have been
+// started WithStdinStream.
+func (c *Client) WriteStdin(ctx context.Context, id string, p []byte) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.WriteStdin(ctx, connect.NewRequest(&runboxv1.WriteStdinRequest{Id: id, Data: p}))
+	return c.opError("write stdin", id, ctx, err)
+}
+
+// CloseStdin closes the stdin of the exec with id.
+func (c *Client) CloseStdin(ctx context.Context, id string) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.CloseStdin(ctx, connect.NewRequest(&runboxv1.CloseStdinRequest{Id: id}))
+	return c.opError("close stdin", id, ctx, err)
+}
+
+// List describes every exec the daemon keeps, oldest first.
+func (c *Client) List(ctx context.Context) ([]runbox.ExecInfo, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	resp, err := c.rpc.List(ctx, connect.NewRequest(&runboxv1.ListRequest{}))
+	if err != nil {
+		return nil, c.opError("list", "", ctx, err)
+	}
+	infos := make([]runbox.ExecInfo, len(resp.Msg.GetExecs()))
+	for i, e := range resp.Msg.GetExecs() {
+		infos[i] = wire.ExecInfoFromProto(e)
+	}
+	return infos, nil
+}
+
+// Sessions describes the daemon's shell sessions, by name.
+func (c *Client) Sessions(ctx context.Context) ([]runbox.SessionInfo, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	resp, err := c.rpc.ListSessions(ctx, connect.NewRequest(&runboxv1.ListSessionsRequest{}))
+	if err != nil {
+		return nil, c.opError("list sessions", "", ctx, err)
+	}
+	infos := make([]runbox.SessionInfo, len(resp.Msg.GetSessions()))
+	for i, ss := range resp.Msg.GetSessions() {
+		infos[i] = wire.SessionFromProto(ss)
+	}
+	return infos, nil
+}
+
+// DeleteSession forgets the shell session name; runbox.ErrSessionNotFound
+// when there is none.
+func (c *Client) DeleteSession(ctx context.Context, name string) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.DeleteSession(ctx, connect.NewRequest(&runboxv1.DeleteSessionRequest{Name: name}))
+	return c.opError("delete session", "", ctx, err)
+}
+
+// Info describes the daemon. It is the cheapest call that proves the daemon
+// answers.
+func (c *Client) Info(ctx context.Context) (runbox.DaemonInfo, error) {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	resp, err := c.rpc.Info(ctx, connect.NewRequest(&runboxv1.InfoRequest{}))
+	if err != nil {
+		return runbox.DaemonInfo{}, c.opError("info", "", ctx, err)
+	}
+	return wire.DaemonInfoFromProto(resp.Msg), nil
+}
+
+// Shutdown stops every exec with the stop protocol, with one grace for all
+// (zero means runbox.DefaultGrace), and then ends the daemon. It returns once every exec has
+// stopped; the daemon exits shortly after.
+func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.Shutdown(ctx, connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wire.DurationToMs(grace)}))
+	if err != nil {
+		return c.opError("shutdown", "", ctx, err)
+	}
+	// The daemon is going away: drop the connection rather than keep it
+	// for reuse.
+	c.transport.CloseIdleConnections()
+	return nil
+}
+
+// opError wraps err, a failed call's error, as a *runbox.Error (see cause).
+func (c *Client) opError(op, exec string, ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*runbox.Error](err); ok {
+		return err
+	}
+	return &runbox.Error{Op: op, Sandbox: c.sandbox, Exec: exec, Err: cause(ctx, err)}
+}

@@ -1,0 +1,73 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/daemon/wire"
+)
+
+// errStreamEnded is why a stream that closed cleanly before the exec's exit
+// event is retried: the daemon never ends a stream early on purpose.
+var errStreamEnded = errors.New("stream ended before the exec's exit event")
+
+// remoteError is an error the daemon reported: its message, unwrapping to
+// the sentinel the daemon's Runbox-Error metadata named.
+type remoteError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.sentinel }
+
+// cause maps a call's error to what a *runbox.Error carries:
+//   - an error the daemon tagged: its sentinel (with the daemon's message);
+//   - ctx ended (the caller gave up): ctx's error;
+//   - a transport failure (connection refused or broken, unavailable):
+//     runbox.ErrSandboxLost with the failure as cause;
+//   - anything else unchanged.
+func cause(ctx context.Context, err error) error {
+	if sentinel, msg, tagged := wire.FromConnectError(err); tagged {
+		if sentinel == nil {
+			return errors.New(msg)
+		}
+		return &remoteError{sentinel: sentinel, msg: msg}
+	}
+	if ctx != nil && ctx.Err() != nil {
+		if c := context.Cause(ctx); errors.Is(c, errClientClosed) {
+			return c
+		}
+		return ctx.Err()
+	}
+	if _, ok := errors.AsType[*connect.Error](err); !ok {
+		return err // the client's own: a context's error or cause, or ErrSandboxLost
+	}
+	if transient(err) {
+		return fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err)
+	}
+	return err
+}
+
+// transient reports whether err is a failure of the connection rather than
+// an answer from the daemon, so the call may be retried on a new one. It is
+// only consulted while the call's own context is live, so Canceled and
+// DeadlineExceeded here come from the other side or the transport.
+func transient(err error) bool {
+	if _, _, tagged := wire.FromConnectError(err); tagged {
+		return false
+	}
+	if errors.Is(err, errStreamEnded) {
+		return true
+	}
+	switch connect.CodeOf(err) { // CodeUnknown for errors that are not connect's
+	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal,
+		connect.CodeAborted, connect.CodeCanceled, connect.CodeDeadlineExceeded:
+		return true
+	}
+	return false
+}

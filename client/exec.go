@@ -1,0 +1,404 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/daemon/wire"
+)
+
+// ExecOption adjusts one exec (or attach) call.
+type ExecOption func(*execOptions)
+
+type execOptions struct {
+	spec           runbox.ExecSpec
+	stdout, stderr io.Writer
+	onChunk        func(runbox.Chunk)
+	fromSeq        uint64
+}
+
+// WithID sets the exec's id; without it the client generates one.
+func WithID(id string) ExecOption { return func(o *execOptions) { o.spec.ID = id } }
+
+// WithTimeout bounds the exec's run time; the daemon enforces it and the
+// Result says TimedOut.
+func WithTimeout(d time.Duration) ExecOption { return func(o *execOptions) { o.spec.Timeout = d } }
+
+// WithGrace sets the time between SIGTERM and SIGKILL when the exec is
+// stopped (default runbox.DefaultGrace).
+func WithGrace(d time.Duration) ExecOption { return func(o *execOptions) { o.spec.Grace = d } }
+
+// WithIdleTimeout stops the exec after d without output.
+func WithIdleTimeout(d time.Duration) ExecOption {
+	return func(o *execOptions) { o.spec.IdleTimeout = d }
+}
+
+// WithEnv sets an environment variable for the exec.
+func WithEnv(key, value string) ExecOption {
+	return func(o *execOptions) {
+		if o.spec.Env == nil {
+			o.spec.Env = make(map[string]string)
+		}
+		o.spec.Env[key] = value
+	}
+}
+
+// WithCwd sets the exec's working directory.
+func WithCwd(dir string) ExecOption { return func(o *execOptions) { o.spec.Cwd = dir } }
+
+// WithStdin gives the exec p as its stdin, which is then closed.
+func WithStdin(p []byte) ExecOption { return func(o *execOptions) { o.spec.Stdin = p } }
+
+// WithStdinStream keeps the exec's stdin open for WriteStdin until
+// CloseStdin.
+func WithStdinStream() ExecOption { return func(o *execOptions) { o.spec.StdinStream = true } }
+
+// WithSession runs the exec in the named shell session: it starts in the
+// session's directory and environment, and a normal exit saves them back.
+func WithSession(name string) ExecOption { return func(o *execOptions) { o.spec.Session = name } }
+
+// WithSpill says when the full output is also written to a file in the
+// sandbox (Result.StdoutSpill, StderrSpill).
+func WithSpill(m runbox.SpillMode) ExecOption { return func(o *execOptions) { o.spec.Spill = m } }
+
+// WithLogin runs the command in a login shell.
+func WithLogin() ExecOption { return func(o *execOptions) { o.spec.Login = true } }
+
+// WithOutputLimits sets how many bytes of the start (head) and end (tail) of
+// each stream the Result keeps.
+func WithOutputLimits(head, tail int) ExecOption {
+	return func(o *execOptions) { o.spec.HeadBytes, o.spec.TailBytes = head, tail }
+}
+
+// WithStdout writes the exec's stdout to w as it arrives (write errors are
+// ignored). The Result still carries its head and tail.
+func WithStdout(w io.Writer) ExecOption { return func(o *execOptions) { o.stdout = w } }
+
+// WithStderr writes the exec's stderr to w as it arrives.
+func WithStderr(w io.Writer) ExecOption { return func(o *execOptions) { o.stderr = w } }
+
+// WithOnChunk calls fn with every output chunk as it arrives, in sequence
+// order, from the goroutine running the call.
+func WithOnChunk(fn func(runbox.Chunk)) ExecOption { return func(o *execOptions) { o.onChunk = fn } }
+
+// WithFromSeq makes Attach replay output from sequence number seq (default:
+// from the start, as far as the daemon's ring reaches).
+func WithFromSeq(seq uint64) ExecOption { return func(o *execOptions) { o.fromSeq = seq } }
+
+func newExecOptions(spec runbox.ExecSpec, opts []ExecOption) execOptions {
+	spec.Env = maps.Clone(spec.Env) // WithEnv must not write to the caller's map
+	o := execOptions{spec: spec}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// streaming reports whether the call wants output as it arrives.
+func (o *execOptions) streaming() bool {
+	return o.stdout != nil || o.stderr != nil || o.onChunk != nil
+}
+
+func (o *execOptions) deliver(c runbox.Chunk) {
+	if o.onChunk != nil {
+		o.onChunk(c)
+	}
+	switch {
+	case c.Stream == runbox.Stdout && o.stdout != nil:
+		_, _ = o.stdout.Write(c.Data)
+	case c.Stream == runbox.Stderr && o.stderr != nil:
+		_, _ = o.stderr.Write(c.Data)
+	}
+}
+
+// newExecID returns a fresh exec id. The client always chooses the id, so a
+// Run it must re-issue after a broken connection names the same exec.
+func newExecID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Exec runs a shell command (bash -c, or sh -c where bash is absent) and
+// returns its Result once it has ended. A non-zero exit status, a timeout
+// or a cancel is reported in the Result, not as an error.
+//
+// If ctx ends first, the exec is cancelled on the daemon, and Exec returns
+// its Result (Cancelled set) together with an error wrapping ctx.Err().
+func (c *Client) Exec(ctx context.Context, command string, opts ...ExecOption) (runbox.Result, error) {
+	return c.ExecSpec(ctx, runbox.ExecSpec{Command: command}, opts...)
+}
+
+// ExecArgv runs argv directly, without a shell, like Exec.
+func (c *Client) ExecArgv(ctx context.Context, argv []string, opts ...ExecOption) (runbox.Result, error) {
+	return c.ExecSpec(ctx, runbox.ExecSpec{Argv: argv}, opts...)
+}
+
+// ExecSpec runs spec, with opts applied over it, like Exec.
+func (c *Client) ExecSpec(ctx context.Context, spec runbox.ExecSpec, opts ...ExecOption) (runbox.Result, error) {
+	return c.newProcess(newExecOptions(spec, opts)).Wait(ctx)
+}
+
+// Start runs a shell command and returns once it has started. Call Wait for
+// its Result: output for WithStdout, WithStderr and WithOnChunk is delivered
+// during Wait, and the stream Start opened is released by Wait (or Close).
+// If ctx ends before the exec has started, the exec is cancelled and Start
+// returns an error.
+func (c *Client) Start(ctx context.Context, command string, opts ...ExecOption) (*Process, error) {
+	return c.StartSpec(ctx, runbox.ExecSpec{Command: command}, opts...)
+}
+
+// StartSpec runs spec, with opts applied over it, like Start.
+func (c *Client) StartSpec(ctx context.Context, spec runbox.ExecSpec, opts ...ExecOption) (*Process, error) {
+	p := c.newProcess(newExecOptions(spec, opts))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res, started, err := p.drive(ctx, true)
+	if err != nil || !started {
+		p.finish(res, err)
+		return nil, err
+	}
+	return p, nil
+}
+
+// Attach follows the existing exec with id to its end and returns its
+// Result, replaying output (to WithStdout, WithStderr, WithOnChunk) from
+// WithFromSeq. If ctx ends first, Attach returns ctx's error and the exec
+// keeps running.
+func (c *Client) Attach(ctx context.Context, id string, opts ...ExecOption) (runbox.Result, error) {
+	o := newExecOptions(runbox.ExecSpec{}, opts)
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	f := c.attachFollower(ctx, id, o.streaming(), o.fromSeq, false)
+	defer f.close()
+	for {
+		ev, err := f.next()
+		if err != nil {
+			return runbox.Result{}, c.opError("attach", id, ctx, err)
+		}
+		switch e := ev.GetEvent().(type) {
+		case *runboxv1.ExecEvent_Output:
+			o.deliver(wire.ChunkFromProto(e.Output))
+		case *runboxv1.ExecEvent_Exited:
+			return wire.ResultFromProto(e.Exited.GetResult()), nil
+		}
+	}
+}
+
+func (c *Client) attachFollower(ctx context.Context, id string, streamOutput bool, fromSeq uint64, seen bool) *follower {
+	f := &follower{c: c, id: id, ctx: ctx, streamOutput: streamOutput, seen: seen}
+	if fromSeq > 0 {
+		f.lastSeq = fromSeq - 1
+	}
+	return f
+}
+
+// Process is an exec started with Start. Its methods are safe for
+// concurrent use; Wait may be called more than once and returns the same
+// outcome.
+type Process struct {
+	c    *Client
+	id   string
+	opts execOptions
+	pid  atomic.Int64
+
+	// cancelStream ends the Run stream. The stream's context is
+	// independent of any caller's: the daemon owns the exec's deadline, and
+	// the stream's own deadline only catches a daemon that never answers.
+	cancelStream context.CancelCauseFunc
+	f            *follower
+
+	mu       sync.Mutex // serialises Start's and Wait's use of the stream
+	finished bool
+	result   runbox.Result
+	err      error
+	limit    *time.Timer // set once a cancel was sent: the exit event's deadline
+}
+
+// errNoResult is why a stream is abandoned when the daemon, alive or not,
+// has not reported an exec's end well after its deadline.
+var errNoResult = fmt.Errorf("%w: no result from the daemon after the exec's deadline", runbox.ErrSandboxLost)
+
+// errNoResultAfterCancel is the same after a cancel.
+var errNoResultAfterCancel = fmt.Errorf("%w: no result from the daemon after cancelling the exec", runbox.ErrSandboxLost)
+
+func (c *Client) newProcess(o execOptions) *Process {
+	if o.spec.ID == "" {
+		o.spec.ID = newExecID()
+	}
+	ctx, cancel := context.WithCancelCause(c.base)
+	if o.spec.Timeout > 0 {
+		grace := o.spec.Grace
+		if grace <= 0 {
+			grace = runbox.DefaultGrace
+		}
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeoutCause(ctx, o.spec.Timeout+grace+streamHeadroom, errNoResult)
+		outer := cancel
+		cancel = func(cause error) { stop(); outer(cause) }
+	}
+	p := &Process{c: c, id: o.spec.ID, opts: o, cancelStream: cancel}
+	p.f = &follower{
+		c: c, id: o.spec.ID, ctx: ctx, streamOutput: o.streaming(),
+		run: &runboxv1.RunRequest{Spec: wire.SpecToProto(o.spec), StreamOutput: o.streaming()},
+	}
+	return p
+}
+
+// ID returns the exec's id.
+func (p *Process) ID() string { return p.id }
+
+// Pid returns the exec's leader pid inside the sandbox (for information).
+func (p *Process) Pid() int { return int(p.pid.Load()) }
+
+// Wait waits for the exec to end and returns its Result, delivering output
+// to the writers given at Start as it arrives. If ctx ends first, the exec
+// is cancelled on the daemon and Wait returns its Result (Cancelled set)
+// with an error wrapping ctx.Err().
+func (p *Process) Wait(ctx context.Context) (runbox.Result, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.finished {
+		return p.result, p.err
+	}
+	res, _, err := p.drive(ctx, false)
+	p.finish(res, err)
+	return res, err
+}
+
+// finish records the outcome and releases the stream. Called with p.mu held.
+func (p *Process) finish(res runbox.Result, err error) {
+	p.finished, p.result, p.err = true, res, err
+	if p.limit != nil {
+		p.limit.Stop()
+	}
+	p.f.close()
+	p.cancelStream(context.Canceled)
+}
+
+// drive reads the Run stream until the started event (untilStarted) or the
+// exited event. If ctx ends meanwhile it cancels the exec on the daemon and
+// reads on to the exited event. started reports whether drive stopped at the
+// started event. Called with p.mu held.
+func (p *Process) drive(ctx context.Context, untilStarted bool) (res runbox.Result, started bool, err error) {
+	cancelled := make(chan struct{})
+	watch := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
+		p.cancelOnDaemon()
+	})
+	// unwatch stops watching ctx and reports whether the exec was
+	// cancelled because of it, after waiting for that cancel to be answered.
+	var unwatched, fired bool
+	unwatch := func() bool {
+		if !unwatched {
+			unwatched = true
+			if !watch() {
+				<-cancelled
+				fired = true
+			}
+		}
+		return fired
+	}
+	defer unwatch()
+
+	for {
+		ev, err := p.f.next()
+		if err != nil {
+			err = p.c.opError("exec", p.id, context.Background(), err)
+			if unwatch() && errors.Is(err, runbox.ErrCancelled) {
+				// The cancel left a tombstone before the Run reached the
+				// daemon, so the command never ran.
+				return runbox.Result{ID: p.id, Cancelled: true}, false, p.c.opError("exec", p.id, context.Background(), ctx.Err())
+			}
+			return runbox.Result{}, false, err
+		}
+		switch e := ev.GetEvent().(type) {
+		case *runboxv1.ExecEvent_Started:
+			p.pid.Store(e.Started.GetPid())
+			if untilStarted && !unwatch() {
+				return runbox.Result{}, true, nil
+			}
+		case *runboxv1.ExecEvent_Output:
+			p.opts.deliver(wire.ChunkFromProto(e.Output))
+		case *runboxv1.ExecEvent_Exited:
+			res := wire.ResultFromProto(e.Exited.GetResult())
+			if unwatch() {
+				return res, false, p.c.opError("exec", p.id, context.Background(), ctx.Err())
+			}
+			return res, false, nil
+		}
+	}
+}
+
+// cancelOnDaemon cancels the exec because the caller's context ended, on a
+// fresh context bounded by the exec's grace, then gives the stream as long
+// again to deliver the exit event.
+func (p *Process) cancelOnDaemon() {
+	grace := p.opts.spec.Grace
+	if grace <= 0 {
+		grace = runbox.DefaultGrace
+	}
+	ctx, cancel := context.WithTimeout(p.c.base, grace+cancelHeadroom)
+	defer cancel()
+	_ = p.c.Cancel(ctx, p.id, 0) // the stream reports the outcome
+	p.limit = time.AfterFunc(grace+cancelHeadroom, func() { p.cancelStream(errNoResultAfterCancel) })
+}
+
+// Cancel stops the exec through the stop protocol and returns once it has
+// stopped. A Wait in progress then returns the Result with Cancelled set.
+func (p *Process) Cancel(ctx context.Context) error { return p.c.Cancel(ctx, p.id, 0) }
+
+// Signal sends sig to every live process of the exec.
+func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
+	_, err := p.c.Signal(ctx, p.id, sig)
+	return err
+}
+
+// WriteStdin writes to the exec's stdin (started WithStdinStream).
+func (p *Process) WriteStdin(ctx context.Context, b []byte) error {
+	return p.c.WriteStdin(ctx, p.id, b)
+}
+
+// CloseStdin closes the exec's stdin.
+func (p *Process) CloseStdin(ctx context.Context) error { return p.c.CloseStdin(ctx, p.id) }
+
+// Output follows the exec's output from sequence number fromSeq (0 or 1:
+// from the start, as far as the daemon's ring reaches) on a stream of its
+// own, until the exec has ended. A failure is yielded once, as the error of
+// a zero Chunk, and ends the sequence. Ending ctx ends the sequence with
+// ctx's error; the exec keeps running.
+func (p *Process) Output(ctx context.Context, fromSeq uint64) iter.Seq2[runbox.Chunk, error] {
+	return func(yield func(runbox.Chunk, error) bool) {
+		ctx, cancel := p.c.callContext(ctx)
+		defer cancel()
+		f := p.c.attachFollower(ctx, p.id, true, fromSeq, true)
+		defer f.close()
+		for {
+			ev, err := f.next()
+			if err != nil {
+				yield(runbox.Chunk{}, p.c.opError("output", p.id, ctx, err))
+				return
+			}
+			switch e := ev.GetEvent().(type) {
+			case *runboxv1.ExecEvent_Output:
+				if !yield(wire.ChunkFromProto(e.Output), nil) {
+					return
+				}
+			case *runboxv1.ExecEvent_Exited:
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,132 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/daemon/wire"
+)
+
+// follower reads one exec's event stream and survives the stream breaking.
+// Before the started event it re-issues Run with the same spec (the id is
+// fixed, so the daemon attaches instead of running the command again); after
+// it, it attaches from the sequence number after the last one delivered.
+// Output is therefore delivered exactly once, in order.
+type follower struct {
+	c  *Client
+	id string
+	// ctx bounds every stream; its cause is the error when it ends.
+	ctx context.Context
+	// run is the request to re-issue until the started event; nil to attach.
+	run          *runboxv1.RunRequest
+	streamOutput bool
+
+	// seen is set once a started event arrived: from then on the exec is
+	// known to exist, so the daemon forgetting it means it restarted.
+	seen bool
+	// lastSeq is the sequence number of the last chunk delivered (or the
+	// end of the last gap).
+	lastSeq uint64
+	stream  *connect.ServerStreamForClient[runboxv1.ExecEvent]
+}
+
+// open starts a stream: Run until the exec is seen, Attach after.
+func (f *follower) open() (*connect.ServerStreamForClient[runboxv1.ExecEvent], error) {
+	if f.run != nil && !f.seen {
+		return f.c.rpc.Run(f.ctx, connect.NewRequest(f.run))
+	}
+	return f.c.rpc.Attach(f.ctx, connect.NewRequest(&runboxv1.AttachRequest{
+		Id: f.id, StreamOutput: f.streamOutput, FromSeq: f.lastSeq + 1,
+	}))
+}
+
+// next returns the exec's next event, reconnecting as needed. Its errors are
+// the daemon's own (tagged), runbox.ErrSandboxLost once the reconnect window
+// has passed, or the cause of f.ctx ending.
+func (f *follower) next() (*runboxv1.ExecEvent, error) {
+	var brokeAt time.Time // when the current run of failures began
+	backoff := minBackoff
+	for {
+		if f.stream == nil {
+			s, err := f.open()
+			if err != nil {
+				if err := f.retry(err, &brokeAt, &backoff); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			f.stream = s
+		}
+		if f.stream.Receive() {
+			ev := f.stream.Msg()
+			switch e := ev.GetEvent().(type) {
+			case *runboxv1.ExecEvent_Started:
+				f.seen = true
+			case *runboxv1.ExecEvent_Output:
+				if e.Output.GetSeq() <= f.lastSeq {
+					continue // already delivered before a reconnect
+				}
+				f.lastSeq = e.Output.GetSeq()
+			case *runboxv1.ExecEvent_Gap:
+				if to := e.Gap.GetToSeq(); to > 0 && to-1 > f.lastSeq {
+					f.lastSeq = to - 1
+				}
+			}
+			return ev, nil
+		}
+		err := f.stream.Err()
+		f.stream.Close()
+		f.stream = nil
+		if err == nil {
+			err = errStreamEnded
+		}
+		if err := f.retry(err, &brokeAt, &backoff); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// retry decides what a stream failure means. It returns nil after a backoff
+// when the stream should be opened again, or the error to give up with.
+func (f *follower) retry(err error, brokeAt *time.Time, backoff *time.Duration) error {
+	if f.ctx.Err() != nil {
+		return context.Cause(f.ctx)
+	}
+	if !transient(err) {
+		if sentinel, _, _ := wire.FromConnectError(err); f.seen && sentinel == runbox.ErrExecNotFound {
+			return fmt.Errorf("%w: exec %s is gone from the daemon (did it restart?): %v",
+				runbox.ErrSandboxLost, f.id, err)
+		}
+		return err
+	}
+	now := time.Now()
+	if brokeAt.IsZero() {
+		*brokeAt = now
+	}
+	left := f.c.window - now.Sub(*brokeAt)
+	if left <= 0 {
+		return fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err)
+	}
+	t := time.NewTimer(min(*backoff, left))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-f.ctx.Done():
+		return context.Cause(f.ctx)
+	}
+	*backoff = min(*backoff*2, maxBackoff)
+	return nil
+}
+
+// close releases the current stream, if any.
+func (f *follower) close() {
+	if f.stream != nil {
+		f.stream.Close()
+		f.stream = nil
+	}
+}

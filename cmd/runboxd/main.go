@@ -1,0 +1,129 @@
+// Command runboxd is the supervisor daemon that runs inside every runbox
+// sandbox. It only parses flags and wires packages; the behaviour lives in
+// internal/supervisor and internal/daemon.
+//
+//	runboxd serve --socket PATH [--cgroup auto|cgroup2|off] [--retention D]
+//	              [--drain D] [--ring BYTES] [--dir D]
+//	runboxd proxy --socket PATH
+//	runboxd version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+
+	"github.com/runbox/runbox/internal/daemon"
+	"github.com/runbox/runbox/internal/supervisor"
+)
+
+// version is set at link time (-ldflags "-X main.version=v1.2.3"); otherwise
+// the module version from the build info is used.
+var version = ""
+
+func main() {
+	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(os.Stderr, "runboxd: %v\n", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  runboxd serve --socket PATH [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D]
+  runboxd proxy --socket PATH
+  runboxd version`
+
+func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, usage)
+		return errors.New("no command")
+	}
+	switch args[0] {
+	case "serve":
+		return serve(args[1:], stderr)
+	case "proxy":
+		return proxy(args[1:], stdin, stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, versionString())
+		return nil
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usage)
+		return nil
+	}
+	fmt.Fprintln(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func serve(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", "", "unix socket to listen on (required)")
+	var cfg supervisor.Config
+	fs.StringVar(&cfg.CgroupMode, "cgroup", "auto", "containment: auto, cgroup2 or off")
+	fs.DurationVar(&cfg.Retention, "retention", supervisor.DefaultRetention, "how long exited execs are kept for attach")
+	fs.DurationVar(&cfg.Drain, "drain", supervisor.DefaultDrain, "how long output is read after an exec's leader exits")
+	fs.IntVar(&cfg.RingBytes, "ring", supervisor.DefaultRingBytes, "replay ring size per output stream, in bytes")
+	fs.StringVar(&cfg.Dir, "dir", "", "default working directory for execs (default: the daemon's)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *socket == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("serve: --socket is required and takes no arguments")
+	}
+	cfg.Version = versionString()
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+
+	sup, err := supervisor.New(cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := daemon.Listen(*socket)
+	if err != nil {
+		sup.Shutdown(context.Background(), 0)
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	log.Info("serving", "socket", *socket, "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
+	if err := daemon.NewServer(sup, log).Serve(ctx, ln); err != nil {
+		return err
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	socket := fs.String("socket", "", "runboxd's unix socket (required)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *socket == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("proxy: --socket is required and takes no arguments")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return daemon.Proxy(ctx, *socket, stdin, stdout)
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

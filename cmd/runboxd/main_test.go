@@ -1,0 +1,208 @@
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+)
+
+// The test binary doubles as runboxd (os/exec's helper-process pattern):
+// with RUNBOXD_TEST_MAIN set it runs main instead of the tests. This process
+// never hosts a supervisor itself, so os/exec is safe here.
+func TestMain(m *testing.M) {
+	if os.Getenv("RUNBOXD_TEST_MAIN") == "1" {
+		os.Args = append([]string{"runboxd"}, strings.Fields(os.Getenv("RUNBOXD_TEST_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// startDaemon runs `runboxd serve --socket` in a child process and waits for
+// it to answer.
+func startDaemon(t *testing.T) (cmd *exec.Cmd, c *client.Client, logs *strings.Builder, socket string) {
+	t.Helper()
+	dir := t.TempDir()
+	socket = filepath.Join(dir, "runboxd.sock")
+	cmd = runboxd("serve", "--socket", socket, "--dir", dir)
+	logs = new(strings.Builder)
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	c = client.DialUnix(socket, client.WithSandboxName("test"))
+	t.Cleanup(func() { c.Close() })
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Info(ctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runboxd did not answer: %v\nlog:\n%s", err, logs)
+		}
+	}
+	return cmd, c, logs, socket
+}
+
+// runboxd returns a command running this test binary as runboxd with args.
+func runboxd(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "RUNBOXD_TEST_MAIN=1", "RUNBOXD_TEST_ARGS="+strings.Join(args, " "))
+	return cmd
+}
+
+func waitExit(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if ee, ok := errors.AsType[*exec.ExitError](err); ok {
+			return ee.ExitCode()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return 0
+	case <-time.After(30 * time.Second):
+		t.Fatal("runboxd did not exit")
+		return -1
+	}
+}
+
+func TestServeStopsExecsOnSIGTERM(t *testing.T) {
+	cmd, c, logs, _ := startDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	res, err := c.Exec(ctx, "echo hi")
+	if err != nil || string(res.Stdout) != "hi\n" {
+		t.Fatalf("exec: %+v, %v", res, err)
+	}
+	p, err := c.Start(ctx, "sleep 31337", client.WithGrace(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res, err = p.Wait(ctx)
+	if err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	if !res.Cancelled {
+		t.Errorf("result = %+v, want cancelled by the daemon's shutdown", res)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("runboxd exited %d, want 0; log:\n%s", code, logs)
+	}
+	if err := syscall.Kill(res.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("sleep 31337 (pid %d) survived: %v", res.Pid, err)
+	}
+}
+
+func TestServeExitsAfterShutdownRPC(t *testing.T) {
+	cmd, c, logs, _ := startDaemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := c.Shutdown(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitExit(t, cmd); code != 0 {
+		t.Errorf("runboxd exited %d, want 0; log:\n%s", code, logs)
+	}
+	if _, err := c.Info(ctx); !errors.Is(err, runbox.ErrSandboxLost) {
+		t.Errorf("info after shutdown: %v, want ErrSandboxLost", err)
+	}
+}
+
+func TestProxyCarriesTheAPI(t *testing.T) {
+	// A client whose byte stream is `runboxd proxy` stdio, as providers
+	// that only have an exec stream (docker exec) use it.
+	_, _, _, socket := startDaemon(t)
+	var proxies []*exec.Cmd
+	t.Cleanup(func() {
+		for _, p := range proxies {
+			p.Process.Kill()
+			p.Wait()
+		}
+	})
+	c := client.New(func(ctx context.Context) (net.Conn, error) {
+		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		ours, theirs := os.NewFile(uintptr(fds[0]), "proxy"), os.NewFile(uintptr(fds[1]), "proxy-stdio")
+		defer ours.Close()
+		defer theirs.Close()
+		p := runboxd("proxy", "--socket", socket)
+		p.Stdin, p.Stdout = theirs, theirs
+		if err := p.Start(); err != nil {
+			return nil, err
+		}
+		proxies = append(proxies, p)
+		return net.FileConn(ours)
+	})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := c.Exec(ctx, "echo through the proxy")
+	if err != nil || string(res.Stdout) != "through the proxy\n" {
+		t.Fatalf("exec via proxy: %+v, %v", res, err)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	var out, errOut strings.Builder
+	if err := run([]string{"version"}, nil, &out, &errOut); err != nil || out.String() == "" {
+		t.Errorf("version: %q, %v", out.String(), err)
+	}
+	for _, args := range [][]string{nil, {"bogus"}, {"serve"}, {"proxy"}, {"serve", "--socket", "x", "extra"}} {
+		if err := run(args, nil, &out, &errOut); err == nil {
+			t.Errorf("%q: no error", args)
+		}
+	}
+}
+
+func TestStaticBuild(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go toolchain in PATH")
+	}
+	bin := filepath.Join(t.TempDir(), "runboxd")
+	build := exec.Command(gobin, "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("CGO_ENABLED=0 go build: %v\n%s", err, out)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP || p.Type == elf.PT_DYNAMIC {
+			t.Errorf("runboxd is dynamically linked (%v)", p.Type)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox/client"
+)
+
+func (a *app) inspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect SANDBOX",
+		Short: "Print a sandbox's record and its runboxd's state as JSON",
+		Long: `Print a sandbox as JSON: its provider record and, when its runboxd answers,
+the daemon's state (version, cgroup mode, exec counts, goroutines, open files).`,
+		Args: exactArgs(1, "SANDBOX"),
+		RunE: func(c *cobra.Command, args []string) error {
+			key := args[0]
+			p, sb, err := a.find(c.Context(), key)
+			if err != nil {
+				return fail("inspect", key, "", err)
+			}
+			out := inspectJSON{sandboxJSON: sandboxToJSON(sb)}
+			if sb.Alive {
+				cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+				defer cl.Close()
+				info, err := cl.Info(c.Context())
+				if err != nil {
+					return fail("inspect", key, "", err)
+				}
+				out.Daemon = &daemonJSON{
+					Version:    info.Version,
+					Pid:        info.Pid,
+					CgroupMode: info.CgroupMode,
+					Running:    info.Running,
+					Retained:   info.Retained,
+					Total:      info.Total,
+					StartedAt:  info.StartedAt,
+					Goroutines: info.Goroutines,
+					OpenFDs:    info.OpenFDs,
+				}
+			}
+			b, err := json.MarshalIndent(out, "", "  ")
+			if err != nil {
+				return fail("inspect", key, "", err)
+			}
+			fmt.Fprintf(a.stdout, "%s\n", b)
+			return nil
+		},
+	}
+}
+
+// inspectJSON is what inspect prints: the sandbox, and its daemon when it
+// answers (null otherwise).
+type inspectJSON struct {
+	sandboxJSON
+	Daemon *daemonJSON `json:"daemon"`
+}
+
+// daemonJSON is runboxd's state.
+type daemonJSON struct {
+	Version    string    `json:"version"`
+	Pid        int       `json:"pid"`
+	CgroupMode string    `json:"cgroup_mode"`
+	Running    int       `json:"running"`
+	Retained   int       `json:"retained"`
+	Total      uint64    `json:"total"`
+	StartedAt  time.Time `json:"started_at"`
+	Goroutines int       `json:"goroutines"`
+	OpenFDs    int       `json:"open_fds"`
+}

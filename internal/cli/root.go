@@ -1,0 +1,263 @@
+// Package cli is the runbox command line: one file per subcommand, a root
+// that builds the command tree, and Main, which runs it in-process and turns
+// the outcome into an exit code, so tests drive the real CLI without os.Exit.
+//
+// Exit codes follow docker run: the command's own status, or 125 when runbox
+// itself failed (no such sandbox, provider error, lost sandbox), with one
+// line on stderr: "runbox: <op> sandbox <sandbox>: <cause>".
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/provider/host"
+)
+
+// Version is runbox's version, set at build time with
+// -ldflags "-X github.com/runbox/runbox/internal/cli.Version=v1.2.3".
+var Version = "dev"
+
+// ExitStatusFailure is the exit status when runbox itself failed rather
+// than the command it ran (docker run's convention).
+const ExitStatusFailure = 125
+
+// ExitError carries the status a command exited with. Run returns it when
+// the command ran and exited non-zero; it is not a runbox failure.
+type ExitError struct {
+	Code int
+}
+
+// Error says which status the command exited with.
+func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
+
+// env is what the CLI takes from the environment.
+type env struct {
+	// Home is the runbox home ($RUNBOX_HOME, default ~/.runbox), where
+	// sandbox records live so separate runbox processes share them.
+	Home string
+	// Runboxd is the runboxd binary ($RUNBOX_RUNBOXD); "" lets each provider
+	// look for it.
+	Runboxd string
+}
+
+// providers maps each provider name the CLI accepts to its constructor.
+// Adding a provider is one line here.
+var providers = map[string]func(env) runbox.Provider{
+	host.ProviderName: func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} },
+}
+
+// plannedProviders are named in errors so users know they are coming.
+var plannedProviders = []string{"local", "docker", "ssh", "kubernetes"}
+
+// defaultProvider is the provider up and run use without --provider.
+const defaultProvider = host.ProviderName
+
+// Main runs the CLI with args (without the program name) and returns the exit
+// status. Failures of runbox itself are reported on stderr as one line.
+func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return ExitCode(Run(ctx, args, stdin, stdout, stderr), stderr)
+}
+
+// ExitCode maps Run's error to an exit status: 0 for nil, the command's
+// status for an *ExitError, else 125 after printing
+// "runbox: <error>" on stderr as one line.
+func ExitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return ee.Code
+	}
+	fmt.Fprintln(stderr, "runbox: "+oneLine(err.Error()))
+	return ExitStatusFailure
+}
+
+// oneLine folds a multi-line message (a daemon log tail) onto one line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), " | ")
+}
+
+// Run runs the CLI with args (without the program name).
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	e, err := envFromOS()
+	if err != nil {
+		return err
+	}
+	a := &app{env: e, stdin: stdin, stdout: stdout, stderr: stderr}
+	root := a.newRoot()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	return root.ExecuteContext(ctx)
+}
+
+// envFromOS reads RUNBOX_HOME and RUNBOX_RUNBOXD.
+func envFromOS() (env, error) {
+	e := env{Home: os.Getenv("RUNBOX_HOME"), Runboxd: os.Getenv("RUNBOX_RUNBOXD")}
+	if e.Home == "" {
+		h, err := os.UserHomeDir()
+		if err != nil {
+			return e, fmt.Errorf("runbox home: set RUNBOX_HOME: %w", err)
+		}
+		e.Home = filepath.Join(h, ".runbox")
+	}
+	return e, nil
+}
+
+// app is one CLI invocation: its environment and standard streams.
+type app struct {
+	env    env
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func (a *app) newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "runbox",
+		Short: "Run commands in sandboxes that survive timeouts and cancellation",
+		Long: `runbox runs shell commands inside sandboxes. A command that times out or is
+cancelled dies with every process it spawned, and the sandbox lives on.
+
+Exit status: the command's own, or 125 when runbox itself failed.
+Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
+	})
+	root.AddCommand(
+		a.runCmd(),
+		a.upCmd(),
+		a.execCmd(),
+		a.attachCmd(),
+		a.psCmd(),
+		a.cancelCmd(),
+		a.killCmd(),
+		a.lsCmd(),
+		a.inspectCmd(),
+		a.rmCmd(),
+		a.versionCmd(),
+	)
+	return root
+}
+
+// provider returns the named provider.
+func (a *app) provider(name string) (runbox.Provider, error) {
+	if mk, ok := providers[name]; ok {
+		return mk(a.env), nil
+	}
+	if slices.Contains(plannedProviders, name) {
+		return nil, fmt.Errorf("provider %q is planned but not implemented yet (available: %s): %w",
+			name, strings.Join(providerNames(), ", "), errors.ErrUnsupported)
+	}
+	return nil, fmt.Errorf("unknown provider %q (available: %s)", name, strings.Join(providerNames(), ", "))
+}
+
+// providerNames lists the available providers, sorted.
+func providerNames() []string {
+	names := make([]string, 0, len(providers))
+	for n := range providers {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// allProviders returns every available provider, in name order.
+func (a *app) allProviders() []runbox.Provider {
+	var ps []runbox.Provider
+	for _, n := range providerNames() {
+		ps = append(ps, providers[n](a.env))
+	}
+	return ps
+}
+
+// find looks a sandbox up by id, id prefix or name across every provider.
+func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	for _, p := range a.allProviders() {
+		sb, err := p.Get(ctx, key)
+		if err == nil {
+			return p, sb, nil
+		}
+		if !errors.Is(err, runbox.ErrSandboxNotFound) {
+			return nil, runbox.Sandbox{}, err
+		}
+		// A prefix matching several sandboxes is "not found" with a reason
+		// worth keeping.
+		if !isPlainNotFound(err) {
+			return nil, runbox.Sandbox{}, err
+		}
+	}
+	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
+}
+
+// isPlainNotFound reports whether err says no more than ErrSandboxNotFound.
+func isPlainNotFound(err error) bool {
+	var re *runbox.Error
+	if errors.As(err, &re) {
+		err = re.Err
+	}
+	return err == runbox.ErrSandboxNotFound
+}
+
+// connect finds the sandbox named key and returns a client for it. A sandbox
+// whose runboxd is gone is ErrSandboxLost at once, not after the client's
+// reconnect window.
+func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.Client, error) {
+	p, sb, err := a.find(ctx, key)
+	if err != nil {
+		return sb, nil, err
+	}
+	if !sb.Alive {
+		return sb, nil, fmt.Errorf("%w: runboxd is not answering (runbox inspect %s shows its record; runbox rm -f %s removes it)",
+			runbox.ErrSandboxLost, sb.ID, sb.ID)
+	}
+	return sb, client.New(p.Dialer(sb), client.WithSandboxName(sb.ID)), nil
+}
+
+// fail wraps err as a *runbox.Error for op on sandbox key, so the message
+// names both. When err is itself a *runbox.Error its own op and sandbox are
+// dropped (they repeat ours) and its exec id kept.
+func fail(op, key, exec string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return err
+	}
+	if re, ok := err.(*runbox.Error); ok {
+		if exec == "" {
+			exec = re.Exec
+		}
+		err = re.Err
+	}
+	return &runbox.Error{Op: op, Sandbox: key, Exec: exec, Err: err}
+}
+
+// exactArgs is cobra.ExactArgs with a message naming the expected operands.
+func exactArgs(n int, what string) cobra.PositionalArgs {
+	return func(c *cobra.Command, args []string) error {
+		if len(args) != n {
+			return fmt.Errorf("%s: expected %s, got %d argument(s) (see '%s --help')", c.Name(), what, len(args), c.CommandPath())
+		}
+		return nil
+	}
+}

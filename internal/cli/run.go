@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+)
+
+// removeTimeout bounds removing run's throwaway sandbox once the command
+// ended; it covers the stop protocol of anything the command left running.
+const removeTimeout = 2 * time.Minute
+
+func (a *app) runCmd() *cobra.Command {
+	var uf upFlags
+	var ef execFlags
+	c := &cobra.Command{
+		Use:   "run [up flags] [exec flags] -- COMMAND...",
+		Short: "Run a command in a throwaway sandbox: create, run, remove",
+		Long: `Create a sandbox, run one command in it, and remove the sandbox, even when the
+command or runbox failed. Exits with the command's status, or 125 when runbox
+itself failed. COMMAND is read as by "runbox exec": one argument is a shell
+string, several are an argv.`,
+		Args: func(c *cobra.Command, args []string) error {
+			_, _, err := splitCommand(c, args, 0)
+			return err
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			_, command, _ := splitCommand(c, args, 0)
+			if ef.detach {
+				return fail("run", "", "", fmt.Errorf("--detach: the sandbox is removed when the command ends; use runbox up and runbox exec --detach"))
+			}
+			if err := ef.check(); err != nil {
+				return fail("run", "", ef.id, err)
+			}
+			p, spec, err := a.upSpec(&uf)
+			if err != nil {
+				return fail("create", uf.name, "", err)
+			}
+			ctx := c.Context()
+			sb, err := p.Create(ctx, spec)
+			if err != nil {
+				return fail("create", uf.name, "", err)
+			}
+			defer a.removeAfterRun(ctx, p, sb)
+			cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+			defer cl.Close()
+			return fail("exec", sb.ID, ef.id, a.exec(ctx, cl, sb, command, &ef))
+		},
+	}
+	uf.add(c.Flags())
+	ef.add(c.Flags())
+	return c
+}
+
+// removeAfterRun removes run's sandbox, even after Ctrl-C cancelled ctx. A
+// failure is reported but does not replace the command's status.
+func (a *app) removeAfterRun(ctx context.Context, p runbox.Provider, sb runbox.Sandbox) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	if err := p.Remove(ctx, sb, true); err != nil {
+		fmt.Fprintln(a.stderr, "runbox: "+oneLine(fail("remove", sb.ID, "", err).Error()))
+	}
+}

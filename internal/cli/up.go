@@ -1,0 +1,118 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/runbox/runbox"
+)
+
+func (a *app) upCmd() *cobra.Command {
+	var f upFlags
+	c := &cobra.Command{
+		Use:   "up [flags]",
+		Short: "Create a sandbox and print its id",
+		Long: `Create a sandbox and print its id on one line.
+
+The sandbox lives until "runbox rm". Refer to it by id, by a unique id prefix,
+or by the --name alias.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, _ []string) error {
+			p, spec, err := a.upSpec(&f)
+			if err != nil {
+				return fail("create", f.name, "", err)
+			}
+			sb, err := p.Create(c.Context(), spec)
+			if err != nil {
+				return fail("create", f.name, "", err)
+			}
+			fmt.Fprintln(a.stdout, sb.ID)
+			return nil
+		},
+	}
+	f.add(c.Flags())
+	return c
+}
+
+// upFlags are the flags up and run share.
+type upFlags struct {
+	provider, image, name, workdir string
+	memory, network                string
+	pids                           int64
+	cpus                           float64
+}
+
+func (f *upFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&f.provider, "provider", defaultProvider, "where the sandbox runs: "+strings.Join(providerNames(), ", ")+
+		" (planned: "+strings.Join(plannedProviders, ", ")+")")
+	fs.StringVar(&f.image, "image", "", "root filesystem image (providers that use images)")
+	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
+	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's working directory (host provider: default the current directory)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
+	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
+	fs.StringVar(&f.network, "network", "", "network: none or host (default: the provider's)")
+}
+
+// upSpec returns the provider and sandbox spec the flags ask for.
+func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
+	p, err := a.provider(f.provider)
+	if err != nil {
+		return nil, runbox.SandboxSpec{}, err
+	}
+	mem, err := parseBytes(f.memory)
+	if err != nil {
+		return nil, runbox.SandboxSpec{}, fmt.Errorf("--memory: %w", err)
+	}
+	if f.pids < 0 || f.cpus < 0 {
+		return nil, runbox.SandboxSpec{}, fmt.Errorf("--pids and --cpus must not be negative")
+	}
+	switch f.network {
+	case "", "none", "host":
+	default:
+		return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
+	}
+	return p, runbox.SandboxSpec{
+		Name:    f.name,
+		Image:   f.image,
+		Workdir: f.workdir,
+		Memory:  mem,
+		Pids:    f.pids,
+		CPUs:    f.cpus,
+		Network: f.network,
+	}, nil
+}
+
+// parseBytes parses a size such as 512M, 2g, 1.5G or 1048576 (binary units,
+// like docker's --memory). "" is zero.
+func parseBytes(s string) (int64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	num := strings.TrimRight(strings.ToUpper(s), "IB")
+	mult := int64(1)
+	if n := len(num); n > 0 {
+		switch num[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult != 1 {
+			num = num[:n-1]
+		}
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("invalid size %q (want e.g. 512M, 2G)", s)
+	}
+	return int64(v * float64(mult)), nil
+}

@@ -1,0 +1,184 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/supervisor"
+)
+
+// Timing knobs of the server's own lifecycle.
+const (
+	// shutdownBound bounds the stop protocol for every exec at daemon
+	// shutdown, on top of the grace: the supervisor's kill confirmation and
+	// slack. Shutdown uses one grace for every exec (not each spec's own),
+	// so a SIGTERMed daemon exits promptly and never before its execs are
+	// SIGKILLed.
+	shutdownBound = 10 * time.Second
+	// drainBound is how long open streams get to deliver their final events
+	// after every exec has stopped, before connections are closed.
+	drainBound = 5 * time.Second
+)
+
+// Server implements runboxv1connect.RunboxServiceHandler on top of a
+// Supervisor.
+type Server struct {
+	sup *supervisor.Supervisor
+	log *slog.Logger
+
+	stopOnce sync.Once
+	stop     chan struct{} // closed once a Shutdown RPC has stopped every exec
+}
+
+var _ runboxv1connect.RunboxServiceHandler = (*Server)(nil)
+
+// NewServer returns a Server delegating to sup. A nil log discards logs.
+func NewServer(sup *supervisor.Supervisor, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{sup: sup, log: log, stop: make(chan struct{})}
+}
+
+// Handler returns the HTTP handler serving the API.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(runboxv1connect.NewRunboxServiceHandler(s))
+	return mux
+}
+
+// ShutdownRequested is closed once a Shutdown RPC has stopped every exec:
+// the process hosting the server should then stop serving and exit.
+func (s *Server) ShutdownRequested() <-chan struct{} { return s.stop }
+
+func (s *Server) requestShutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
+
+// Serve serves the API on ln over HTTP/2 cleartext (HTTP/1 is accepted too,
+// for curl) until ctx is done or a Shutdown RPC arrives. It then stops new
+// calls, stops every exec with the stop protocol (runbox.DefaultGrace), lets open
+// streams deliver their exit events, and returns nil. It closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	hs := &http.Server{
+		Handler:           s.Handler(),
+		Protocols:         &protocols,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		HTTP2: &http.HTTP2Config{
+			// Notice clients that vanished without closing their
+			// connection, so their handlers return.
+			SendPingTimeout: 30 * time.Second,
+			PingTimeout:     15 * time.Second,
+		},
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+
+	var serveErr error
+	select {
+	case err := <-served:
+		serveErr = fmt.Errorf("serve: %w", err)
+		served = nil
+	case <-ctx.Done():
+		s.log.Info("stopping", "reason", context.Cause(ctx))
+	case <-s.stop:
+		s.log.Info("stopping", "reason", "shutdown requested")
+	}
+
+	// Refuse new calls (GOAWAY, close the listener) while the execs stop; a
+	// stream already open gets its exit event before its connection closes.
+	httpDone := make(chan error, 1)
+	drainCtx, cancelDrain := context.WithCancel(context.Background())
+	defer cancelDrain()
+	go func() { httpDone <- hs.Shutdown(drainCtx) }()
+
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), runbox.DefaultGrace+shutdownBound)
+	err := s.sup.Shutdown(stopCtx, runbox.DefaultGrace)
+	cancelStop()
+	if err != nil {
+		s.log.Error("stopping execs", "err", err)
+	}
+
+	select {
+	case <-httpDone:
+	case <-time.After(drainBound):
+		cancelDrain()
+		<-httpDone
+		hs.Close()
+	}
+	if served != nil {
+		<-served
+	}
+	return errors.Join(serveErr, err)
+}
+
+// Listen listens on a unix socket at path with mode 0600. A stale socket
+// left by a daemon that died is removed; a socket some process still answers
+// on is an error, and so is any other file at path.
+func Listen(path string) (net.Listener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode().Type() != os.ModeSocket {
+			return nil, fmt.Errorf("listen %s: file exists and is not a socket", path)
+		}
+		conn, err := net.DialTimeout("unix", path, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil, fmt.Errorf("listen %s: another daemon is listening there", path)
+		}
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("listen %s: probe existing socket: %w", path, err)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("listen %s: remove stale socket: %w", path, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return ln, nil
+}
+
+// Proxy copies r to the daemon's socket at path and the socket to w, for
+// providers whose only way into a sandbox is an exec stream (docker exec).
+// It returns when the daemon closes its side or ctx is done; end of input
+// half-closes the socket so the daemon sees it.
+func Proxy(ctx context.Context, path string, r io.Reader, w io.Writer) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	go func() {
+		// Ends at end of input, or when conn is closed by the return below
+		// (the process is exiting then, so a read of r left blocked is moot).
+		io.Copy(conn, r)
+		if uc, ok := conn.(*net.UnixConn); ok {
+			uc.CloseWrite()
+		}
+	}()
+	if _, err := io.Copy(w, conn); err != nil && ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,317 @@
+// Package wire converts between the generated runbox.v1 API types and the
+// root package's vocabulary, and carries runbox's sentinel errors across the
+// wire. Both ends of the API use it — internal/daemon to answer, package
+// client to read the answers — so each field is converted in exactly one
+// place and a round-trip test covers all of them.
+//
+// It deliberately imports neither the supervisor nor anything Linux-only, so
+// the client stays portable.
+package wire
+
+import (
+	"time"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+)
+
+// DurationToMs converts d to whole milliseconds, rounding up so that a short
+// but non-zero duration never becomes 0 ("no limit") on the wire.
+func DurationToMs(d time.Duration) int64 {
+	if d <= 0 {
+		return int64(d / time.Millisecond)
+	}
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// MsToDuration converts milliseconds from the wire to a Duration.
+func MsToDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// timeToMs converts t to Unix milliseconds; the zero time is 0.
+func timeToMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// msToTime converts Unix milliseconds to a time; 0 is the zero time.
+func msToTime(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// StreamToProto converts a runbox.Stream.
+func StreamToProto(s runbox.Stream) runboxv1.Stream {
+	switch s {
+	case runbox.Stdout:
+		return runboxv1.Stream_STREAM_STDOUT
+	case runbox.Stderr:
+		return runboxv1.Stream_STREAM_STDERR
+	}
+	return runboxv1.Stream_STREAM_UNSPECIFIED
+}
+
+// StreamFromProto converts a wire stream.
+func StreamFromProto(s runboxv1.Stream) runbox.Stream {
+	switch s {
+	case runboxv1.Stream_STREAM_STDOUT:
+		return runbox.Stdout
+	case runboxv1.Stream_STREAM_STDERR:
+		return runbox.Stderr
+	}
+	return runbox.StreamUnspecified
+}
+
+// StateToProto converts a runbox.ExecState.
+func StateToProto(s runbox.ExecState) runboxv1.ExecState {
+	switch s {
+	case runbox.ExecStarting:
+		return runboxv1.ExecState_EXEC_STATE_STARTING
+	case runbox.ExecRunning:
+		return runboxv1.ExecState_EXEC_STATE_RUNNING
+	case runbox.ExecStopping:
+		return runboxv1.ExecState_EXEC_STATE_STOPPING
+	case runbox.ExecExited:
+		return runboxv1.ExecState_EXEC_STATE_EXITED
+	}
+	return runboxv1.ExecState_EXEC_STATE_UNSPECIFIED
+}
+
+// StateFromProto converts a wire exec state.
+func StateFromProto(s runboxv1.ExecState) runbox.ExecState {
+	switch s {
+	case runboxv1.ExecState_EXEC_STATE_STARTING:
+		return runbox.ExecStarting
+	case runboxv1.ExecState_EXEC_STATE_RUNNING:
+		return runbox.ExecRunning
+	case runboxv1.ExecState_EXEC_STATE_STOPPING:
+		return runbox.ExecStopping
+	case runboxv1.ExecState_EXEC_STATE_EXITED:
+		return runbox.ExecExited
+	}
+	return runbox.ExecStateUnspecified
+}
+
+// SpillToProto converts a runbox.SpillMode.
+func SpillToProto(m runbox.SpillMode) runboxv1.SpillMode {
+	switch m {
+	case runbox.SpillAlways:
+		return runboxv1.SpillMode_SPILL_MODE_ALWAYS
+	case runbox.SpillNever:
+		return runboxv1.SpillMode_SPILL_MODE_NEVER
+	}
+	return runboxv1.SpillMode_SPILL_MODE_AUTO
+}
+
+// SpillFromProto converts a wire spill mode; unspecified means auto.
+func SpillFromProto(m runboxv1.SpillMode) runbox.SpillMode {
+	switch m {
+	case runboxv1.SpillMode_SPILL_MODE_ALWAYS:
+		return runbox.SpillAlways
+	case runboxv1.SpillMode_SPILL_MODE_NEVER:
+		return runbox.SpillNever
+	}
+	return runbox.SpillAuto
+}
+
+// SpecToProto converts an ExecSpec for the wire.
+func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
+	return &runboxv1.ExecSpec{
+		Id:            s.ID,
+		Command:       s.Command,
+		Argv:          s.Argv,
+		Login:         s.Login,
+		Env:           s.Env,
+		Cwd:           s.Cwd,
+		Stdin:         s.Stdin,
+		StdinStream:   s.StdinStream,
+		TimeoutMs:     DurationToMs(s.Timeout),
+		IdleTimeoutMs: DurationToMs(s.IdleTimeout),
+		GraceMs:       DurationToMs(s.Grace),
+		HeadBytes:     int64(s.HeadBytes),
+		TailBytes:     int64(s.TailBytes),
+		Session:       s.Session,
+		Spill:         SpillToProto(s.Spill),
+	}
+}
+
+// SpecFromProto converts a wire ExecSpec; nil gives the zero spec.
+func SpecFromProto(p *runboxv1.ExecSpec) runbox.ExecSpec {
+	if p == nil {
+		return runbox.ExecSpec{}
+	}
+	return runbox.ExecSpec{
+		ID:          p.GetId(),
+		Command:     p.GetCommand(),
+		Argv:        p.GetArgv(),
+		Login:       p.GetLogin(),
+		Env:         p.GetEnv(),
+		Cwd:         p.GetCwd(),
+		Stdin:       p.GetStdin(),
+		StdinStream: p.GetStdinStream(),
+		Timeout:     MsToDuration(p.GetTimeoutMs()),
+		IdleTimeout: MsToDuration(p.GetIdleTimeoutMs()),
+		Grace:       MsToDuration(p.GetGraceMs()),
+		HeadBytes:   int(p.GetHeadBytes()),
+		TailBytes:   int(p.GetTailBytes()),
+		Session:     p.GetSession(),
+		Spill:       SpillFromProto(p.GetSpill()),
+	}
+}
+
+// ResultToProto converts a Result for the wire. Duration travels in
+// microseconds.
+func ResultToProto(r runbox.Result) *runboxv1.Result {
+	return &runboxv1.Result{
+		Id:              r.ID,
+		ExitCode:        int32(r.ExitCode),
+		Signal:          r.Signal,
+		TimedOut:        r.TimedOut,
+		Cancelled:       r.Cancelled,
+		IdleTimedOut:    r.IdleTimedOut,
+		DurationUs:      r.Duration.Microseconds(),
+		Stdout:          r.Stdout,
+		Stderr:          r.Stderr,
+		StdoutDropped:   r.StdoutDropped,
+		StderrDropped:   r.StderrDropped,
+		StdoutBytes:     r.StdoutBytes,
+		StderrBytes:     r.StderrBytes,
+		Killed:          int32(r.Killed),
+		Survivors:       int32(r.Survivors),
+		Pid:             int64(r.Pid),
+		StdoutSpill:     r.StdoutSpill,
+		StderrSpill:     r.StderrSpill,
+		SpillTruncated:  r.SpillTruncated,
+		Cwd:             r.Cwd,
+		CwdFallbackFrom: r.CwdFallbackFrom,
+	}
+}
+
+// ResultFromProto converts a wire Result; nil gives the zero Result.
+func ResultFromProto(p *runboxv1.Result) runbox.Result {
+	if p == nil {
+		return runbox.Result{}
+	}
+	return runbox.Result{
+		ID:              p.GetId(),
+		ExitCode:        int(p.GetExitCode()),
+		Signal:          p.GetSignal(),
+		TimedOut:        p.GetTimedOut(),
+		Cancelled:       p.GetCancelled(),
+		IdleTimedOut:    p.GetIdleTimedOut(),
+		Duration:        time.Duration(p.GetDurationUs()) * time.Microsecond,
+		Stdout:          p.GetStdout(),
+		Stderr:          p.GetStderr(),
+		StdoutDropped:   p.GetStdoutDropped(),
+		StderrDropped:   p.GetStderrDropped(),
+		StdoutBytes:     p.GetStdoutBytes(),
+		StderrBytes:     p.GetStderrBytes(),
+		Killed:          int(p.GetKilled()),
+		Survivors:       int(p.GetSurvivors()),
+		Pid:             int(p.GetPid()),
+		StdoutSpill:     p.GetStdoutSpill(),
+		StderrSpill:     p.GetStderrSpill(),
+		SpillTruncated:  p.GetSpillTruncated(),
+		Cwd:             p.GetCwd(),
+		CwdFallbackFrom: p.GetCwdFallbackFrom(),
+	}
+}
+
+// ExecInfoToProto converts an ExecInfo for the wire.
+func ExecInfoToProto(e runbox.ExecInfo) *runboxv1.ExecInfo {
+	p := &runboxv1.ExecInfo{
+		Id:              e.ID,
+		Pid:             int64(e.Pid),
+		State:           StateToProto(e.State),
+		Command:         e.Command,
+		StartedAtUnixMs: timeToMs(e.StartedAt),
+		LiveProcesses:   int32(e.LiveProcesses),
+	}
+	if e.Result != nil {
+		p.Result = ResultToProto(*e.Result)
+	}
+	return p
+}
+
+// ExecInfoFromProto converts a wire ExecInfo; nil gives the zero ExecInfo.
+func ExecInfoFromProto(p *runboxv1.ExecInfo) runbox.ExecInfo {
+	if p == nil {
+		return runbox.ExecInfo{}
+	}
+	e := runbox.ExecInfo{
+		ID:            p.GetId(),
+		Pid:           int(p.GetPid()),
+		State:         StateFromProto(p.GetState()),
+		Command:       p.GetCommand(),
+		StartedAt:     msToTime(p.GetStartedAtUnixMs()),
+		LiveProcesses: int(p.GetLiveProcesses()),
+	}
+	if p.GetResult() != nil {
+		r := ResultFromProto(p.GetResult())
+		e.Result = &r
+	}
+	return e
+}
+
+// DaemonInfoToProto converts a DaemonInfo for the wire.
+func DaemonInfoToProto(d runbox.DaemonInfo) *runboxv1.InfoResponse {
+	return &runboxv1.InfoResponse{
+		Version:         d.Version,
+		Pid:             int64(d.Pid),
+		CgroupMode:      d.CgroupMode,
+		Running:         int32(d.Running),
+		Retained:        int32(d.Retained),
+		Total:           d.Total,
+		StartedAtUnixMs: timeToMs(d.StartedAt),
+		Goroutines:      int32(d.Goroutines),
+		OpenFds:         int32(d.OpenFDs),
+	}
+}
+
+// DaemonInfoFromProto converts a wire InfoResponse; nil gives the zero
+// DaemonInfo.
+func DaemonInfoFromProto(p *runboxv1.InfoResponse) runbox.DaemonInfo {
+	if p == nil {
+		return runbox.DaemonInfo{}
+	}
+	return runbox.DaemonInfo{
+		Version:    p.GetVersion(),
+		Pid:        int(p.GetPid()),
+		CgroupMode: p.GetCgroupMode(),
+		Running:    int(p.GetRunning()),
+		Retained:   int(p.GetRetained()),
+		Total:      p.GetTotal(),
+		StartedAt:  msToTime(p.GetStartedAtUnixMs()),
+		Goroutines: int(p.GetGoroutines()),
+		OpenFDs:    int(p.GetOpenFds()),
+	}
+}
+
+// ChunkToProto converts an output Chunk for the wire.
+func ChunkToProto(c runbox.Chunk) *runboxv1.Output {
+	return &runboxv1.Output{Stream: StreamToProto(c.Stream), Seq: c.Seq, Data: c.Data}
+}
+
+// ChunkFromProto converts a wire Output; nil gives the zero Chunk.
+func ChunkFromProto(p *runboxv1.Output) runbox.Chunk {
+	if p == nil {
+		return runbox.Chunk{}
+	}
+	return runbox.Chunk{Stream: StreamFromProto(p.GetStream()), Seq: p.GetSeq(), Data: p.GetData()}
+}
+
+// SessionToProto converts a SessionInfo for the wire.
+func SessionToProto(s runbox.SessionInfo) *runboxv1.Session {
+	return &runboxv1.Session{Name: s.Name, Cwd: s.Cwd, EnvVars: int32(s.EnvVars), Execs: int32(s.Execs)}
+}
+
+// SessionFromProto converts a wire Session; nil gives the zero SessionInfo.
+func SessionFromProto(p *runboxv1.Session) runbox.SessionInfo {
+	if p == nil {
+		return runbox.SessionInfo{}
+	}
+	return runbox.SessionInfo{Name: p.GetName(), Cwd: p.GetCwd(), EnvVars: int(p.GetEnvVars()), Execs: int(p.GetExecs())}
+}

@@ -1,0 +1,344 @@
+package wire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+)
+
+// assertFilled fails the test for every field of v (recursively) that holds
+// its zero value, so a field added to a type but not to the fixtures below —
+// and therefore possibly not to the converters — fails loudly.
+func assertFilled(t *testing.T, v any) {
+	t.Helper()
+	var walk func(path string, rv reflect.Value)
+	walk = func(path string, rv reflect.Value) {
+		if rv.IsZero() {
+			t.Errorf("%s is zero: fill it in the fixture (and convert it)", path)
+			return
+		}
+		switch rv.Kind() {
+		case reflect.Pointer:
+			walk(path, rv.Elem())
+		case reflect.Struct:
+			if rv.Type() == reflect.TypeFor[time.Time]() {
+				return
+			}
+			for i := range rv.NumField() {
+				f := rv.Type().Field(i)
+				if f.IsExported() {
+					walk(path+"."+f.Name, rv.Field(i))
+				}
+			}
+		case reflect.Slice:
+			if rv.Type().Elem().Kind() != reflect.Uint8 {
+				for i := range rv.Len() {
+					walk(fmt.Sprintf("%s[%d]", path, i), rv.Index(i))
+				}
+			}
+		}
+	}
+	rv := reflect.ValueOf(v)
+	walk(rv.Type().String(), rv)
+}
+
+// assertProtoFilled fails for every field of m (recursively) left unset.
+func assertProtoFilled(t *testing.T, m proto.Message) {
+	t.Helper()
+	var walk func(path string, m protoreflect.Message)
+	walk = func(path string, m protoreflect.Message) {
+		fields := m.Descriptor().Fields()
+		for i := range fields.Len() {
+			fd := fields.Get(i)
+			p := path + "." + string(fd.Name())
+			if !m.Has(fd) {
+				t.Errorf("%s is unset: fill it in the fixture (and convert it)", p)
+				continue
+			}
+			if fd.Message() != nil && !fd.IsList() && !fd.IsMap() {
+				walk(p, m.Get(fd).Message())
+			}
+		}
+	}
+	walk(string(m.ProtoReflect().Descriptor().FullName()), m.ProtoReflect())
+}
+
+func fullResult() runbox.Result {
+	return runbox.Result{
+		ID:              "exec-1",
+		ExitCode:        143,
+		Signal:          "TERM",
+		TimedOut:        true,
+		Cancelled:       true,
+		IdleTimedOut:    true,
+		Duration:        1234567 * time.Microsecond,
+		Stdout:          []byte("out\xff"),
+		Stderr:          []byte("err"),
+		StdoutDropped:   1,
+		StderrDropped:   2,
+		StdoutBytes:     3,
+		StderrBytes:     4,
+		Killed:          5,
+		Survivors:       6,
+		Pid:             7,
+		StdoutSpill:     "/tmp/out",
+		StderrSpill:     "/tmp/err",
+		SpillTruncated:  true,
+		Cwd:             "/work",
+		CwdFallbackFrom: "/work/gone",
+	}
+}
+
+func TestRoundTripDomain(t *testing.T) {
+	spec := runbox.ExecSpec{
+		ID:          "exec-1",
+		Command:     "echo hi",
+		Argv:        []string{"echo", "hi"},
+		Login:       true,
+		Env:         map[string]string{"A": "1"},
+		Cwd:         "/tmp",
+		Stdin:       []byte("in"),
+		StdinStream: true,
+		Timeout:     3 * time.Second,
+		IdleTimeout: 4 * time.Second,
+		Grace:       5 * time.Second,
+		HeadBytes:   10,
+		TailBytes:   20,
+		Session:     "s1",
+		Spill:       runbox.SpillNever,
+	}
+	res := fullResult()
+	info := runbox.ExecInfo{
+		ID:            "exec-1",
+		Pid:           42,
+		State:         runbox.ExecExited,
+		Command:       "echo hi",
+		StartedAt:     time.UnixMilli(1700000000123),
+		Result:        &res,
+		LiveProcesses: 2,
+	}
+	dinfo := runbox.DaemonInfo{
+		Version:    "v1.2.3",
+		Pid:        1,
+		CgroupMode: "cgroup2",
+		Running:    2,
+		Retained:   3,
+		Total:      4,
+		StartedAt:  time.UnixMilli(1700000000456),
+		Goroutines: 5,
+		OpenFDs:    6,
+	}
+	chunk := runbox.Chunk{Stream: runbox.Stderr, Seq: 9, Data: []byte("x")}
+
+	cases := []struct {
+		name string
+		in   any
+		out  any
+	}{
+		{"ExecSpec", spec, SpecFromProto(SpecToProto(spec))},
+		{"Result", res, ResultFromProto(ResultToProto(res))},
+		{"ExecInfo", info, ExecInfoFromProto(ExecInfoToProto(info))},
+		{"DaemonInfo", dinfo, DaemonInfoFromProto(DaemonInfoToProto(dinfo))},
+		{"Chunk", chunk, ChunkFromProto(ChunkToProto(chunk))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assertFilled(t, c.in)
+			if !reflect.DeepEqual(c.in, c.out) {
+				t.Errorf("round trip changed it:\n in: %+v\nout: %+v", c.in, c.out)
+			}
+		})
+	}
+}
+
+func TestRoundTripProto(t *testing.T) {
+	spec := &runboxv1.ExecSpec{
+		Id: "exec-1", Command: "echo hi", Argv: []string{"echo"}, Login: true,
+		Env: map[string]string{"A": "1"}, Cwd: "/", Stdin: []byte("in"), StdinStream: true,
+		TimeoutMs: 1, IdleTimeoutMs: 2, GraceMs: 3, HeadBytes: 4, TailBytes: 5,
+		Session: "s1", Spill: runboxv1.SpillMode_SPILL_MODE_ALWAYS,
+	}
+	res := &runboxv1.Result{
+		Id: "exec-1", ExitCode: 137, Signal: "KILL", TimedOut: true, Cancelled: true,
+		IdleTimedOut: true, DurationUs: 99, Stdout: []byte("o"), Stderr: []byte("e"),
+		StdoutDropped: 1, StderrDropped: 2, StdoutBytes: 3, StderrBytes: 4, Killed: 5,
+		Survivors: 6, Pid: 7, StdoutSpill: "/o", StderrSpill: "/e", SpillTruncated: true,
+		Cwd: "/w", CwdFallbackFrom: "/w/x",
+	}
+	info := &runboxv1.ExecInfo{
+		Id: "exec-1", Pid: 7, State: runboxv1.ExecState_EXEC_STATE_STOPPING,
+		Command: "c", StartedAtUnixMs: 1700000000123, Result: res, LiveProcesses: 3,
+	}
+	dinfo := &runboxv1.InfoResponse{
+		Version: "v", Pid: 1, CgroupMode: "proc", Running: 2, Retained: 3, Total: 4,
+		StartedAtUnixMs: 1700000000456, Goroutines: 5, OpenFds: 6,
+	}
+	out := &runboxv1.Output{Stream: runboxv1.Stream_STREAM_STDOUT, Seq: 3, Data: []byte("d")}
+
+	cases := []struct {
+		name    string
+		in, out proto.Message
+	}{
+		{"ExecSpec", spec, SpecToProto(SpecFromProto(spec))},
+		{"Result", res, ResultToProto(ResultFromProto(res))},
+		{"ExecInfo", info, ExecInfoToProto(ExecInfoFromProto(info))},
+		{"InfoResponse", dinfo, DaemonInfoToProto(DaemonInfoFromProto(dinfo))},
+		{"Output", out, ChunkToProto(ChunkFromProto(out))},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			assertProtoFilled(t, c.in)
+			if !proto.Equal(c.in, c.out) {
+				t.Errorf("round trip changed it:\n in: %v\nout: %v", c.in, c.out)
+			}
+		})
+	}
+}
+
+func TestEnumsRoundTrip(t *testing.T) {
+	for s := runbox.StreamUnspecified; s <= runbox.Stderr; s++ {
+		if got := StreamFromProto(StreamToProto(s)); got != s {
+			t.Errorf("stream %v came back as %v", s, got)
+		}
+	}
+	if n := len(runboxv1.Stream_name); n != 3 {
+		t.Errorf("runbox.v1.Stream has %d values; update StreamToProto/FromProto", n)
+	}
+	for s := runbox.ExecStateUnspecified; s <= runbox.ExecExited; s++ {
+		if got := StateFromProto(StateToProto(s)); got != s {
+			t.Errorf("state %v came back as %v", s, got)
+		}
+	}
+	for m := runbox.SpillAuto; m <= runbox.SpillNever; m++ {
+		if got := SpillFromProto(SpillToProto(m)); got != m {
+			t.Errorf("spill mode %v came back as %v", m, got)
+		}
+	}
+	if n := len(runboxv1.SpillMode_name); n != 4 {
+		t.Errorf("runbox.v1.SpillMode has %d values; update SpillToProto/FromProto", n)
+	}
+	if n := len(runboxv1.ExecState_name); n != 5 {
+		t.Errorf("runbox.v1.ExecState has %d values; update StateToProto/FromProto", n)
+	}
+}
+
+func TestZeroValues(t *testing.T) {
+	// Zero times and nil results stay zero and nil across the wire.
+	if got := ExecInfoFromProto(ExecInfoToProto(runbox.ExecInfo{})); !reflect.DeepEqual(got, runbox.ExecInfo{}) {
+		t.Errorf("zero ExecInfo came back as %+v", got)
+	}
+	if got := DaemonInfoFromProto(DaemonInfoToProto(runbox.DaemonInfo{})); !reflect.DeepEqual(got, runbox.DaemonInfo{}) {
+		t.Errorf("zero DaemonInfo came back as %+v", got)
+	}
+	if got := SpecFromProto(nil); !reflect.DeepEqual(got, runbox.ExecSpec{}) {
+		t.Errorf("nil spec came back as %+v", got)
+	}
+}
+
+func TestDurationToMsRoundsUp(t *testing.T) {
+	for _, c := range []struct {
+		d    time.Duration
+		want int64
+	}{
+		{0, 0},
+		{time.Microsecond, 1},
+		{time.Millisecond, 1},
+		{1500 * time.Microsecond, 2},
+		{3 * time.Second, 3000},
+		{-time.Millisecond, -1},
+	} {
+		if got := DurationToMs(c.d); got != c.want {
+			t.Errorf("DurationToMs(%v) = %d, want %d", c.d, got, c.want)
+		}
+	}
+}
+
+func TestErrorsRoundTrip(t *testing.T) {
+	for _, s := range sentinels {
+		wrapped := fmt.Errorf("start exec x: %w", s.err)
+		ce := ToConnectError(wrapped)
+		if got := connect.CodeOf(ce); got != s.code {
+			t.Errorf("%v: code %v, want %v", s.err, got, s.code)
+		}
+		got, msg, tagged := FromConnectError(ce)
+		if !tagged || got != s.err {
+			t.Errorf("%v came back as %v (tagged %v)", s.err, got, tagged)
+		}
+		if msg != wrapped.Error() {
+			t.Errorf("%v: message %q, want %q", s.err, msg, wrapped.Error())
+		}
+	}
+
+	got, _, tagged := FromConnectError(ToConnectError(errors.New("boom")))
+	if !tagged || got != nil {
+		t.Errorf("untyped error: sentinel %v tagged %v, want nil, true", got, tagged)
+	}
+	if _, _, tagged := FromConnectError(connect.NewError(connect.CodeUnavailable, errors.New("dial"))); tagged {
+		t.Error("a transport error must not look tagged")
+	}
+	if _, _, tagged := FromConnectError(ToConnectError(context.Canceled)); tagged {
+		t.Error("a context error must not be tagged")
+	}
+}
+
+// TestEverySentinelHasATag parses the root package's errors.go so that a
+// sentinel added there without a wire tag fails here, instead of reaching
+// clients as an untyped internal error.
+func TestEverySentinelHasATag(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "..", "errors.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sentinels only the client or providers produce: never on the wire.
+	notOnWire := map[string]bool{"ErrSandboxLost": true, "ErrSandboxNotFound": true}
+	tagged := map[string]bool{}
+	for _, s := range sentinels {
+		for name, err := range map[string]error{
+			"ErrCancelled": runbox.ErrCancelled, "ErrExecNotFound": runbox.ErrExecNotFound,
+			"ErrInvalidSpec": runbox.ErrInvalidSpec, "ErrSpawn": runbox.ErrSpawn,
+			"ErrNotRunning": runbox.ErrNotRunning, "ErrSessionNotFound": runbox.ErrSessionNotFound,
+		} {
+			if s.err == err {
+				tagged[name] = true
+			}
+		}
+	}
+	for _, decl := range f.Decls {
+		gd, ok := decl.(*ast.GenDecl)
+		if !ok || gd.Tok != token.VAR {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			for _, name := range spec.(*ast.ValueSpec).Names {
+				if strings.HasPrefix(name.Name, "Err") && !notOnWire[name.Name] && !tagged[name.Name] {
+					t.Errorf("runbox.%s has no wire tag: add it to sentinels in errors.go", name.Name)
+				}
+			}
+		}
+	}
+}
+
+func TestSessionRoundTrip(t *testing.T) {
+	in := runbox.SessionInfo{Name: "n", Cwd: "/c", EnvVars: 3, Execs: 4}
+	assertFilled(t, in)
+	p := SessionToProto(in)
+	assertProtoFilled(t, p)
+	if out := SessionFromProto(p); out != in {
+		t.Errorf("round trip: %+v != %+v", out, in)
+	}
+}

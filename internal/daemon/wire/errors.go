@@ -1,0 +1,95 @@
+package wire
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+)
+
+// ErrorKey is the response-metadata key that names which runbox error a
+// failed call carries. Its values are stable across versions; connect codes
+// alone are too coarse (several sentinels share FailedPrecondition).
+const ErrorKey = "Runbox-Error"
+
+// Values of ErrorKey.
+const (
+	TagCancelled    = "cancelled"
+	TagExecNotFound = "exec-not-found"
+	TagInvalidSpec  = "invalid-spec"
+	TagSpawn        = "spawn"
+	TagNotRunning   = "not-running"
+	// TagSessionNotFound extends the contract's list for
+	// runbox.ErrSessionNotFound, added with shell sessions.
+	TagSessionNotFound = "session-not-found"
+	// TagInternal marks a failure of the daemon that is none of the above.
+	// It tells the client the daemon answered (so this is not a transport
+	// failure to retry) without naming a sentinel.
+	TagInternal = "internal"
+)
+
+// sentinels maps each sentinel the daemon may return to its tag and code.
+var sentinels = []struct {
+	err  error
+	tag  string
+	code connect.Code
+}{
+	{runbox.ErrCancelled, TagCancelled, connect.CodeFailedPrecondition},
+	{runbox.ErrExecNotFound, TagExecNotFound, connect.CodeNotFound},
+	{runbox.ErrInvalidSpec, TagInvalidSpec, connect.CodeInvalidArgument},
+	{runbox.ErrSpawn, TagSpawn, connect.CodeFailedPrecondition},
+	{runbox.ErrNotRunning, TagNotRunning, connect.CodeFailedPrecondition},
+	{runbox.ErrSessionNotFound, TagSessionNotFound, connect.CodeNotFound},
+}
+
+// ToConnectError converts an error from the supervisor into the connect error
+// a handler returns: the sentinel's code plus ErrorKey metadata. Context
+// errors keep connect's own codes and no tag; a *connect.Error passes through.
+func ToConnectError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := errors.AsType[*connect.Error](err); ok {
+		return err
+	}
+	if errors.Is(err, context.Canceled) {
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	for _, s := range sentinels {
+		if errors.Is(err, s.err) {
+			ce := connect.NewError(s.code, err)
+			ce.Meta().Set(ErrorKey, s.tag)
+			return ce
+		}
+	}
+	ce := connect.NewError(connect.CodeInternal, err)
+	ce.Meta().Set(ErrorKey, TagInternal)
+	return ce
+}
+
+// FromConnectError reads the ErrorKey tag of an error a call returned.
+// tagged reports whether the daemon sent one (so it answered: the error is
+// not a transport failure); sentinel is the matching runbox sentinel, or nil
+// for TagInternal and tags this version does not know; msg is the daemon's
+// message.
+func FromConnectError(err error) (sentinel error, msg string, tagged bool) {
+	ce, ok := errors.AsType[*connect.Error](err)
+	if !ok {
+		return nil, "", false
+	}
+	tag := ce.Meta().Get(ErrorKey)
+	if tag == "" {
+		return nil, "", false
+	}
+	for _, s := range sentinels {
+		if s.tag == tag {
+			return s.err, ce.Message(), true
+		}
+	}
+	return nil, ce.Message(), true
+}
