@@ -32,6 +32,10 @@ const (
 	// output ring) and a cancel tombstone are kept: long enough for a client
 	// to re-attach after a dropped connection or a laptop sleep.
 	DefaultRetention = 10 * time.Minute
+	// tombstoneRetention is the least time a cancel tombstone is kept, even
+	// when exited execs are forgotten sooner: a Run delayed by a loaded
+	// network or machine must still be refused, and tombstones are tiny.
+	tombstoneRetention = 10 * time.Minute
 	// DefaultRingBytes bounds the replay ring of each output stream.
 	DefaultRingBytes = 1 << 20
 	// DefaultDrain bounds how long output is still read after the leader

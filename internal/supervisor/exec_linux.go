@@ -40,7 +40,8 @@ type Exec struct {
 	stopCh     chan struct{}        // closed on the first stop request
 	stopMu     sync.Mutex           // one stop protocol at a time
 	stdinMu    sync.Mutex           // serialises stdin writes and close
-	stdin      *os.File             // nil unless stdin is a pipe we still hold
+	stdin      *os.File             // nil unless stdin is a pipe or pty we still hold
+	pty        *os.File             // the pty master when the exec runs on a pty
 	stdinFeed  sync.WaitGroup       // the goroutine writing spec.Stdin
 	signalled  map[int]struct{}     // pids the stop protocol signalled (under stopMu)
 	cont       containment          // set before the leader is spawned
@@ -174,15 +175,38 @@ func notRunningStdin(id string) error {
 }
 
 // CloseStdin closes the exec's stdin; the command sees EOF. Closing twice is
-// not an error.
+// not an error. On a pty it writes the end-of-file character (^D) instead,
+// since the terminal stays open.
 func (e *Exec) CloseStdin() error {
 	e.stdinMu.Lock()
 	defer e.stdinMu.Unlock()
-	if e.stdin != nil {
-		e.stdin.Close()
-		e.stdin = nil
+	if e.stdin == nil {
+		return nil
 	}
+	if e.pty != nil {
+		if _, err := e.stdin.Write([]byte{ptyEOF}); err != nil {
+			if errors.Is(err, syscall.EIO) || errors.Is(err, os.ErrClosed) {
+				return notRunningStdin(e.id)
+			}
+			return err
+		}
+		return nil
+	}
+	e.stdin.Close()
+	e.stdin = nil
 	return nil
+}
+
+// dropStdin lets go of the exec's stdin once it has ended: a pipe is closed
+// (unblocking the stdin feeder if nothing reads); a pty master is closed by
+// the output reader's owner.
+func (e *Exec) dropStdin() {
+	e.stdinMu.Lock()
+	defer e.stdinMu.Unlock()
+	if e.stdin != nil && e.pty == nil {
+		e.stdin.Close()
+	}
+	e.stdin = nil
 }
 
 // leaderExited is called by the reaper with the leader's wait status.
@@ -431,6 +455,7 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		_ = state.SetReadDeadline(drainBy)
 	}
 	readers.Wait()
+	e.dropStdin()
 	stdout.Close()
 	stderr.Close()
 	if state != nil {
@@ -439,7 +464,6 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	if stopDone != nil {
 		<-stopDone
 	}
-	e.CloseStdin() // unblocks the stdin feeder if nothing reads
 	e.stdinFeed.Wait()
 
 	e.mu.Lock()
@@ -528,6 +552,8 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			}
 		}
 		if err != nil {
+			// A pty master reads EIO once every slave fd is closed: that
+			// is its end of file. Any error ends the stream.
 			return
 		}
 	}

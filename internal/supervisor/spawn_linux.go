@@ -38,8 +38,9 @@ func environMap(environ []string) map[string]string {
 }
 
 // execEnv is the environment an exec starts with: the session's saved
-// environment, or the daemon's with the non-interactive defaults; then the
-// request's variables; then the exec marker.
+// environment, or the daemon's with the non-interactive defaults (none on a
+// pty, where TERM is xterm-256color); then the request's variables; then the
+// exec marker.
 func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[string]string) map[string]string {
 	env := make(map[string]string, len(s.baseEnv)+len(nonInteractiveEnv)+len(spec.Env)+1)
 	if sessionEnv != nil {
@@ -50,12 +51,19 @@ func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[str
 		for k, v := range s.baseEnv {
 			env[k] = v
 		}
-		for k, v := range nonInteractiveEnv {
-			env[k] = v
+		if spec.PTY == nil {
+			for k, v := range nonInteractiveEnv {
+				env[k] = v
+			}
 		}
 	}
 	if env["PATH"] == "" {
 		env["PATH"] = defaultPath
+	}
+	if spec.PTY != nil {
+		// A terminal is interactive: no TERM=dumb (from a session saved by
+		// a non-pty exec, or the daemon's own environment).
+		env["TERM"] = defaultPTYTerm
 	}
 	for k, v := range spec.Env {
 		env[k] = v
@@ -150,7 +158,15 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 
 	stdin := s.devNull
 	var stdinW *os.File
-	if spec.Stdin != nil || spec.StdinStream {
+	var ptyMaster, ptySlave *os.File
+	if spec.PTY != nil {
+		if ptyMaster, ptySlave, err = openPTY(*spec.PTY); err != nil {
+			return fmt.Errorf("%w: pty: %w", runbox.ErrSpawn, err)
+		}
+		closeAfter = append(closeAfter, ptySlave)
+		parentFiles = append(parentFiles, ptyMaster)
+		stdin, stdinW = ptySlave, ptyMaster
+	} else if spec.Stdin != nil || spec.StdinStream {
 		r, w, err := pipe()
 		if err != nil {
 			return err
@@ -173,6 +189,14 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	parentFiles = append(parentFiles, errR)
 
 	files := []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}
+	if ptySlave != nil {
+		// The terminal is the child's stdin, stdout and stderr; the master
+		// is read as stdout, and the stderr pipe closes with no output once
+		// closeAfter drops its write end.
+		outR.Close()
+		outR = ptyMaster
+		files = []uintptr{ptySlave.Fd(), ptySlave.Fd(), ptySlave.Fd()}
+	}
 	var stateR *os.File
 	if e.session != nil && spec.Command != "" {
 		r, w, err := pipe()
@@ -189,6 +213,11 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	}
 
 	sys := &syscall.SysProcAttr{Setpgid: true}
+	if ptySlave != nil {
+		// A new session makes the child its own process group leader too,
+		// with the terminal (its fd 0) as its controlling terminal.
+		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	}
 	if s.cgroups != nil {
 		c, fd, cerr := s.cgroups.newExec(e.n)
 		if cerr != nil {
@@ -244,6 +273,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	e.mu.Unlock()
 	if stdinW != nil {
 		e.stdin = stdinW
+		e.pty = ptyMaster
 		if spec.Stdin != nil {
 			e.stdinFeed.Go(func() { e.feedStdin(spec.Stdin, !spec.StdinStream) })
 		}

@@ -399,7 +399,7 @@ func (s *Supervisor) sweep(now time.Time) {
 		}
 	}
 	for id, at := range s.tombstones {
-		if now.Sub(at) > s.cfg.Retention {
+		if now.Sub(at) > max(s.cfg.Retention, tombstoneRetention) {
 			delete(s.tombstones, id)
 		}
 	}

@@ -255,3 +255,16 @@ func TestRetentionForgetsExecs(t *testing.T) {
 		t.Errorf("%d execs retained past the retention window", n)
 	}
 }
+
+// A Run that arrives long after its cancel (a loaded network) is still
+// refused, even when exited execs are forgotten quickly.
+func TestTombstoneOutlivesShortRetention(t *testing.T) {
+	s := newSup(t, "auto")
+	if _, known := s.Cancel("late", 0); known {
+		t.Fatal("unknown id reported known")
+	}
+	s.sweep(time.Now().Add(time.Minute)) // well past the 200ms retention
+	if _, _, err := s.Start(runbox.ExecSpec{ID: "late", Command: "true"}); !errors.Is(err, runbox.ErrCancelled) {
+		t.Errorf("start after cancel: %v; want ErrCancelled", err)
+	}
+}
