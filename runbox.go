@@ -106,6 +106,15 @@ type ExecSpec struct {
 	// Spill says when the full output of a stream is also written to a file
 	// in the sandbox, so the part left out of the Result stays readable.
 	Spill SpillMode
+	// PTY, when set, runs the command on a pseudo-terminal of this size:
+	// stdin, stdout and stderr are the terminal, all output arrives as
+	// Stdout, and the exec's stdin is the terminal's input.
+	PTY *PTYSize
+}
+
+// PTYSize is a terminal size in character cells.
+type PTYSize struct {
+	Rows, Cols uint16
 }
 
 // SpillMode says when an exec's full output is written to a spill file.

@@ -189,7 +189,7 @@ func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (int
 }
 
 // WriteStdin writes p to the stdin of the exec with id, which must have been
-// started WithStdinStream.
+// started WithStdinStream or WithPTY.
 func (c *Client) WriteStdin(ctx context.Context, id string, p []byte) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
@@ -203,6 +203,15 @@ func (c *Client) CloseStdin(ctx context.Context, id string) error {
 	defer cancel()
 	_, err := c.rpc.CloseStdin(ctx, connect.NewRequest(&runboxv1.CloseStdinRequest{Id: id}))
 	return c.opError("close stdin", id, ctx, err)
+}
+
+// Resize changes the terminal size of the exec with id, which must have been
+// started WithPTY.
+func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.Resize(ctx, connect.NewRequest(&runboxv1.ResizeRequest{Id: id, Rows: uint32(rows), Cols: uint32(cols)}))
+	return c.opError("resize", id, ctx, err)
 }
 
 // List describes every exec the daemon keeps, oldest first.

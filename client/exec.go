@@ -73,6 +73,14 @@ func WithSession(name string) ExecOption { return func(o *execOptions) { o.spec.
 // sandbox (Result.StdoutSpill, StderrSpill).
 func WithSpill(m runbox.SpillMode) ExecOption { return func(o *execOptions) { o.spec.Spill = m } }
 
+// WithPTY runs the command on a pseudo-terminal of rows × cols: it sees a
+// terminal on stdin, stdout and stderr, all its output arrives as stdout, and
+// WriteStdin types into the terminal (CloseStdin types ^D). Resize changes
+// the size later.
+func WithPTY(rows, cols uint16) ExecOption {
+	return func(o *execOptions) { o.spec.PTY = &runbox.PTYSize{Rows: rows, Cols: cols} }
+}
+
 // WithLogin runs the command in a login shell.
 func WithLogin() ExecOption { return func(o *execOptions) { o.spec.Login = true } }
 
@@ -366,13 +374,18 @@ func (p *Process) Signal(ctx context.Context, sig syscall.Signal) error {
 	return err
 }
 
-// WriteStdin writes to the exec's stdin (started WithStdinStream).
+// WriteStdin writes to the exec's stdin (started WithStdinStream or WithPTY).
 func (p *Process) WriteStdin(ctx context.Context, b []byte) error {
 	return p.c.WriteStdin(ctx, p.id, b)
 }
 
 // CloseStdin closes the exec's stdin.
 func (p *Process) CloseStdin(ctx context.Context) error { return p.c.CloseStdin(ctx, p.id) }
+
+// Resize changes the terminal size of an exec started WithPTY.
+func (p *Process) Resize(ctx context.Context, rows, cols uint16) error {
+	return p.c.Resize(ctx, p.id, rows, cols)
+}
 
 // Output follows the exec's output from sequence number fromSeq (0 or 1:
 // from the start, as far as the daemon's ring reaches) on a stream of its

@@ -34,7 +34,11 @@ Put "--" before COMMAND when it has flags of its own.
 
 Output streams to this terminal as it arrives, stdout and stderr apart; with
 --json one JSON object is printed when the command ends instead. A timeout is
-reported on stderr as "runbox: timed out after D".`,
+reported on stderr as "runbox: timed out after D".
+
+With -t the command runs on a pseudo-terminal the size of this one, resized
+with it; -t -i also types this process's stdin into it (raw mode when stdin
+is a terminal, restored on exit). runbox sh SANDBOX opens an interactive shell.`,
 		Args: func(c *cobra.Command, args []string) error {
 			_, _, err := splitCommand(c, args, 1)
 			return err
@@ -75,7 +79,7 @@ func (f *execFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cwd, "cwd", "", "working directory (default: the sandbox's)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable: K=V, or K to pass this process's value")
 	fs.BoolVarP(&f.interactive, "interactive", "i", false, "stream this process's stdin to the command (default: stdin is /dev/null)")
-	fs.BoolVarP(&f.tty, "tty", "t", false, "run on a PTY (not implemented yet)")
+	fs.BoolVarP(&f.tty, "tty", "t", false, "run on a PTY sized like this terminal (all output arrives as stdout; with -i, a terminal stdin is put in raw mode)")
 	fs.BoolVar(&f.login, "login", false, "run the shell as a login shell")
 	fs.BoolVar(&f.detach, "detach", false, "start the command, print its exec id and return")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of streaming output")
@@ -84,8 +88,6 @@ func (f *execFlags) add(fs *pflag.FlagSet) {
 // check refuses flags runbox cannot honour yet, and nonsense combinations.
 func (f *execFlags) check() error {
 	switch {
-	case f.tty:
-		return fmt.Errorf("--tty: PTYs are not implemented yet: %w", errors.ErrUnsupported)
 	case f.timeout < 0 || f.grace < 0 || f.idle < 0:
 		return fmt.Errorf("--timeout, --grace and --idle-timeout must not be negative: %w", runbox.ErrInvalidSpec)
 	case f.detach && (f.interactive || f.json):
@@ -169,6 +171,10 @@ func specFor(command []string) runbox.ExecSpec {
 func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, command []string, f *execFlags) error {
 	spec := specFor(command)
 	opts := f.options()
+	if f.tty {
+		rows, cols := a.termSize()
+		opts = append(opts, client.WithPTY(rows, cols))
+	}
 
 	if f.detach {
 		p, err := cl.StartSpec(ctx, spec, opts...)
@@ -184,8 +190,8 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 	}
 	var res runbox.Result
 	var err error
-	if f.interactive {
-		res, err = a.execInteractive(ctx, cl, spec, opts)
+	if f.interactive || f.tty {
+		res, err = a.execStarted(ctx, cl, spec, opts, f.interactive, f.tty)
 	} else {
 		res, err = cl.ExecSpec(ctx, spec, opts...)
 	}
@@ -210,35 +216,6 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		return &ExitError{Code: res.ExitCode}
 	}
 	return nil
-}
-
-// execInteractive starts the exec with a live stdin and feeds it this
-// process's stdin as it arrives; end of input closes the exec's stdin.
-func (a *app) execInteractive(ctx context.Context, cl *client.Client, spec runbox.ExecSpec, opts []client.ExecOption) (runbox.Result, error) {
-	opts = append(opts, client.WithStdinStream())
-	p, err := cl.StartSpec(ctx, spec, opts...)
-	if err != nil {
-		return runbox.Result{}, err
-	}
-	// The pump ends at end of input or when the exec stops taking stdin. A
-	// read blocked on a terminal outlives the exec; the process exits soon
-	// after anyway.
-	go func() {
-		buf := make([]byte, 32<<10)
-		for {
-			n, rerr := a.stdin.Read(buf)
-			if n > 0 {
-				if err := p.WriteStdin(ctx, buf[:n]); err != nil {
-					return
-				}
-			}
-			if rerr != nil {
-				p.CloseStdin(ctx)
-				return
-			}
-		}
-	}()
-	return p.Wait(ctx)
 }
 
 // reportStop says on stderr why runbox stopped the command, if it did.

@@ -17,10 +17,22 @@ const ptyEOF = 0x04
 // defaultPTYTerm is TERM for a pty exec whose request sets none.
 const defaultPTYTerm = "xterm-256color"
 
-// openPTY opens a pseudo-terminal of the given size. The master is returned
-// in non-blocking mode so that read deadlines (the drain bound) apply to it;
-// the slave is for the child.
+// Size of a pty whose request gives zero rows or columns.
+const (
+	defaultPTYRows = 24
+	defaultPTYCols = 80
+)
+
+// openPTY opens a pseudo-terminal of the given size (zero dimensions take
+// the 24×80 default). The master is returned in non-blocking mode so that
+// read deadlines (the drain bound) apply to it; the slave is for the child.
 func openPTY(size runbox.PTYSize) (master, slave *os.File, err error) {
+	if size.Rows == 0 {
+		size.Rows = defaultPTYRows
+	}
+	if size.Cols == 0 {
+		size.Cols = defaultPTYCols
+	}
 	m, slave, err := pty.Open()
 	if err != nil {
 		return nil, nil, err

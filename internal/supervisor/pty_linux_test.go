@@ -26,9 +26,9 @@ func TestPTYSeesTerminalOfRequestedSize(t *testing.T) {
 			if len(r.Stderr) != 0 {
 				t.Errorf("stderr %q, want nothing (the pty is stdout)", r.Stderr)
 			}
-			r = run(t, s, runbox.ExecSpec{Command: `echo "$TERM"`, PTY: &runbox.PTYSize{Rows: 5, Cols: 5}, Env: map[string]string{"TERM": "vt100"}})
-			if got := string(r.Stdout); got != "vt100\r\n" {
-				t.Errorf("TERM from request: %q", got)
+			r = run(t, s, runbox.ExecSpec{Command: `echo "$TERM $PAGER"; stty size`, PTY: &runbox.PTYSize{}, Env: map[string]string{"TERM": "vt100"}})
+			if got := string(r.Stdout); got != "vt100 \r\n24 80\r\n" {
+				t.Errorf("TERM from request, no PAGER default, default size: %q", got)
 			}
 		})
 	}

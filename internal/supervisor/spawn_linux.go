@@ -272,8 +272,9 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	}
 	e.mu.Unlock()
 	if stdinW != nil {
-		e.stdin = stdinW
-		e.pty = ptyMaster
+		e.stdinMu.Lock()
+		e.stdin, e.pty = stdinW, ptyMaster
+		e.stdinMu.Unlock()
 		if spec.Stdin != nil {
 			e.stdinFeed.Go(func() { e.feedStdin(spec.Stdin, !spec.StdinStream) })
 		}

@@ -198,6 +198,9 @@ type ExecSpec struct {
 	TailBytes     int64                  `protobuf:"varint,13,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
 	Session       string                 `protobuf:"bytes,14,opt,name=session,proto3" json:"session,omitempty"`
 	Spill         SpillMode              `protobuf:"varint,15,opt,name=spill,proto3,enum=runbox.v1.SpillMode" json:"spill,omitempty"`
+	// pty runs the command on a pseudo-terminal of this size: stdin, stdout and
+	// stderr are the terminal, and all output arrives as stdout.
+	Pty           *PtySize `protobuf:"bytes,16,opt,name=pty,proto3" json:"pty,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -337,6 +340,66 @@ func (x *ExecSpec) GetSpill() SpillMode {
 	return SpillMode_SPILL_MODE_UNSPECIFIED
 }
 
+func (x *ExecSpec) GetPty() *PtySize {
+	if x != nil {
+		return x.Pty
+	}
+	return nil
+}
+
+// PtySize is a terminal size in character cells.
+type PtySize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PtySize) Reset() {
+	*x = PtySize{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PtySize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PtySize) ProtoMessage() {}
+
+func (x *PtySize) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
+func (*PtySize) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PtySize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *PtySize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 type RunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Spec  *ExecSpec              `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
@@ -349,7 +412,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -361,7 +424,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -374,7 +437,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{1}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RunRequest) GetSpec() *ExecSpec {
@@ -403,7 +466,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +478,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +491,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{2}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AttachRequest) GetId() string {
@@ -467,7 +530,7 @@ type ExecEvent struct {
 
 func (x *ExecEvent) Reset() {
 	*x = ExecEvent{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -479,7 +542,7 @@ func (x *ExecEvent) String() string {
 func (*ExecEvent) ProtoMessage() {}
 
 func (x *ExecEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +555,7 @@ func (x *ExecEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecEvent.ProtoReflect.Descriptor instead.
 func (*ExecEvent) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{3}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExecEvent) GetEvent() isExecEvent_Event {
@@ -578,7 +641,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -590,7 +653,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -603,7 +666,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{4}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Started) GetId() string {
@@ -638,7 +701,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -650,7 +713,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -663,7 +726,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{5}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Output) GetStream() Stream {
@@ -700,7 +763,7 @@ type Gap struct {
 
 func (x *Gap) Reset() {
 	*x = Gap{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +775,7 @@ func (x *Gap) String() string {
 func (*Gap) ProtoMessage() {}
 
 func (x *Gap) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +788,7 @@ func (x *Gap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gap.ProtoReflect.Descriptor instead.
 func (*Gap) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{6}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Gap) GetFromSeq() uint64 {
@@ -758,7 +821,7 @@ type Exited struct {
 
 func (x *Exited) Reset() {
 	*x = Exited{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -770,7 +833,7 @@ func (x *Exited) String() string {
 func (*Exited) ProtoMessage() {}
 
 func (x *Exited) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -783,7 +846,7 @@ func (x *Exited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exited.ProtoReflect.Descriptor instead.
 func (*Exited) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{7}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Exited) GetResult() *Result {
@@ -822,7 +885,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +897,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +910,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{8}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Result) GetId() string {
@@ -1007,7 +1070,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1019,7 +1082,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1032,7 +1095,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{9}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1059,7 +1122,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1071,7 +1134,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1084,7 +1147,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{10}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelResponse) GetKnown() bool {
@@ -1104,7 +1167,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1116,7 +1179,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1129,7 +1192,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{11}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SignalRequest) GetId() string {
@@ -1155,7 +1218,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1230,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1243,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{12}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SignalResponse) GetSignalled() int32 {
@@ -1200,7 +1263,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1275,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1288,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{13}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WriteStdinRequest) GetId() string {
@@ -1250,7 +1313,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1262,7 +1325,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1275,7 +1338,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{14}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{15}
 }
 
 type CloseStdinRequest struct {
@@ -1287,7 +1350,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1362,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1375,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{15}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CloseStdinRequest) GetId() string {
@@ -1330,7 +1393,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1405,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1418,103 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{16}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{17}
+}
+
+type ResizeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,3,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeRequest) Reset() {
+	*x = ResizeRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeRequest) ProtoMessage() {}
+
+func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
+func (*ResizeRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ResizeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResizeRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ResizeRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ResizeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeResponse) Reset() {
+	*x = ResizeResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeResponse) ProtoMessage() {}
+
+func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
+func (*ResizeResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{19}
 }
 
 type ListRequest struct {
@@ -1366,7 +1525,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1537,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1550,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{17}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{20}
 }
 
 type ListResponse struct {
@@ -1403,7 +1562,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1415,7 +1574,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1428,7 +1587,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{18}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListResponse) GetExecs() []*ExecInfo {
@@ -1453,7 +1612,7 @@ type ExecInfo struct {
 
 func (x *ExecInfo) Reset() {
 	*x = ExecInfo{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1624,7 @@ func (x *ExecInfo) String() string {
 func (*ExecInfo) ProtoMessage() {}
 
 func (x *ExecInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1637,7 @@ func (x *ExecInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInfo.ProtoReflect.Descriptor instead.
 func (*ExecInfo) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{19}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExecInfo) GetId() string {
@@ -1538,7 +1697,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1550,7 +1709,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1563,7 +1722,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{20}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{23}
 }
 
 type InfoResponse struct {
@@ -1584,7 +1743,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1755,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1768,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{21}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *InfoResponse) GetVersion() string {
@@ -1684,7 +1843,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1696,7 +1855,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1709,7 +1868,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{22}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ShutdownRequest) GetGraceMs() int64 {
@@ -1727,7 +1886,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1898,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1911,7 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{23}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{26}
 }
 
 type Session struct {
@@ -1767,7 +1926,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1779,7 +1938,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1792,7 +1951,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{24}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Session) GetName() string {
@@ -1831,7 +1990,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +2002,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +2015,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{25}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{28}
 }
 
 type ListSessionsResponse struct {
@@ -1868,7 +2027,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +2039,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +2052,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{26}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -1912,7 +2071,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2083,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2096,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{27}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteSessionRequest) GetName() string {
@@ -1955,7 +2114,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1967,7 +2126,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1980,14 +2139,14 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{28}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{31}
 }
 
 var File_runbox_v1_runbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
-	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\xf7\x03\n" +
+	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\x9d\x04\n" +
 	"\bExecSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
@@ -2007,10 +2166,14 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
 	"tail_bytes\x18\r \x01(\x03R\ttailBytes\x12\x18\n" +
 	"\asession\x18\x0e \x01(\tR\asession\x12*\n" +
-	"\x05spill\x18\x0f \x01(\x0e2\x14.runbox.v1.SpillModeR\x05spill\x1a6\n" +
+	"\x05spill\x18\x0f \x01(\x0e2\x14.runbox.v1.SpillModeR\x05spill\x12$\n" +
+	"\x03pty\x18\x10 \x01(\v2\x12.runbox.v1.PtySizeR\x03pty\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"Z\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\aPtySize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"Z\n" +
 	"\n" +
 	"RunRequest\x12'\n" +
 	"\x04spec\x18\x01 \x01(\v2\x13.runbox.v1.ExecSpecR\x04spec\x12#\n" +
@@ -2079,7 +2242,12 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x12WriteStdinResponse\"#\n" +
 	"\x11CloseStdinRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"\x14\n" +
-	"\x12CloseStdinResponse\"\r\n" +
+	"\x12CloseStdinResponse\"G\n" +
+	"\rResizeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x10\n" +
+	"\x0eResizeResponse\"\r\n" +
 	"\vListRequest\"9\n" +
 	"\fListResponse\x12)\n" +
 	"\x05execs\x18\x01 \x03(\v2\x13.runbox.v1.ExecInfoR\x05execs\"\xf1\x01\n" +
@@ -2133,7 +2301,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x13EXEC_STATE_STARTING\x10\x01\x12\x16\n" +
 	"\x12EXEC_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13EXEC_STATE_STOPPING\x10\x03\x12\x15\n" +
-	"\x11EXEC_STATE_EXITED\x10\x042\xf1\x05\n" +
+	"\x11EXEC_STATE_EXITED\x10\x042\xb0\x06\n" +
 	"\rRunboxService\x124\n" +
 	"\x03Run\x12\x15.runbox.v1.RunRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12:\n" +
 	"\x06Attach\x12\x18.runbox.v1.AttachRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12=\n" +
@@ -2142,7 +2310,8 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
 	"WriteStdin\x12\x1c.runbox.v1.WriteStdinRequest\x1a\x1d.runbox.v1.WriteStdinResponse\x12I\n" +
 	"\n" +
-	"CloseStdin\x12\x1c.runbox.v1.CloseStdinRequest\x1a\x1d.runbox.v1.CloseStdinResponse\x127\n" +
+	"CloseStdin\x12\x1c.runbox.v1.CloseStdinRequest\x1a\x1d.runbox.v1.CloseStdinResponse\x12=\n" +
+	"\x06Resize\x12\x18.runbox.v1.ResizeRequest\x1a\x19.runbox.v1.ResizeResponse\x127\n" +
 	"\x04List\x12\x16.runbox.v1.ListRequest\x1a\x17.runbox.v1.ListResponse\x127\n" +
 	"\x04Info\x12\x16.runbox.v1.InfoRequest\x1a\x17.runbox.v1.InfoResponse\x12C\n" +
 	"\bShutdown\x12\x1a.runbox.v1.ShutdownRequest\x1a\x1b.runbox.v1.ShutdownResponse\x12O\n" +
@@ -2162,83 +2331,89 @@ func file_runbox_v1_runbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_runbox_v1_runbox_proto_goTypes = []any{
 	(Stream)(0),                   // 0: runbox.v1.Stream
 	(SpillMode)(0),                // 1: runbox.v1.SpillMode
 	(ExecState)(0),                // 2: runbox.v1.ExecState
 	(*ExecSpec)(nil),              // 3: runbox.v1.ExecSpec
-	(*RunRequest)(nil),            // 4: runbox.v1.RunRequest
-	(*AttachRequest)(nil),         // 5: runbox.v1.AttachRequest
-	(*ExecEvent)(nil),             // 6: runbox.v1.ExecEvent
-	(*Started)(nil),               // 7: runbox.v1.Started
-	(*Output)(nil),                // 8: runbox.v1.Output
-	(*Gap)(nil),                   // 9: runbox.v1.Gap
-	(*Exited)(nil),                // 10: runbox.v1.Exited
-	(*Result)(nil),                // 11: runbox.v1.Result
-	(*CancelRequest)(nil),         // 12: runbox.v1.CancelRequest
-	(*CancelResponse)(nil),        // 13: runbox.v1.CancelResponse
-	(*SignalRequest)(nil),         // 14: runbox.v1.SignalRequest
-	(*SignalResponse)(nil),        // 15: runbox.v1.SignalResponse
-	(*WriteStdinRequest)(nil),     // 16: runbox.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 17: runbox.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),     // 18: runbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),    // 19: runbox.v1.CloseStdinResponse
-	(*ListRequest)(nil),           // 20: runbox.v1.ListRequest
-	(*ListResponse)(nil),          // 21: runbox.v1.ListResponse
-	(*ExecInfo)(nil),              // 22: runbox.v1.ExecInfo
-	(*InfoRequest)(nil),           // 23: runbox.v1.InfoRequest
-	(*InfoResponse)(nil),          // 24: runbox.v1.InfoResponse
-	(*ShutdownRequest)(nil),       // 25: runbox.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 26: runbox.v1.ShutdownResponse
-	(*Session)(nil),               // 27: runbox.v1.Session
-	(*ListSessionsRequest)(nil),   // 28: runbox.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 29: runbox.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 30: runbox.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil), // 31: runbox.v1.DeleteSessionResponse
-	nil,                           // 32: runbox.v1.ExecSpec.EnvEntry
+	(*PtySize)(nil),               // 4: runbox.v1.PtySize
+	(*RunRequest)(nil),            // 5: runbox.v1.RunRequest
+	(*AttachRequest)(nil),         // 6: runbox.v1.AttachRequest
+	(*ExecEvent)(nil),             // 7: runbox.v1.ExecEvent
+	(*Started)(nil),               // 8: runbox.v1.Started
+	(*Output)(nil),                // 9: runbox.v1.Output
+	(*Gap)(nil),                   // 10: runbox.v1.Gap
+	(*Exited)(nil),                // 11: runbox.v1.Exited
+	(*Result)(nil),                // 12: runbox.v1.Result
+	(*CancelRequest)(nil),         // 13: runbox.v1.CancelRequest
+	(*CancelResponse)(nil),        // 14: runbox.v1.CancelResponse
+	(*SignalRequest)(nil),         // 15: runbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 16: runbox.v1.SignalResponse
+	(*WriteStdinRequest)(nil),     // 17: runbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 18: runbox.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),     // 19: runbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),    // 20: runbox.v1.CloseStdinResponse
+	(*ResizeRequest)(nil),         // 21: runbox.v1.ResizeRequest
+	(*ResizeResponse)(nil),        // 22: runbox.v1.ResizeResponse
+	(*ListRequest)(nil),           // 23: runbox.v1.ListRequest
+	(*ListResponse)(nil),          // 24: runbox.v1.ListResponse
+	(*ExecInfo)(nil),              // 25: runbox.v1.ExecInfo
+	(*InfoRequest)(nil),           // 26: runbox.v1.InfoRequest
+	(*InfoResponse)(nil),          // 27: runbox.v1.InfoResponse
+	(*ShutdownRequest)(nil),       // 28: runbox.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 29: runbox.v1.ShutdownResponse
+	(*Session)(nil),               // 30: runbox.v1.Session
+	(*ListSessionsRequest)(nil),   // 31: runbox.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 32: runbox.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 33: runbox.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil), // 34: runbox.v1.DeleteSessionResponse
+	nil,                           // 35: runbox.v1.ExecSpec.EnvEntry
 }
 var file_runbox_v1_runbox_proto_depIdxs = []int32{
-	32, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
+	35, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
 	1,  // 1: runbox.v1.ExecSpec.spill:type_name -> runbox.v1.SpillMode
-	3,  // 2: runbox.v1.RunRequest.spec:type_name -> runbox.v1.ExecSpec
-	7,  // 3: runbox.v1.ExecEvent.started:type_name -> runbox.v1.Started
-	8,  // 4: runbox.v1.ExecEvent.output:type_name -> runbox.v1.Output
-	10, // 5: runbox.v1.ExecEvent.exited:type_name -> runbox.v1.Exited
-	9,  // 6: runbox.v1.ExecEvent.gap:type_name -> runbox.v1.Gap
-	0,  // 7: runbox.v1.Output.stream:type_name -> runbox.v1.Stream
-	11, // 8: runbox.v1.Exited.result:type_name -> runbox.v1.Result
-	22, // 9: runbox.v1.ListResponse.execs:type_name -> runbox.v1.ExecInfo
-	2,  // 10: runbox.v1.ExecInfo.state:type_name -> runbox.v1.ExecState
-	11, // 11: runbox.v1.ExecInfo.result:type_name -> runbox.v1.Result
-	27, // 12: runbox.v1.ListSessionsResponse.sessions:type_name -> runbox.v1.Session
-	4,  // 13: runbox.v1.RunboxService.Run:input_type -> runbox.v1.RunRequest
-	5,  // 14: runbox.v1.RunboxService.Attach:input_type -> runbox.v1.AttachRequest
-	12, // 15: runbox.v1.RunboxService.Cancel:input_type -> runbox.v1.CancelRequest
-	14, // 16: runbox.v1.RunboxService.Signal:input_type -> runbox.v1.SignalRequest
-	16, // 17: runbox.v1.RunboxService.WriteStdin:input_type -> runbox.v1.WriteStdinRequest
-	18, // 18: runbox.v1.RunboxService.CloseStdin:input_type -> runbox.v1.CloseStdinRequest
-	20, // 19: runbox.v1.RunboxService.List:input_type -> runbox.v1.ListRequest
-	23, // 20: runbox.v1.RunboxService.Info:input_type -> runbox.v1.InfoRequest
-	25, // 21: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
-	28, // 22: runbox.v1.RunboxService.ListSessions:input_type -> runbox.v1.ListSessionsRequest
-	30, // 23: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
-	6,  // 24: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
-	6,  // 25: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
-	13, // 26: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
-	15, // 27: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
-	17, // 28: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
-	19, // 29: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
-	21, // 30: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
-	24, // 31: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
-	26, // 32: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
-	29, // 33: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
-	31, // 34: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	4,  // 2: runbox.v1.ExecSpec.pty:type_name -> runbox.v1.PtySize
+	3,  // 3: runbox.v1.RunRequest.spec:type_name -> runbox.v1.ExecSpec
+	8,  // 4: runbox.v1.ExecEvent.started:type_name -> runbox.v1.Started
+	9,  // 5: runbox.v1.ExecEvent.output:type_name -> runbox.v1.Output
+	11, // 6: runbox.v1.ExecEvent.exited:type_name -> runbox.v1.Exited
+	10, // 7: runbox.v1.ExecEvent.gap:type_name -> runbox.v1.Gap
+	0,  // 8: runbox.v1.Output.stream:type_name -> runbox.v1.Stream
+	12, // 9: runbox.v1.Exited.result:type_name -> runbox.v1.Result
+	25, // 10: runbox.v1.ListResponse.execs:type_name -> runbox.v1.ExecInfo
+	2,  // 11: runbox.v1.ExecInfo.state:type_name -> runbox.v1.ExecState
+	12, // 12: runbox.v1.ExecInfo.result:type_name -> runbox.v1.Result
+	30, // 13: runbox.v1.ListSessionsResponse.sessions:type_name -> runbox.v1.Session
+	5,  // 14: runbox.v1.RunboxService.Run:input_type -> runbox.v1.RunRequest
+	6,  // 15: runbox.v1.RunboxService.Attach:input_type -> runbox.v1.AttachRequest
+	13, // 16: runbox.v1.RunboxService.Cancel:input_type -> runbox.v1.CancelRequest
+	15, // 17: runbox.v1.RunboxService.Signal:input_type -> runbox.v1.SignalRequest
+	17, // 18: runbox.v1.RunboxService.WriteStdin:input_type -> runbox.v1.WriteStdinRequest
+	19, // 19: runbox.v1.RunboxService.CloseStdin:input_type -> runbox.v1.CloseStdinRequest
+	21, // 20: runbox.v1.RunboxService.Resize:input_type -> runbox.v1.ResizeRequest
+	23, // 21: runbox.v1.RunboxService.List:input_type -> runbox.v1.ListRequest
+	26, // 22: runbox.v1.RunboxService.Info:input_type -> runbox.v1.InfoRequest
+	28, // 23: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
+	31, // 24: runbox.v1.RunboxService.ListSessions:input_type -> runbox.v1.ListSessionsRequest
+	33, // 25: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
+	7,  // 26: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
+	7,  // 27: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
+	14, // 28: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
+	16, // 29: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
+	18, // 30: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
+	20, // 31: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
+	22, // 32: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
+	24, // 33: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
+	27, // 34: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
+	29, // 35: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
+	32, // 36: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
+	34, // 37: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
+	26, // [26:38] is the sub-list for method output_type
+	14, // [14:26] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_runbox_proto_init() }
@@ -2246,7 +2421,7 @@ func file_runbox_v1_runbox_proto_init() {
 	if File_runbox_v1_runbox_proto != nil {
 		return
 	}
-	file_runbox_v1_runbox_proto_msgTypes[3].OneofWrappers = []any{
+	file_runbox_v1_runbox_proto_msgTypes[4].OneofWrappers = []any{
 		(*ExecEvent_Started)(nil),
 		(*ExecEvent_Output)(nil),
 		(*ExecEvent_Exited)(nil),
@@ -2258,7 +2433,7 @@ func file_runbox_v1_runbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_runbox_proto_rawDesc), len(file_runbox_v1_runbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

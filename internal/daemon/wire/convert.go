@@ -135,8 +135,29 @@ func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
 		TailBytes:     int64(s.TailBytes),
 		Session:       s.Session,
 		Spill:         SpillToProto(s.Spill),
+		Pty:           PTYToProto(s.PTY),
 	}
 }
+
+// PTYToProto converts a terminal size; nil (no pty) stays nil.
+func PTYToProto(p *runbox.PTYSize) *runboxv1.PtySize {
+	if p == nil {
+		return nil
+	}
+	return &runboxv1.PtySize{Rows: uint32(p.Rows), Cols: uint32(p.Cols)}
+}
+
+// PTYFromProto converts a wire terminal size; nil (no pty) stays nil.
+// Dimensions beyond 65535 are clamped.
+func PTYFromProto(p *runboxv1.PtySize) *runbox.PTYSize {
+	if p == nil {
+		return nil
+	}
+	return &runbox.PTYSize{Rows: ClampSize(p.GetRows()), Cols: ClampSize(p.GetCols())}
+}
+
+// ClampSize fits a wire terminal dimension into a uint16.
+func ClampSize(n uint32) uint16 { return uint16(min(n, 0xffff)) }
 
 // SpecFromProto converts a wire ExecSpec; nil gives the zero spec.
 func SpecFromProto(p *runboxv1.ExecSpec) runbox.ExecSpec {
@@ -159,6 +180,7 @@ func SpecFromProto(p *runboxv1.ExecSpec) runbox.ExecSpec {
 		TailBytes:   int(p.GetTailBytes()),
 		Session:     p.GetSession(),
 		Spill:       SpillFromProto(p.GetSpill()),
+		PTY:         PTYFromProto(p.GetPty()),
 	}
 }
 

@@ -121,6 +121,7 @@ func TestRoundTripDomain(t *testing.T) {
 		TailBytes:   20,
 		Session:     "s1",
 		Spill:       runbox.SpillNever,
+		PTY:         &runbox.PTYSize{Rows: 24, Cols: 80},
 	}
 	res := fullResult()
 	info := runbox.ExecInfo{
@@ -172,6 +173,7 @@ func TestRoundTripProto(t *testing.T) {
 		Env: map[string]string{"A": "1"}, Cwd: "/", Stdin: []byte("in"), StdinStream: true,
 		TimeoutMs: 1, IdleTimeoutMs: 2, GraceMs: 3, HeadBytes: 4, TailBytes: 5,
 		Session: "s1", Spill: runboxv1.SpillMode_SPILL_MODE_ALWAYS,
+		Pty: &runboxv1.PtySize{Rows: 30, Cols: 100},
 	}
 	res := &runboxv1.Result{
 		Id: "exec-1", ExitCode: 137, Signal: "KILL", TimedOut: true, Cancelled: true,

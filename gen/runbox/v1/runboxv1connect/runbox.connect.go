@@ -50,6 +50,8 @@ const (
 	// RunboxServiceCloseStdinProcedure is the fully-qualified name of the RunboxService's CloseStdin
 	// RPC.
 	RunboxServiceCloseStdinProcedure = "/runbox.v1.RunboxService/CloseStdin"
+	// RunboxServiceResizeProcedure is the fully-qualified name of the RunboxService's Resize RPC.
+	RunboxServiceResizeProcedure = "/runbox.v1.RunboxService/Resize"
 	// RunboxServiceListProcedure is the fully-qualified name of the RunboxService's List RPC.
 	RunboxServiceListProcedure = "/runbox.v1.RunboxService/List"
 	// RunboxServiceInfoProcedure is the fully-qualified name of the RunboxService's Info RPC.
@@ -80,6 +82,8 @@ type RunboxServiceClient interface {
 	WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error)
 	// CloseStdin closes an exec's stdin.
 	CloseStdin(context.Context, *connect.Request[v1.CloseStdinRequest]) (*connect.Response[v1.CloseStdinResponse], error)
+	// Resize changes the terminal size of an exec started with a pty.
+	Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error)
 	// List returns every exec the daemon keeps.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	// Info describes the daemon.
@@ -139,6 +143,12 @@ func NewRunboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(runboxServiceMethods.ByName("CloseStdin")),
 			connect.WithClientOptions(opts...),
 		),
+		resize: connect.NewClient[v1.ResizeRequest, v1.ResizeResponse](
+			httpClient,
+			baseURL+RunboxServiceResizeProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("Resize")),
+			connect.WithClientOptions(opts...),
+		),
 		list: connect.NewClient[v1.ListRequest, v1.ListResponse](
 			httpClient,
 			baseURL+RunboxServiceListProcedure,
@@ -180,6 +190,7 @@ type runboxServiceClient struct {
 	signal        *connect.Client[v1.SignalRequest, v1.SignalResponse]
 	writeStdin    *connect.Client[v1.WriteStdinRequest, v1.WriteStdinResponse]
 	closeStdin    *connect.Client[v1.CloseStdinRequest, v1.CloseStdinResponse]
+	resize        *connect.Client[v1.ResizeRequest, v1.ResizeResponse]
 	list          *connect.Client[v1.ListRequest, v1.ListResponse]
 	info          *connect.Client[v1.InfoRequest, v1.InfoResponse]
 	shutdown      *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
@@ -215,6 +226,11 @@ func (c *runboxServiceClient) WriteStdin(ctx context.Context, req *connect.Reque
 // CloseStdin calls runbox.v1.RunboxService.CloseStdin.
 func (c *runboxServiceClient) CloseStdin(ctx context.Context, req *connect.Request[v1.CloseStdinRequest]) (*connect.Response[v1.CloseStdinResponse], error) {
 	return c.closeStdin.CallUnary(ctx, req)
+}
+
+// Resize calls runbox.v1.RunboxService.Resize.
+func (c *runboxServiceClient) Resize(ctx context.Context, req *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error) {
+	return c.resize.CallUnary(ctx, req)
 }
 
 // List calls runbox.v1.RunboxService.List.
@@ -258,6 +274,8 @@ type RunboxServiceHandler interface {
 	WriteStdin(context.Context, *connect.Request[v1.WriteStdinRequest]) (*connect.Response[v1.WriteStdinResponse], error)
 	// CloseStdin closes an exec's stdin.
 	CloseStdin(context.Context, *connect.Request[v1.CloseStdinRequest]) (*connect.Response[v1.CloseStdinResponse], error)
+	// Resize changes the terminal size of an exec started with a pty.
+	Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error)
 	// List returns every exec the daemon keeps.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	// Info describes the daemon.
@@ -313,6 +331,12 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(runboxServiceMethods.ByName("CloseStdin")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runboxServiceResizeHandler := connect.NewUnaryHandler(
+		RunboxServiceResizeProcedure,
+		svc.Resize,
+		connect.WithSchema(runboxServiceMethods.ByName("Resize")),
+		connect.WithHandlerOptions(opts...),
+	)
 	runboxServiceListHandler := connect.NewUnaryHandler(
 		RunboxServiceListProcedure,
 		svc.List,
@@ -357,6 +381,8 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 			runboxServiceWriteStdinHandler.ServeHTTP(w, r)
 		case RunboxServiceCloseStdinProcedure:
 			runboxServiceCloseStdinHandler.ServeHTTP(w, r)
+		case RunboxServiceResizeProcedure:
+			runboxServiceResizeHandler.ServeHTTP(w, r)
 		case RunboxServiceListProcedure:
 			runboxServiceListHandler.ServeHTTP(w, r)
 		case RunboxServiceInfoProcedure:
@@ -398,6 +424,10 @@ func (UnimplementedRunboxServiceHandler) WriteStdin(context.Context, *connect.Re
 
 func (UnimplementedRunboxServiceHandler) CloseStdin(context.Context, *connect.Request[v1.CloseStdinRequest]) (*connect.Response[v1.CloseStdinResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.CloseStdin is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Resize is not implemented"))
 }
 
 func (UnimplementedRunboxServiceHandler) List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error) {
