@@ -183,11 +183,11 @@ func TestUsage(t *testing.T) {
 
 func TestStaticBuild(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary")
+		t.Skip("-short: this test runs `go build`; run without -short to check the static build")
 	}
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go toolchain in PATH")
+		t.Skip("no go toolchain in PATH: add /usr/local/go/bin to PATH to check the static build")
 	}
 	bin := filepath.Join(t.TempDir(), "runboxd")
 	build := exec.Command(gobin, "build", "-o", bin, ".")

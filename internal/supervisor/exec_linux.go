@@ -508,9 +508,10 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	r.Survivors = e.survivors
 	e.result = r
 	e.mu.Unlock()
-	if stopDone != nil || e.cont.empty() {
-		e.releaseIfEmpty()
-	}
+	// Free the containment now unless background processes still run (the
+	// sweep frees it once they are gone). One look at what is alive: in proc
+	// mode each look is a /proc scan.
+	e.releaseIfEmpty()
 	close(e.done)
 	if lateCancel {
 		// The cancel still means: nothing this exec started may survive.
