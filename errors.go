@@ -24,6 +24,9 @@ var (
 	ErrNotRunning = errors.New("exec not running")
 	// ErrSessionNotFound means no shell session has the given name.
 	ErrSessionNotFound = errors.New("no such session")
+	// ErrOutputLost means streamed output has a gap (see OutputGap); the
+	// exec itself is unaffected.
+	ErrOutputLost = errors.New("streamed output lost")
 	// ErrSpawn means the command could not be started (missing binary,
 	// bad working directory).
 	ErrSpawn = errors.New("cannot start command")

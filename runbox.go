@@ -2,6 +2,7 @@ package runbox
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 )
@@ -171,7 +172,37 @@ type Result struct {
 	// CwdFallbackFrom is set when the session's saved directory no longer
 	// existed: the exec started in its nearest existing parent instead.
 	CwdFallbackFrom string
+	// StreamGaps and StreamLost are set by the client, not the daemon, for
+	// a call that streamed output (WithStdout, WithStderr, WithOnChunk): the
+	// number of gaps in what was streamed and the bytes they held. A gap
+	// means the daemon's replay ring had moved past output the stream had
+	// not received, which happens only when the client was disconnected (or
+	// attached late) for longer than the ring holds; a connected client
+	// holds the command's output until it has read it. Stdout/Stderr and
+	// the spill files are not affected.
+	StreamGaps int   `wire:"-"`
+	StreamLost int64 `wire:"-"`
 }
+
+// OutputGap is a gap in streamed output: the chunks with sequence numbers
+// in [FromSeq, ToSeq) were no longer in the daemon's replay ring when the
+// stream reached them. Bytes counts the bytes lost where the stream knows
+// its position (it does not when it started at a sequence number after 1).
+// It is an error so that an output sequence can yield it; errors.Is(err,
+// ErrOutputLost) matches it.
+type OutputGap struct {
+	FromSeq, ToSeq uint64
+	Bytes          int64
+}
+
+// Error describes the gap.
+func (g *OutputGap) Error() string {
+	return fmt.Sprintf("%v: chunks %d to %d (%d bytes) left the replay ring before the stream read them",
+		ErrOutputLost, g.FromSeq, g.ToSeq-1, g.Bytes)
+}
+
+// Is makes errors.Is(g, ErrOutputLost) true.
+func (g *OutputGap) Is(target error) bool { return target == ErrOutputLost }
 
 // SessionInfo describes a shell session kept by runboxd.
 type SessionInfo struct {

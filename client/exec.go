@@ -26,7 +26,12 @@ type execOptions struct {
 	spec           runbox.ExecSpec
 	stdout, stderr io.Writer
 	onChunk        func(runbox.Chunk)
+	onGap          func(runbox.OutputGap)
 	fromSeq        uint64
+
+	// What the stream missed, reported in Result.StreamGaps/StreamLost.
+	gaps int
+	lost int64
 }
 
 // WithID sets the exec's id; without it the client generates one.
@@ -101,6 +106,13 @@ func WithStderr(w io.Writer) ExecOption { return func(o *execOptions) { o.stderr
 // order, from the goroutine running the call.
 func WithOnChunk(fn func(runbox.Chunk)) ExecOption { return func(o *execOptions) { o.onChunk = fn } }
 
+// WithOnGap calls fn for every gap in the streamed output (see
+// runbox.OutputGap), from the goroutine running the call. The Result counts
+// gaps either way.
+func WithOnGap(fn func(runbox.OutputGap)) ExecOption {
+	return func(o *execOptions) { o.onGap = fn }
+}
+
 // WithFromSeq makes Attach replay output from sequence number seq (default:
 // from the start, as far as the daemon's ring reaches).
 func WithFromSeq(seq uint64) ExecOption { return func(o *execOptions) { o.fromSeq = seq } }
@@ -129,6 +141,22 @@ func (o *execOptions) deliver(c runbox.Chunk) {
 	case c.Stream == runbox.Stderr && o.stderr != nil:
 		_, _ = o.stderr.Write(c.Data)
 	}
+}
+
+// noteGap records a gap in the streamed output.
+func (o *execOptions) noteGap(g runbox.OutputGap) {
+	o.gaps++
+	o.lost += g.Bytes
+	if o.onGap != nil {
+		o.onGap(g)
+	}
+}
+
+// result completes a daemon's result with what only the client knows.
+func (o *execOptions) result(p *runboxv1.Result) runbox.Result {
+	r := wire.ResultFromProto(p)
+	r.StreamGaps, r.StreamLost = o.gaps, o.lost
+	return r
 }
 
 // newExecID returns a fresh exec id. The client always chooses the id, so a
@@ -199,8 +227,10 @@ func (c *Client) Attach(ctx context.Context, id string, opts ...ExecOption) (run
 		switch e := ev.GetEvent().(type) {
 		case *runboxv1.ExecEvent_Output:
 			o.deliver(wire.ChunkFromProto(e.Output))
+		case *runboxv1.ExecEvent_Gap:
+			o.noteGap(wire.GapFromProto(e.Gap))
 		case *runboxv1.ExecEvent_Exited:
-			return wire.ResultFromProto(e.Exited.GetResult()), nil
+			return o.result(e.Exited.GetResult()), nil
 		}
 	}
 }
@@ -340,8 +370,10 @@ func (p *Process) drive(ctx context.Context, untilStarted bool) (res runbox.Resu
 			}
 		case *runboxv1.ExecEvent_Output:
 			p.opts.deliver(wire.ChunkFromProto(e.Output))
+		case *runboxv1.ExecEvent_Gap:
+			p.opts.noteGap(wire.GapFromProto(e.Gap))
 		case *runboxv1.ExecEvent_Exited:
-			res := wire.ResultFromProto(e.Exited.GetResult())
+			res := p.opts.result(e.Exited.GetResult())
 			if unwatch() {
 				return res, false, p.c.opError("exec", p.id, context.Background(), ctx.Err())
 			}
@@ -389,8 +421,10 @@ func (p *Process) Resize(ctx context.Context, rows, cols uint16) error {
 
 // Output follows the exec's output from sequence number fromSeq (0 or 1:
 // from the start, as far as the daemon's ring reaches) on a stream of its
-// own, until the exec has ended. A failure is yielded once, as the error of
-// a zero Chunk, and ends the sequence. Ending ctx ends the sequence with
+// own, until the exec has ended. A gap in the output (see runbox.OutputGap)
+// is yielded as a *runbox.OutputGap error with a zero Chunk, and the
+// sequence goes on. Any other failure is yielded once, as the error of a
+// zero Chunk, and ends the sequence. Ending ctx ends the sequence with
 // ctx's error; the exec keeps running.
 func (p *Process) Output(ctx context.Context, fromSeq uint64) iter.Seq2[runbox.Chunk, error] {
 	return func(yield func(runbox.Chunk, error) bool) {
@@ -407,6 +441,11 @@ func (p *Process) Output(ctx context.Context, fromSeq uint64) iter.Seq2[runbox.C
 			switch e := ev.GetEvent().(type) {
 			case *runboxv1.ExecEvent_Output:
 				if !yield(wire.ChunkFromProto(e.Output), nil) {
+					return
+				}
+			case *runboxv1.ExecEvent_Gap:
+				g := wire.GapFromProto(e.Gap)
+				if !yield(runbox.Chunk{}, &g) {
 					return
 				}
 			case *runboxv1.ExecEvent_Exited:

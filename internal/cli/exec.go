@@ -235,6 +235,14 @@ func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
 	if res.Survivors > 0 {
 		fmt.Fprintf(a.stderr, "runbox: warning: %d processes survived SIGKILL\n", res.Survivors)
 	}
+	if res.StreamGaps > 0 {
+		where := "the sandbox's replay ring no longer had it"
+		if res.StdoutSpill != "" || res.StderrSpill != "" {
+			where = "the spill files " + strings.TrimSpace(res.StdoutSpill+" "+res.StderrSpill) + " have all of it"
+		}
+		fmt.Fprintf(a.stderr, "runbox: warning: %d bytes of output are missing above (%d gaps): %s\n",
+			res.StreamLost, res.StreamGaps, where)
+	}
 }
 
 // execResult is the JSON object exec --json prints. Stdout and Stderr are the

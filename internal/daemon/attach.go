@@ -6,6 +6,7 @@ import (
 	"connectrpc.com/connect"
 
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/supervisor"
 )
 
 // Attach follows an existing exec: a started event (attached), output from
@@ -15,5 +16,10 @@ func (s *Server) Attach(ctx context.Context, req *connect.Request[runboxv1.Attac
 	if err != nil {
 		return s.rpcError("attach", err)
 	}
-	return follow(ctx, e, true, req.Msg.GetStreamOutput(), req.Msg.GetFromSeq(), stream)
+	var r *supervisor.OutputReader
+	if req.Msg.GetStreamOutput() {
+		r = e.Output(req.Msg.GetFromSeq())
+		defer r.Close()
+	}
+	return follow(ctx, e, true, r, stream)
 }

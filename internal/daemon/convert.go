@@ -19,13 +19,9 @@ func startedEvent(e *supervisor.Exec, attached bool) *runboxv1.ExecEvent {
 // outputEvent converts one OutputReader event: a chunk or a gap.
 func outputEvent(ev supervisor.OutputEvent) *runboxv1.ExecEvent {
 	if ev.Gap != nil {
-		return &runboxv1.ExecEvent{Event: &runboxv1.ExecEvent_Gap{Gap: gapToProto(*ev.Gap)}}
+		return &runboxv1.ExecEvent{Event: &runboxv1.ExecEvent_Gap{Gap: wire.GapToProto(*ev.Gap)}}
 	}
 	return &runboxv1.ExecEvent{Event: &runboxv1.ExecEvent_Output{Output: wire.ChunkToProto(*ev.Chunk)}}
-}
-
-func gapToProto(g supervisor.Gap) *runboxv1.Gap {
-	return &runboxv1.Gap{FromSeq: g.FromSeq, ToSeq: g.ToSeq, Bytes: g.Bytes}
 }
 
 func exitedEvent(e *supervisor.Exec) *runboxv1.ExecEvent {

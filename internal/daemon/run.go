@@ -17,22 +17,31 @@ import (
 // started, output when asked, and exited. If the client goes away the
 // handler returns; the exec keeps running.
 func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunRequest], stream *connect.ServerStream[runboxv1.ExecEvent]) error {
-	e, attached, err := s.sup.Start(wire.SpecFromProto(req.Msg.GetSpec()))
+	spec := wire.SpecFromProto(req.Msg.GetSpec())
+	if !req.Msg.GetStreamOutput() {
+		e, attached, err := s.sup.Start(spec)
+		if err != nil {
+			return s.rpcError("run", err)
+		}
+		return follow(ctx, e, attached, nil, stream)
+	}
+	// The reader exists before the command runs, so flow control holds the
+	// command's first bytes for this client.
+	e, r, attached, err := s.sup.StartFollowing(spec)
 	if err != nil {
 		return s.rpcError("run", err)
 	}
-	return follow(ctx, e, attached, req.Msg.GetStreamOutput(), 1, stream)
+	defer r.Close()
+	return follow(ctx, e, attached, r, stream)
 }
 
-// follow sends the started event, then (with streamOutput) every output
-// event from fromSeq, then the exited event once the result is final.
-func follow(ctx context.Context, e *supervisor.Exec, attached, streamOutput bool, fromSeq uint64, stream *connect.ServerStream[runboxv1.ExecEvent]) error {
+// follow sends the started event, then (when r is not nil) every output
+// event r reads, then the exited event once the result is final.
+func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *supervisor.OutputReader, stream *connect.ServerStream[runboxv1.ExecEvent]) error {
 	if err := stream.Send(startedEvent(e, attached)); err != nil {
 		return err
 	}
-	if streamOutput {
-		r := e.Output(fromSeq)
-		defer r.Close()
+	if r != nil {
 		for {
 			ev, err := r.Next(ctx)
 			if errors.Is(err, io.EOF) {

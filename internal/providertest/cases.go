@@ -33,6 +33,8 @@ func cases() []testCase {
 		{name: "ExitCodes", run: testExitCodes},
 		{name: "OutputSeparate", run: testOutputSeparate},
 		{name: "OutputBinary", run: testOutputBinary, heavy: true},
+		{name: "OutputSlowReader", run: testOutputSlowReader},
+		{name: "OutputGapReported", run: testOutputGapReported},
 		{name: "OutputHuge", run: testOutputHuge, heavy: true},
 		{name: "Stdin", run: testStdin},
 		{name: "BackgroundOutlivesExec", run: testBackgroundOutlivesExec},
@@ -321,25 +323,32 @@ func testOutputSeparate(t *testing.T, fx Fixture) {
 	}
 }
 
-// testOutputBinary: 10 MB of binary output with every byte value arrives
-// byte-exact, streamed and in the result, and the default result keeps its
-// exact head and tail.
-func testOutputBinary(t *testing.T, fx Fixture) {
-	s := newSandbox(t, fx)
-	// A seed whose first 256 bytes are every byte value, the rest random,
-	// of prime length so its repetitions never line up with power-of-two
-	// chunk boundaries: a lost, doubled or reordered chunk shows.
-	const seedLen, total = 65521, 10_000_000
-	seed := make([]byte, seedLen)
+// binaryOutput returns a command that writes total bytes of binary output
+// built from seed (which it reads from stdin), and the bytes it writes. The
+// seed's first 256 bytes are every byte value, the rest random; its length
+// is prime, so its repetitions never line up with power-of-two chunk
+// boundaries and a lost, doubled or reordered chunk shows.
+func binaryOutput(total int) (command string, seed, want []byte) {
+	const seedLen = 65521
+	seed = make([]byte, seedLen)
 	for i := range 256 {
 		seed[i] = byte(i)
 	}
 	rng := mrand.NewChaCha8([32]byte{'r', 'u', 'n', 'b', 'o', 'x'})
 	rng.Read(seed[256:])
-	want := bytes.Repeat(seed, total/seedLen+1)[:total]
-	f := tempPath("binary")
-	cmd := fmt.Sprintf(`f=%s; cat > $f; i=0; while [ $i -lt %d ]; do cat $f; i=$((i+1)); done | head -c %d; rm -f $f`,
-		f, total/seedLen+1, total)
+	want = bytes.Repeat(seed, total/seedLen+1)[:total]
+	command = fmt.Sprintf(`f=%s; cat > $f; i=0; while [ $i -lt %d ]; do cat $f; i=$((i+1)); done | head -c %d; rm -f $f`,
+		tempPath("binary"), total/seedLen+1, total)
+	return command, seed, want
+}
+
+// testOutputBinary: 10 MB of binary output with every byte value arrives
+// byte-exact, streamed and in the result, and the default result keeps its
+// exact head and tail.
+func testOutputBinary(t *testing.T, fx Fixture) {
+	s := newSandbox(t, fx)
+	const total = 10_000_000
+	cmd, seed, want := binaryOutput(total)
 
 	var streamed bytes.Buffer
 	res := s.exec(t, cmd, client.WithStdin(seed), client.WithStdout(&streamed), client.WithOutputLimits(16<<20, 16<<20))
@@ -352,6 +361,7 @@ func testOutputBinary(t *testing.T, fx Fixture) {
 		t.Errorf("stdout bytes %d dropped %d; want %d, 0", res.StdoutBytes, res.StdoutDropped, total)
 	}
 
+	cmd, seed, want = binaryOutput(total)
 	res = s.exec(t, cmd, client.WithStdin(seed))
 	const head, tail = 32 << 10, 32 << 10
 	if res.ExitCode != 0 {
@@ -361,6 +371,78 @@ func testOutputBinary(t *testing.T, fx Fixture) {
 	if res.StdoutBytes != total || res.StdoutDropped != total-head-tail {
 		t.Errorf("stdout bytes %d dropped %d; want %d, %d", res.StdoutBytes, res.StdoutDropped, total, total-head-tail)
 	}
+}
+
+// testOutputSlowReader: a client that consumes streamed output more slowly
+// than the command writes it still gets every byte, because the command's
+// output waits for it (flow control) instead of dropping what it has not
+// read. 10 MB outruns every buffer on the way (the pipe, the replay ring, the
+// transport's windows), so when the command exits the client is megabytes
+// behind, and the output still in flight must not be evicted from under it.
+func testOutputSlowReader(t *testing.T, fx Fixture) {
+	s := newSandbox(t, fx)
+	const total = 10_000_000
+	cmd, seed, want := binaryOutput(total)
+	w := &slowWriter{perByte: time.Second / (1 << 20)} // 1 MiB/s
+	res := s.exec(t, cmd, client.WithStdin(seed), client.WithStdout(w))
+	if res.ExitCode != 0 || res.StdoutBytes != total {
+		t.Fatalf("binary output to a slow reader: %s, %d bytes", describe(res), res.StdoutBytes)
+	}
+	if res.StreamGaps != 0 || res.StreamLost != 0 {
+		t.Errorf("a connected slow reader saw %d gaps (%d bytes lost)", res.StreamGaps, res.StreamLost)
+	}
+	// The daemon read every byte (StdoutBytes); each must reach the client.
+	sameBytes(t, fmt.Sprintf("stdout streamed to a slow reader (result counts %d bytes)", res.StdoutBytes), w.buf.Bytes(), want)
+}
+
+// testOutputGapReported: attaching after the replay ring has moved on (the
+// only way a stream can miss output) is reported, never silent: the result
+// counts the gap and its bytes exactly, and the streamed bytes plus the lost
+// ones are the whole output.
+func testOutputGapReported(t *testing.T, fx Fixture) {
+	s := newSandbox(t, fx)
+	const total = 3 << 20 // three times the default ring
+	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+	defer cancel()
+	p, err := s.c.Start(ctx, fmt.Sprintf("head -c %d /dev/zero", total))
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if res, err := p.Wait(ctx); err != nil || res.StdoutBytes != total {
+		t.Fatalf("wait: %v, %d bytes", err, res.StdoutBytes)
+	}
+	var streamed countWriter
+	var gaps []runbox.OutputGap
+	res, err := s.c.Attach(ctx, p.ID(), client.WithStdout(&streamed),
+		client.WithOnGap(func(g runbox.OutputGap) { gaps = append(gaps, g) }))
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if res.StreamGaps != 1 || len(gaps) != 1 || gaps[0].FromSeq != 1 {
+		t.Fatalf("attach after the ring moved on: %d gaps reported (%+v), want one from seq 1", res.StreamGaps, gaps)
+	}
+	if res.StreamLost == 0 || int64(streamed)+res.StreamLost != total {
+		t.Errorf("streamed %d + lost %d bytes, want %d in all", streamed, res.StreamLost, total)
+	}
+}
+
+// countWriter counts the bytes written to it.
+type countWriter int64
+
+func (w *countWriter) Write(p []byte) (int, error) {
+	*w += countWriter(len(p))
+	return len(p), nil
+}
+
+// slowWriter is an io.Writer that takes perByte for each byte written.
+type slowWriter struct {
+	perByte time.Duration
+	buf     bytes.Buffer
+}
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(time.Duration(len(p)) * w.perByte)
+	return w.buf.Write(p)
 }
 
 // testOutputHuge: 1 GB of output keeps the daemon's memory bounded and the

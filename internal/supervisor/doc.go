@@ -52,6 +52,11 @@ const (
 	// stopPollInterval is how often the stop protocol re-checks what is alive
 	// (and signals processes forked since the last look).
 	stopPollInterval = 5 * time.Millisecond
+	// drainSlackBytes is how far beyond its limit a replay ring may grow,
+	// after the leader exits, to keep output a connected client has not
+	// read yet (see outputStore.draining). Without background writers the
+	// drain reads at most a pipe's buffer, far less than this.
+	drainSlackBytes = 8 << 20
 	// readChunkSize is the largest output chunk read at once.
 	readChunkSize = 32 << 10
 	// maxIDLength bounds caller-chosen exec ids.

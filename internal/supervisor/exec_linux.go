@@ -447,8 +447,7 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	// Output already written is read; a background child holding a pipe
 	// open can delay the result by at most Drain.
 	drainBy := time.Now().Add(e.s.cfg.Drain)
-	backpressure := time.AfterFunc(e.s.cfg.Drain, e.out.stopBackpressure)
-	defer backpressure.Stop()
+	e.out.startDrain()
 	_ = stdout.SetReadDeadline(drainBy)
 	_ = stderr.SetReadDeadline(drainBy)
 	if state != nil {

@@ -13,14 +13,7 @@ import (
 // exactly one of Chunk and Gap is set.
 type OutputEvent struct {
 	Chunk *runbox.Chunk
-	Gap   *Gap
-}
-
-// Gap says the chunks with sequence numbers in [FromSeq, ToSeq) are no longer
-// in the replay ring. Bytes counts what this reader lost, where known.
-type Gap struct {
-	FromSeq, ToSeq uint64
-	Bytes          int64
+	Gap   *runbox.OutputGap
 }
 
 // ringChunk is a chunk kept for replay; off is the stream offset of its first
@@ -32,7 +25,8 @@ type ringChunk struct {
 }
 
 // ring keeps the most recent chunks of one stream, at most limit bytes (a
-// single chunk larger than limit is kept alone).
+// single chunk larger than limit is kept alone). The owning store decides
+// what to evict; the ring only stores.
 type ring struct {
 	limit  int
 	bytes  int
@@ -40,15 +34,16 @@ type ring struct {
 	chunks []ringChunk
 }
 
-func (r *ring) add(seq uint64, data []byte) {
-	for len(r.chunks) > 0 && r.bytes+len(data) > r.limit {
-		r.bytes -= len(r.chunks[0].data)
-		r.chunks[0] = ringChunk{}
-		r.chunks = r.chunks[1:]
-	}
+func (r *ring) push(seq uint64, data []byte) {
 	r.chunks = append(r.chunks, ringChunk{seq: seq, off: r.total, data: data})
 	r.bytes += len(data)
 	r.total += int64(len(data))
+}
+
+func (r *ring) evictOldest() {
+	r.bytes -= len(r.chunks[0].data)
+	r.chunks[0] = ringChunk{}
+	r.chunks = r.chunks[1:]
 }
 
 // firstFrom returns the index of the first chunk with seq >= seq, or -1.
@@ -130,10 +125,14 @@ type outputStore struct {
 	// followers are the readers a connected client is consuming live. The
 	// stream's reader waits (and so the command's writes block, as on a
 	// terminal) rather than evict a chunk a follower has not read yet. A
-	// follower that goes away releases it; so does the end of the drain.
+	// follower that goes away releases it.
 	followers    map[*OutputReader]struct{}
 	producerWait bool // a producer waits for followers: readers must broadcast
-	noBackpress  bool // after the drain: never wait again
+	// draining is set once the leader has exited: the drain that follows is
+	// bounded in time, so the producer never waits again. Instead each ring
+	// keeps chunks a follower has not read up to drainSlackBytes beyond its
+	// limit, so a slow client still gets everything the command wrote.
+	draining bool
 }
 
 func newOutputStore(ringBytes, head, tail int, spill runbox.SpillMode) *outputStore {
@@ -180,7 +179,8 @@ func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, pri
 			}
 		}
 	}
-	o.rings[i].add(o.seq, buf)
+	o.evictLocked(i, len(buf))
+	o.rings[i].push(o.seq, buf)
 	o.results[i].write(buf)
 	o.lastOutput = time.Now()
 	o.broadcastLocked()
@@ -190,26 +190,57 @@ func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, pri
 // mustWaitLocked reports whether adding n bytes to ring i would evict a
 // chunk some follower has not read yet.
 func (o *outputStore) mustWaitLocked(i, n int) bool {
-	if o.noBackpress || len(o.followers) == 0 {
+	if o.draining || len(o.followers) == 0 {
 		return false
 	}
+	unread := o.firstUnreadLocked()
 	r := &o.rings[i]
-	if len(r.chunks) == 0 || r.bytes+n <= r.limit {
-		return false
-	}
-	oldest := r.chunks[0].seq
-	for f := range o.followers {
-		if f.next <= oldest {
+	bytes := r.bytes
+	for _, c := range r.chunks {
+		if bytes+n <= r.limit {
+			return false
+		}
+		if c.seq >= unread {
 			return true
 		}
+		bytes -= len(c.data)
 	}
 	return false
 }
 
-// stopBackpressure makes the producer stop waiting for followers for good.
-func (o *outputStore) stopBackpressure() {
+// firstUnreadLocked returns the lowest sequence number some follower has
+// not read yet (beyond every chunk when there is no follower).
+func (o *outputStore) firstUnreadLocked() uint64 {
+	unread := o.seq + 1
+	for f := range o.followers {
+		unread = min(unread, f.next)
+	}
+	return unread
+}
+
+// evictLocked makes room in ring i for n more bytes: it drops the oldest
+// chunks beyond the ring's limit, except that while draining it keeps
+// chunks a follower has not read, up to drainSlackBytes beyond the limit.
+func (o *outputStore) evictLocked(i, n int) {
+	r := &o.rings[i]
+	slack := 0
+	if o.draining {
+		slack = drainSlackBytes
+	}
+	unread := o.firstUnreadLocked()
+	for len(r.chunks) > 0 && r.bytes+n > r.limit {
+		if r.chunks[0].seq >= unread && r.bytes+n <= r.limit+slack {
+			return
+		}
+		r.evictOldest()
+	}
+}
+
+// startDrain records that the leader has exited: from now on the producer
+// never waits for followers (see draining).
+func (o *outputStore) startDrain() {
 	o.mu.Lock()
-	o.noBackpress = true
+	o.draining = true
 	o.broadcastLocked()
 	o.mu.Unlock()
 }
@@ -266,12 +297,17 @@ func (o *outputStore) reader(from uint64) *OutputReader {
 	return r
 }
 
-// Close releases the reader: the exec's output no longer waits for it.
+// Close releases the reader: the exec's output no longer waits for it, and
+// chunks kept beyond the rings' limits for it alone are dropped.
 func (r *OutputReader) Close() {
-	r.o.mu.Lock()
-	delete(r.o.followers, r)
-	r.o.broadcastLocked()
-	r.o.mu.Unlock()
+	o := r.o
+	o.mu.Lock()
+	delete(o.followers, r)
+	for i := range o.rings {
+		o.evictLocked(i, 0)
+	}
+	o.broadcastLocked()
+	o.mu.Unlock()
 }
 
 // Next returns the next output event, waiting for one if necessary. It
@@ -323,7 +359,7 @@ func (r *OutputReader) nextLocked() (OutputEvent, bool) {
 		if bestStream >= 0 {
 			to = best.seq
 		}
-		gap := &Gap{FromSeq: r.next, ToSeq: to}
+		gap := &runbox.OutputGap{FromSeq: r.next, ToSeq: to}
 		for i := range r.o.rings {
 			rg := &r.o.rings[i]
 			resume := rg.total // offset of the first byte this reader will see next

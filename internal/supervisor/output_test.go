@@ -6,6 +6,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
 )
@@ -110,5 +111,123 @@ func TestFollowerGetsEveryByteDespiteSmallRing(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Errorf("got %d bytes, want %d", len(got), len(want))
+	}
+}
+
+// collect reads r to EOF, failing on a gap, and returns each stream's bytes.
+func collect(t *testing.T, r *OutputReader, slow bool) (stdout, stderr []byte) {
+	t.Helper()
+	for {
+		ev, err := r.Next(context.Background())
+		if err == io.EOF {
+			return stdout, stderr
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Gap != nil {
+			t.Fatalf("follower saw a gap: %+v", ev.Gap)
+		}
+		if ev.Chunk.Stream == runbox.Stdout {
+			stdout = append(stdout, ev.Chunk.Data...)
+		} else {
+			stderr = append(stderr, ev.Chunk.Data...)
+		}
+		if slow && rand.IntN(8) == 0 {
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+		}
+	}
+}
+
+// A chunk can need several older, smaller chunks evicted to fit: the
+// producer must wait until the follower has read all of them, not only the
+// oldest.
+func TestFollowerGetsEveryByteWithMixedChunkSizes(t *testing.T) {
+	for round := range 50 {
+		o := newOutputStore(64, 8, 8, runbox.SpillNever)
+		r := o.reader(0)
+		var want [2][]byte
+		go func() {
+			for i := range 400 {
+				s := runbox.Stream(1 + rand.IntN(2))
+				chunk := bytes.Repeat([]byte{byte(i)}, 1+rand.IntN(40))
+				want[s-1] = append(want[s-1], chunk...)
+				o.append(s, chunk)
+			}
+			o.closeStream()
+			o.closeStream()
+		}()
+		stdout, stderr := collect(t, r, true)
+		r.Close()
+		if !bytes.Equal(stdout, want[0]) || !bytes.Equal(stderr, want[1]) {
+			t.Fatalf("round %d: got %d+%d bytes, want %d+%d", round, len(stdout), len(stderr), len(want[0]), len(want[1]))
+		}
+	}
+}
+
+// After the leader exits the producer no longer waits for a follower, but
+// output the follower has not read stays (up to drainSlackBytes beyond the
+// ring), so a slow client still gets every byte; beyond that it sees a gap
+// that counts exactly what it lost.
+func TestDrainKeepsUnreadOutputForFollower(t *testing.T) {
+	const ring = 1 << 10
+	o := newOutputStore(ring, 8, 8, runbox.SpillNever)
+	r := o.reader(0)
+	defer r.Close()
+	var want []byte
+	add := func(n int) {
+		chunk := make([]byte, n)
+		for i := range chunk {
+			chunk[i] = byte(len(want) + i)
+		}
+		want = append(want, chunk...)
+		o.append(runbox.Stdout, chunk)
+	}
+	add(ring) // the ring is full of output the follower has not read
+	o.startDrain()
+	done := make(chan struct{})
+	go func() { // must not block: nobody reads until it is done
+		defer close(done)
+		for range 16 {
+			add(ring / 4)
+		}
+		o.closeStream()
+		o.closeStream()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("the drain waited for the follower")
+	}
+	got, _ := collect(t, r, false)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got %d bytes, want %d", len(got), len(want))
+	}
+
+	// Past the slack the oldest unread output goes, and the gap says how much.
+	o = newOutputStore(ring, 8, 8, runbox.SpillNever)
+	r2 := o.reader(0)
+	defer r2.Close()
+	o.startDrain()
+	total := ring + drainSlackBytes + 3*ring
+	for range total / ring {
+		o.append(runbox.Stdout, make([]byte, ring))
+	}
+	o.closeStream()
+	o.closeStream()
+	var delivered, lost int64
+	for {
+		ev, err := r2.Next(context.Background())
+		if err == io.EOF {
+			break
+		}
+		if ev.Gap != nil {
+			lost += ev.Gap.Bytes
+			continue
+		}
+		delivered += int64(len(ev.Chunk.Data))
+	}
+	if lost != 3*ring || delivered+lost != int64(total) {
+		t.Errorf("delivered %d lost %d of %d; want lost %d", delivered, lost, total, 3*ring)
 	}
 }

@@ -199,38 +199,64 @@ func validate(spec runbox.ExecSpec) error {
 
 // Start runs spec, or attaches to the exec with spec.ID if it exists.
 func (s *Supervisor) Start(spec runbox.ExecSpec) (*Exec, bool, error) {
+	e, _, attached, err := s.start(spec, false)
+	return e, attached, err
+}
+
+// StartFollowing is Start for a caller that will consume the exec's output
+// live: it also returns an [OutputReader] from the first chunk, registered
+// before the command runs, so flow control holds the command's output for
+// it from the first byte (a reader opened after Start may find the start
+// already evicted from the ring). When the id names an existing exec, the
+// reader starts at sequence 1 of that exec. Close the reader when done.
+func (s *Supervisor) StartFollowing(spec runbox.ExecSpec) (*Exec, *OutputReader, bool, error) {
+	return s.start(spec, true)
+}
+
+func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputReader, bool, error) {
 	if err := validate(spec); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return nil, false, fmt.Errorf("start exec: %w: daemon is shutting down", runbox.ErrSandboxLost)
+		return nil, nil, false, fmt.Errorf("start exec: %w: daemon is shutting down", runbox.ErrSandboxLost)
 	}
 	if spec.ID == "" {
 		spec.ID = newExecID()
 	}
 	if e, ok := s.execs[spec.ID]; ok {
 		s.mu.Unlock()
-		return e, true, nil
+		var r *OutputReader
+		if follow {
+			r = e.Output(1)
+		}
+		return e, r, true, nil
 	}
 	if _, ok := s.tombstones[spec.ID]; ok {
 		s.mu.Unlock()
-		return nil, false, fmt.Errorf("start exec %s: %w", spec.ID, runbox.ErrCancelled)
+		return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, runbox.ErrCancelled)
 	}
 	s.total++
 	e := newExec(s, spec, s.total)
+	var r *OutputReader
+	if follow {
+		r = e.Output(1)
+	}
 	s.execs[spec.ID] = e
 	s.mu.Unlock()
 
 	if err := s.spawn(e); err != nil {
+		if r != nil {
+			r.Close()
+		}
 		s.mu.Lock()
 		delete(s.execs, spec.ID)
 		s.mu.Unlock()
 		e.spawnFailed(err)
-		return nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
+		return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
 	}
-	return e, false, nil
+	return e, r, false, nil
 }
 
 // Get returns the exec with id.

@@ -325,6 +325,16 @@ func ChunkFromProto(p *runboxv1.Output) runbox.Chunk {
 	return runbox.Chunk{Stream: StreamFromProto(p.GetStream()), Seq: p.GetSeq(), Data: p.GetData()}
 }
 
+// GapToProto converts an OutputGap for the wire.
+func GapToProto(g runbox.OutputGap) *runboxv1.Gap {
+	return &runboxv1.Gap{FromSeq: g.FromSeq, ToSeq: g.ToSeq, Bytes: g.Bytes}
+}
+
+// GapFromProto converts a wire Gap; nil gives the zero OutputGap.
+func GapFromProto(p *runboxv1.Gap) runbox.OutputGap {
+	return runbox.OutputGap{FromSeq: p.GetFromSeq(), ToSeq: p.GetToSeq(), Bytes: p.GetBytes()}
+}
+
 // SessionToProto converts a SessionInfo for the wire.
 func SessionToProto(s runbox.SessionInfo) *runboxv1.Session {
 	return &runboxv1.Session{Name: s.Name, Cwd: s.Cwd, EnvVars: int32(s.EnvVars), Execs: int32(s.Execs)}

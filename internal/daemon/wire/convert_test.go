@@ -41,7 +41,7 @@ func assertFilled(t *testing.T, v any) {
 			}
 			for i := range rv.NumField() {
 				f := rv.Type().Field(i)
-				if f.IsExported() {
+				if f.IsExported() && f.Tag.Get("wire") != "-" {
 					walk(path+"."+f.Name, rv.Field(i))
 				}
 			}
@@ -145,6 +145,7 @@ func TestRoundTripDomain(t *testing.T) {
 		OpenFDs:    6,
 	}
 	chunk := runbox.Chunk{Stream: runbox.Stderr, Seq: 9, Data: []byte("x")}
+	gap := runbox.OutputGap{FromSeq: 3, ToSeq: 7, Bytes: 1234}
 
 	cases := []struct {
 		name string
@@ -156,6 +157,7 @@ func TestRoundTripDomain(t *testing.T) {
 		{"ExecInfo", info, ExecInfoFromProto(ExecInfoToProto(info))},
 		{"DaemonInfo", dinfo, DaemonInfoFromProto(DaemonInfoToProto(dinfo))},
 		{"Chunk", chunk, ChunkFromProto(ChunkToProto(chunk))},
+		{"OutputGap", gap, GapFromProto(GapToProto(gap))},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -307,7 +309,7 @@ func TestEverySentinelHasATag(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Sentinels only the client or providers produce: never on the wire.
-	notOnWire := map[string]bool{"ErrSandboxLost": true, "ErrSandboxNotFound": true}
+	notOnWire := map[string]bool{"ErrSandboxLost": true, "ErrSandboxNotFound": true, "ErrOutputLost": true}
 	tagged := map[string]bool{}
 	for _, s := range sentinels {
 		for name, err := range map[string]error{
