@@ -24,6 +24,10 @@ var (
 	ErrNotRunning = errors.New("exec not running")
 	// ErrSessionNotFound means no shell session has the given name.
 	ErrSessionNotFound = errors.New("no such session")
+	// ErrProviderUnavailable means a provider cannot work on this machine
+	// as it is now: its engine is not reachable, or the kernel lacks what
+	// it needs. The message says what to start or use instead.
+	ErrProviderUnavailable = errors.New("provider unavailable")
 	// ErrOutputLost means streamed output has a gap (see OutputGap); the
 	// exec itself is unaffected.
 	ErrOutputLost = errors.New("streamed output lost")

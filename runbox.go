@@ -285,7 +285,8 @@ type Sandbox struct {
 	Created  time.Time
 	// Alive reports whether runboxd answered when the sandbox was looked up.
 	Alive bool
-	// Detail holds provider-specific facts (pid, container id, socket path).
+	// Detail holds provider-specific facts (pid, container id, socket path;
+	// "lost": why a sandbox that is not Alive is lost, where the provider knows).
 	Detail map[string]string
 }
 

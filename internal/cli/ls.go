@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -15,14 +16,20 @@ func (a *app) lsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "ls [--json]",
 		Short: "List sandboxes",
-		Long: `List every sandbox under $RUNBOX_HOME, of every provider. STATUS is "up" when
-the sandbox's runboxd answered within a second, "lost" otherwise (remove a
-lost sandbox with runbox rm -f).`,
+		Long: `List every sandbox of every provider: host sandboxes recorded under
+$RUNBOX_HOME, and docker sandboxes (containers labelled by runbox) on the
+engine DOCKER_HOST names. STATUS is "up" when the sandbox's runboxd answered
+within a second, "lost" otherwise (remove a lost sandbox with runbox rm -f).
+A provider that cannot be reached here is noted on stderr and skipped.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
 			var all []runbox.Sandbox
 			for _, p := range a.allProviders() {
 				sbs, err := p.List(c.Context())
+				if errors.Is(err, runbox.ErrProviderUnavailable) {
+					fmt.Fprintf(a.stderr, "runbox: %s sandboxes not listed: %v\n", p.Name(), oneLine(err.Error()))
+					continue
+				}
 				if err != nil {
 					return fail("list", "", "", err)
 				}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
 )
 
@@ -51,14 +52,19 @@ type env struct {
 	Runboxd string
 }
 
-// providers maps each provider name the CLI accepts to its constructor.
-// Adding a provider is one line here.
-var providers = map[string]func(env) runbox.Provider{
-	host.ProviderName: func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} },
+// providers lists each provider the CLI accepts with its constructor, in
+// the order a sandbox is looked for (cheapest lookup first). Adding a
+// provider is one line here.
+var providers = []struct {
+	name string
+	make func(env) runbox.Provider
+}{
+	{host.ProviderName, func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
+	{docker.ProviderName, func(e env) runbox.Provider { return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 }
 
 // plannedProviders are named in errors so users know they are coming.
-var plannedProviders = []string{"local", "docker", "ssh", "kubernetes"}
+var plannedProviders = []string{"local", "ssh", "kubernetes"}
 
 // defaultProvider is the provider up and run use without --provider.
 const defaultProvider = host.ProviderName
@@ -97,6 +103,7 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return err
 	}
 	a := &app{env: e, stdin: stdin, stdout: stdout, stderr: stderr}
+	defer a.closeProviders()
 	root := a.newRoot()
 	root.SetArgs(args)
 	root.SetIn(stdin)
@@ -124,6 +131,8 @@ type app struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
+
+	made map[string]runbox.Provider // providers made so far, by name
 }
 
 func (a *app) newRoot() *cobra.Command {
@@ -159,10 +168,20 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 	return root
 }
 
-// provider returns the named provider.
+// provider returns the named provider, made once per invocation.
 func (a *app) provider(name string) (runbox.Provider, error) {
-	if mk, ok := providers[name]; ok {
-		return mk(a.env), nil
+	if p, ok := a.made[name]; ok {
+		return p, nil
+	}
+	for _, pr := range providers {
+		if pr.name == name {
+			if a.made == nil {
+				a.made = make(map[string]runbox.Provider)
+			}
+			p := pr.make(a.env)
+			a.made[name] = p
+			return p, nil
+		}
 	}
 	if slices.Contains(plannedProviders, name) {
 		return nil, fmt.Errorf("provider %q is planned but not implemented yet (available: %s): %w",
@@ -171,31 +190,49 @@ func (a *app) provider(name string) (runbox.Provider, error) {
 	return nil, fmt.Errorf("unknown provider %q (available: %s)", name, strings.Join(providerNames(), ", "))
 }
 
+// closeProviders closes the providers that hold resources (an engine
+// client).
+func (a *app) closeProviders() {
+	for _, p := range a.made {
+		if c, ok := p.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}
+}
+
 // providerNames lists the available providers, sorted.
 func providerNames() []string {
 	names := make([]string, 0, len(providers))
-	for n := range providers {
-		names = append(names, n)
+	for _, p := range providers {
+		names = append(names, p.name)
 	}
 	slices.Sort(names)
 	return names
 }
 
-// allProviders returns every available provider, in name order.
+// allProviders returns every available provider, in lookup order.
 func (a *app) allProviders() []runbox.Provider {
-	var ps []runbox.Provider
-	for _, n := range providerNames() {
-		ps = append(ps, providers[n](a.env))
+	ps := make([]runbox.Provider, 0, len(providers))
+	for _, pr := range providers {
+		p, _ := a.provider(pr.name)
+		ps = append(ps, p)
 	}
 	return ps
 }
 
 // find looks a sandbox up by id, id prefix or name across every provider.
+// A provider that cannot work here (no docker engine) is passed over; if no
+// provider has the sandbox, the not-found error says which were.
 func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	var unavailable []string
 	for _, p := range a.allProviders() {
 		sb, err := p.Get(ctx, key)
 		if err == nil {
 			return p, sb, nil
+		}
+		if errors.Is(err, runbox.ErrProviderUnavailable) {
+			unavailable = append(unavailable, p.Name())
+			continue
 		}
 		if !errors.Is(err, runbox.ErrSandboxNotFound) {
 			return nil, runbox.Sandbox{}, err
@@ -205,6 +242,10 @@ func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.San
 		if !isPlainNotFound(err) {
 			return nil, runbox.Sandbox{}, err
 		}
+	}
+	if len(unavailable) > 0 {
+		return nil, runbox.Sandbox{}, fmt.Errorf("%w (not searched: %s, unavailable here; runbox ls says why)",
+			runbox.ErrSandboxNotFound, strings.Join(unavailable, ", "))
 	}
 	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
 }
@@ -227,8 +268,12 @@ func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.
 		return sb, nil, err
 	}
 	if !sb.Alive {
-		return sb, nil, fmt.Errorf("%w: runboxd is not answering (runbox inspect %s shows its record; runbox rm -f %s removes it)",
-			runbox.ErrSandboxLost, sb.ID, sb.ID)
+		why := sb.Detail["lost"] // the provider's own account, when it has one
+		if why == "" {
+			why = "runboxd is not answering"
+		}
+		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; runbox rm -f %s removes it)",
+			runbox.ErrSandboxLost, why, sb.ID, sb.ID)
 	}
 	return sb, client.New(p.Dialer(sb), client.WithSandboxName(sb.ID)), nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/provider/docker"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -55,7 +56,7 @@ func (f *upFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
-	fs.StringVar(&f.network, "network", "", "network: none or host (default: the provider's)")
+	fs.StringVar(&f.network, "network", "", "network: none or host, or a named docker network (default: the provider's; docker: none)")
 }
 
 // upSpec returns the provider and sandbox spec the flags ask for.
@@ -74,7 +75,9 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	switch f.network {
 	case "", "none", "host":
 	default:
-		return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
+		if f.provider != docker.ProviderName { // docker also takes a named network
+			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
+		}
 	}
 	return p, runbox.SandboxSpec{
 		Name:    f.name,

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/runbox/runbox/internal/runboxdbin"
 	"io/fs"
 	"net"
 	"os"
@@ -51,7 +52,7 @@ const ProviderName = "host"
 // Errors specific to the host provider. Compare with errors.Is.
 var (
 	// ErrNoRunboxd means the runboxd binary could not be found.
-	ErrNoRunboxd = errors.New("runboxd binary not found")
+	ErrNoRunboxd = runboxdbin.ErrNotFound
 	// ErrNameInUse means another sandbox already has the requested name.
 	ErrNameInUse = errors.New("sandbox name already in use")
 )
@@ -350,37 +351,7 @@ func logTail(path string) string {
 
 // locateRunboxd finds the runboxd binary: Provider.Runboxd, $RUNBOX_RUNBOXD,
 // beside the running executable, then PATH.
-func (p *Provider) locateRunboxd() (string, error) {
-	check := func(path, from string) (string, error) {
-		abs, err := filepath.Abs(path)
-		if err != nil {
-			return "", fmt.Errorf("runboxd %s (from %s): %w", path, from, err)
-		}
-		fi, err := os.Stat(abs)
-		if err != nil {
-			return "", fmt.Errorf("runboxd %s (from %s): %w: %w", abs, from, ErrNoRunboxd, err)
-		}
-		if fi.IsDir() || fi.Mode()&0o111 == 0 {
-			return "", fmt.Errorf("runboxd %s (from %s) is not an executable file: %w", abs, from, ErrNoRunboxd)
-		}
-		return abs, nil
-	}
-	if p.Runboxd != "" {
-		return check(p.Runboxd, "Provider.Runboxd")
-	}
-	if env := os.Getenv("RUNBOX_RUNBOXD"); env != "" {
-		return check(env, "$RUNBOX_RUNBOXD")
-	}
-	if exe, err := os.Executable(); err == nil {
-		if path, err := check(filepath.Join(filepath.Dir(exe), "runboxd"), "beside "+exe); err == nil {
-			return path, nil
-		}
-	}
-	if path, err := lookPath("runboxd"); err == nil {
-		return check(path, "PATH")
-	}
-	return "", fmt.Errorf("%w: build it (go build -o bin/ ./cmd/...) and put it beside runbox, in PATH, or name it in RUNBOX_RUNBOXD", ErrNoRunboxd)
-}
+func (p *Provider) locateRunboxd() (string, error) { return runboxdbin.Locate(p.Runboxd) }
 
 // Get finds a sandbox by exact id, exact name, or unique id prefix, and
 // probes whether its runboxd answers.

@@ -47,9 +47,6 @@ func spawnDetached(bin string, args []string, dir string, log *os.File) (*detach
 	return d, nil
 }
 
-// lookPath finds name in PATH.
-func lookPath(name string) (string, error) { return exec.LookPath(name) }
-
 // procStat returns the state (field 3) and start time (field 22, clock ticks
 // after boot) of pid from /proc/<pid>/stat.
 func procStat(pid int) (state byte, start uint64, err error) {

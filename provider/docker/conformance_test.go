@@ -1,0 +1,22 @@
+package docker_test
+
+import (
+	"testing"
+
+	"github.com/runbox/runbox/internal/providertest"
+)
+
+// TestConformance runs the provider conformance suite against docker
+// sandboxes, on both streams to runboxd: the bind-mounted unix socket and
+// the docker exec of runboxd proxy. Processes are counted through the
+// engine (docker top), not through runboxd.
+func TestConformance(t *testing.T) {
+	needEngine(t)
+	for _, s := range streams {
+		t.Run(s.name, func(t *testing.T) {
+			p := newProvider(t, s.force)
+			cli := engine(t)
+			providertest.Run(t, func(t *testing.T) providertest.Fixture { return fixture(p, cli) })
+		})
+	}
+}

@@ -1,0 +1,41 @@
+// Package docker is the runbox provider whose sandboxes are Docker
+// containers: a container from any image, with the static runboxd binary
+// copied in before start and run as PID 1 in place of the image's
+// entrypoint. It talks to the engine through the official Go client
+// (github.com/moby/moby/client) and honours DOCKER_HOST and the rest of the
+// usual client environment.
+//
+// Containers carry labels, so any process — or any machine talking to the
+// same engine — finds a sandbox by id or name without local state:
+//
+//	runbox.sandbox=<id>      the sandbox id (12 hex digits)
+//	runbox.name=<name>       its optional alias (the container is named runbox-<name|id>)
+//	runbox.spec=<json>       the spec it was created from
+//	runbox.created=<time>    when it was created (RFC 3339)
+//	runbox.stream=socket|exec  how the API reaches runboxd
+//	runbox.socket=<path>     the host path of runboxd's socket (socket stream)
+//
+// The byte stream to runboxd takes one of two paths:
+//
+//   - socket: when the engine runs on this machine (a unix-socket
+//     DOCKER_HOST), the host directory $RUNBOX_HOME/docker/<id>/run is
+//     bind-mounted at /.runbox/run and runboxd listens on a socket there, so
+//     a client — a fresh `runbox exec` process included — connects straight
+//     to it, without a `docker exec` per command or even a call to the
+//     engine.
+//   - exec: for a remote engine, or when forced (Provider.ForceExecStream,
+//     or RUNBOX_DOCKER_STREAM=exec), the stream is a `docker exec` of
+//     `runboxd proxy` with stdin and stdout attached, hijacked through the
+//     Engine API. One such stream carries many concurrent execs (HTTP/2);
+//     when it breaks, the client opens another and re-attaches.
+//
+// Limits come from the spec through the container's host config: memory,
+// pids, CPUs, and the network mode ("none" by default; "host" and named
+// networks are passed through). A spec's Workdir is bind-mounted at
+// /workspace, which becomes the working directory.
+//
+// A container that dies (docker kill, an engine restart) takes every process
+// in it along: the kernel kills a pid namespace whose PID 1 exits. Clients
+// then fail with runbox.ErrSandboxLost, Get and List report it not alive,
+// and Remove deletes it without needing force.
+package docker

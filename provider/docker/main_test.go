@@ -1,0 +1,245 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	moby "github.com/moby/moby/client"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/providertest"
+	"github.com/runbox/runbox/provider/docker"
+)
+
+// requireEnv, when "1", turns "no Docker engine here" from a skip into a
+// failure (CI sets it).
+const requireEnv = "RUNBOX_REQUIRE_DOCKER"
+
+// Images built by scripts/build-test-image.sh.
+var (
+	testImage   = envOr("RUNBOX_TEST_IMAGE", "runbox-test:busybox")
+	noBashImage = envOr("RUNBOX_TEST_IMAGE_NOBASH", "runbox-test:busybox-nobash")
+)
+
+// skipReason says why this machine cannot run the package's tests; "" when
+// it can.
+var skipReason string
+
+// TestMain checks that a Docker engine answers and has the test images, then
+// builds runboxd once (exported as $RUNBOX_RUNBOXD) and runs the tests, failing
+// the run if a goroutine leaked. Without an engine every test skips, unless
+// RUNBOX_REQUIRE_DOCKER=1 makes that a failure.
+func TestMain(m *testing.M) {
+	if reason := checkEngine(); reason != "" {
+		if os.Getenv(requireEnv) == "1" {
+			fmt.Fprintf(os.Stderr, "provider/docker: %s=1 but %s\n", requireEnv, reason)
+			os.Exit(1)
+		}
+		skipReason = reason + " (" + requireEnv + "=1 makes this a failure)"
+	}
+	providertest.Main(m)
+}
+
+// checkEngine returns why the tests cannot run here, or "".
+func checkEngine() string {
+	cli, err := moby.New(moby.FromEnv)
+	if err != nil {
+		return fmt.Sprintf("no Docker client: %v", err)
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(ctx, moby.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		return fmt.Sprintf("no Docker engine answers at %s: %v", cli.DaemonHost(), err)
+	}
+	for _, img := range []string{testImage, noBashImage} {
+		if _, err := cli.ImageInspect(ctx, img); err != nil {
+			return fmt.Sprintf("test image %s is missing (build it with scripts/build-test-image.sh): %v", img, err)
+		}
+	}
+	return ""
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
+
+// needEngine skips t when this machine has no usable engine.
+func needEngine(t testing.TB) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+// engine returns a Docker client for the test's own looks at containers,
+// closed when the test ends.
+func engine(t testing.TB) *moby.Client {
+	t.Helper()
+	cli, err := moby.New(moby.FromEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// stream is one way of reaching runboxd.
+type stream struct {
+	name  string
+	force bool
+}
+
+var streams = []stream{{"socket", false}, {"exec", true}}
+
+// newProvider returns a docker provider with its own short home (unix
+// socket paths must fit in 107 bytes), both removed when the test ends.
+func newProvider(t testing.TB, forceExec bool) *docker.Provider {
+	t.Helper()
+	bin, err := providertest.BuildRunboxd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, err := os.MkdirTemp("", "rbxd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &docker.Provider{Home: home, Runboxd: bin, ForceExecStream: forceExec}
+	t.Cleanup(func() {
+		p.Close()
+		os.RemoveAll(home)
+	})
+	return p
+}
+
+// proc is a process in a container as the engine's top shows it.
+type proc struct {
+	pid  int
+	stat string
+	rss  int64 // bytes
+	args string
+}
+
+// top lists the container's processes through the engine (docker top: the
+// host's ps, filtered to the container's cgroup), not through runboxd. A
+// container that is gone or stopped has none.
+func top(t testing.TB, cli *moby.Client, containerID string) []proc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cli.ContainerTop(ctx, containerID, moby.ContainerTopOptions{Arguments: []string{"-ww", "-eo", "pid,stat,rss,args"}})
+	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("docker top %.12s: %v", containerID, err)
+	}
+	col := map[string]int{}
+	for i, title := range res.Titles {
+		col[title] = i
+	}
+	for _, want := range []string{"PID", "STAT", "RSS", "COMMAND"} {
+		if _, ok := col[want]; !ok {
+			t.Fatalf("docker top %.12s: no %s column in %q", containerID, want, res.Titles)
+		}
+	}
+	var out []proc
+	for _, row := range res.Processes {
+		pid, _ := strconv.Atoi(row[col["PID"]])
+		kb, _ := strconv.ParseInt(row[col["RSS"]], 10, 64)
+		out = append(out, proc{pid: pid, stat: row[col["STAT"]], rss: kb << 10, args: row[col["COMMAND"]]})
+	}
+	return out
+}
+
+// countLive counts live (non-zombie) processes whose command line contains
+// marker.
+func countLive(ps []proc, marker string) int {
+	n := 0
+	for _, p := range ps {
+		if strings.Contains(p.args, marker) && !strings.HasPrefix(p.stat, "Z") {
+			n++
+		}
+	}
+	return n
+}
+
+// fixture is the conformance suite's view of a docker sandbox: processes
+// are counted with docker top, runboxd is killed with docker kill (it is
+// PID 1, so that is the container dying).
+func fixture(p *docker.Provider, cli *moby.Client) providertest.Fixture {
+	return providertest.Fixture{
+		Provider: p,
+		Spec:     runbox.SandboxSpec{Image: testImage},
+		CountProcesses: func(t testing.TB, sb runbox.Sandbox, marker string) int {
+			t.Helper()
+			return countLive(top(t, cli, sb.Detail["container"]), marker)
+		},
+		Zombies: func(t testing.TB, sb runbox.Sandbox) int {
+			t.Helper()
+			n := 0
+			for _, p := range top(t, cli, sb.Detail["container"]) {
+				if strings.HasPrefix(p.stat, "Z") {
+					n++
+				}
+			}
+			return n
+		},
+		KillDaemon: func(t testing.TB, sb runbox.Sandbox) {
+			t.Helper()
+			killContainer(t, cli, sb)
+		},
+		DaemonRSS: func(t testing.TB, sb runbox.Sandbox) int64 {
+			t.Helper()
+			for _, p := range top(t, cli, sb.Detail["container"]) {
+				if strings.HasPrefix(p.args, "/.runbox/runboxd serve") {
+					return p.rss
+				}
+			}
+			t.Fatalf("no runboxd in container %.12s", sb.Detail["container"])
+			return 0
+		},
+	}
+}
+
+// killContainer is `docker kill` of the sandbox's container.
+func killContainer(t testing.TB, cli *moby.Client, sb runbox.Sandbox) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.ContainerKill(ctx, sb.Detail["container"], moby.ContainerKillOptions{Signal: "SIGKILL"}); err != nil && !cerrdefs.IsConflict(err) {
+		t.Fatalf("docker kill %.12s: %v", sb.Detail["container"], err)
+	}
+}
+
+// create makes a sandbox removed (with force) when the test ends.
+func create(t testing.TB, p *docker.Provider, spec runbox.SandboxSpec) runbox.Sandbox {
+	t.Helper()
+	if spec.Image == "" {
+		spec.Image = testImage
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := p.Remove(ctx, sb, true); err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Errorf("remove %s: %v", sb.ID, err)
+		}
+	})
+	return sb
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# build-test-image.sh builds the small images the Docker provider's tests use,
+# offline (no registry is reachable), with `docker import` of a root
+# filesystem made from Debian's static busybox and bash:
+#
+#   runbox-test:busybox          busybox applets, /bin/sh (busybox ash) and /bin/bash (bash-static)
+#   runbox-test:busybox-nobash   the same without bash, for the sh fallback
+#
+# Both have relative symlinks for every applet, a small /bin/nohup script
+# (busybox-static has no nohup applet), /etc/passwd and /etc/group (root,
+# nobody), a world-writable /tmp and a /root. The script is
+# idempotent: an image whose recorded input digest matches is left alone.
+#
+# Usage: scripts/build-test-image.sh [REPOSITORY]   (default runbox-test)
+#
+# It needs the docker CLI and the busybox-static and bash-static packages;
+# when they are missing and it runs as root with apt-get, it installs them.
+set -euo pipefail
+
+repo=${1:-runbox-test}
+
+need_pkgs=()
+command -v docker >/dev/null || { echo "build-test-image: the docker CLI is missing (apt-get install docker.io)" >&2; exit 1; }
+dpkg -s busybox-static >/dev/null 2>&1 || need_pkgs+=(busybox-static)
+dpkg -s bash-static >/dev/null 2>&1 || need_pkgs+=(bash-static)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need_pkgs[@]}"
+	else
+		echo "build-test-image: install ${need_pkgs[*]} first (apt-get install ${need_pkgs[*]})" >&2
+		exit 1
+	fi
+fi
+
+# The packages' own file lists say where the binaries are (/bin or /usr/bin).
+busybox=$(dpkg -L busybox-static | grep -E '/bin/busybox$' | head -n1)
+bash_static=$(dpkg -L bash-static | grep -E '/bin/bash-static$' | head -n1)
+for f in "$busybox" "$bash_static"; do
+	[ -n "$f" ] && [ -x "$f" ] || { echo "build-test-image: static binary not found ($f)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/runbox-test-image.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+# mkroot DIR WITH_BASH lays out a root filesystem in DIR.
+mkroot() {
+	local root=$1 with_bash=$2
+	mkdir -p "$root"/{bin,etc,root,tmp,usr,dev,proc,sys}
+	chmod 1777 "$root/tmp"
+	chmod 0700 "$root/root"
+	install -m 0755 "$busybox" "$root/bin/busybox"
+	local applet
+	for applet in $("$busybox" --list); do
+		case $applet in
+		busybox | bash) continue ;; # never let busybox pose as bash
+		esac
+		ln -s busybox "$root/bin/$applet"
+	done
+	if [ "$with_bash" = yes ]; then
+		install -m 0755 "$bash_static" "$root/bin/bash"
+	fi
+	# Debian's busybox has no nohup applet; agents' commands use it, and so
+	# do the tests. This one does what coreutils' does: ignore SIGHUP, send
+	# output to nohup.out when it would go to a terminal, then exec.
+	cat >"$root/bin/nohup" <<-'EOF'
+		#!/bin/sh
+		# nohup COMMAND [ARG]...: run COMMAND immune to hangups.
+		if [ $# -eq 0 ]; then
+			echo "usage: nohup COMMAND [ARG]..." >&2
+			exit 125
+		fi
+		trap '' HUP
+		if [ -t 1 ]; then
+			exec >>nohup.out || exec >>"$HOME/nohup.out" || exit 125
+		fi
+		if [ -t 2 ]; then
+			exec 2>&1
+		fi
+		exec "$@"
+	EOF
+	chmod 0755 "$root/bin/nohup"
+	ln -s bin "$root/sbin"
+	ln -s ../bin "$root/usr/bin"
+	ln -s ../bin "$root/usr/sbin"
+	cat >"$root/etc/passwd" <<-'EOF'
+		root:x:0:0:root:/root:/bin/sh
+		nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+	EOF
+	cat >"$root/etc/group" <<-'EOF'
+		root:x:0:
+		nogroup:x:65534:
+	EOF
+	chmod 0644 "$root/etc/passwd" "$root/etc/group"
+}
+
+# build TAG WITH_BASH makes the image TAG unless it is already up to date.
+build() {
+	local tag=$1 with_bash=$2 root="$work/root-$2" tarball="$work/rootfs-$2.tar"
+	mkroot "$root" "$with_bash"
+	# A reproducible tar: sorted, fixed owner and times, so its digest only
+	# changes when the inputs do.
+	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$tarball" .
+	local digest comment have
+	digest=$(sha256sum "$tarball" | cut -d' ' -f1)
+	comment="runbox test image rootfs sha256:$digest"
+	have=$(docker image inspect -f '{{.Comment}}' "$tag" 2>/dev/null || true)
+	if [ "$have" = "$comment" ]; then
+		echo "$tag is up to date ($digest)"
+		return
+	fi
+	docker import \
+		--message "$comment" \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'CMD ["/bin/sh"]' \
+		"$tarball" "$tag" >/dev/null
+	echo "built $tag ($digest)"
+}
+
+build "$repo:busybox" yes
+build "$repo:busybox-nobash" no
