@@ -9,14 +9,7 @@
 // has no images; Create refuses specs that ask for them rather than
 // pretending.
 //
-// State lives on disk so separate processes (`runbox up`, `runbox exec`,
-// `runbox rm`) share it:
-//
-//	$HOME/sandboxes/<id>/sandbox.json   the record: id, name, pid, start time, socket
-//	$HOME/sandboxes/<id>/runboxd.sock   runboxd's API socket
-//	$HOME/sandboxes/<id>/runboxd.log    runboxd's stdout and stderr
-//
-// A record stores runboxd's pid together with the process start time from
-// /proc/<pid>/stat, so a recycled pid is never mistaken for the sandbox's
-// daemon (and never signalled).
+// State lives on disk under the runbox home (see internal/procbox, which
+// the local provider shares), so separate processes (`runbox up`, `runbox
+// exec`, `runbox rm`) share it.
 package host

@@ -2,49 +2,15 @@ package host
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/runbox/runbox/internal/runboxdbin"
-	"io/fs"
-	"net"
-	"os"
-	"path/filepath"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/procbox"
+	"github.com/runbox/runbox/internal/runboxdbin"
 )
-
-// Timing knobs. None of them decides a command's fate: runboxd enforces exec
-// deadlines itself; these only bound how long the provider waits on runboxd.
-const (
-	// startTimeout bounds how long Create waits for a new runboxd to answer.
-	// A healthy daemon answers within milliseconds; a slow CI machine under
-	// -race can take a second or two.
-	startTimeout = 15 * time.Second
-	// aliveTimeout bounds the Info probe that decides Sandbox.Alive, so one
-	// wedged daemon cannot make List hang.
-	aliveTimeout = time.Second
-	// shutdownTimeout bounds the Shutdown RPC when the caller's context has no
-	// deadline. The RPC takes as long as the slowest exec's grace period.
-	shutdownTimeout = 2 * time.Minute
-	// exitTimeout is how long Remove waits for runboxd to exit after Shutdown
-	// returned (or failed) before it sends SIGKILL.
-	exitTimeout = 10 * time.Second
-	// pollInterval is how often Create and Remove look at the process.
-	pollInterval = 10 * time.Millisecond
-)
-
-// maxSocketPath is the longest unix socket path Linux accepts: sun_path is
-// 108 bytes including the terminating NUL.
-const maxSocketPath = 107
 
 // ProviderName is the name the CLI and Sandbox.Provider use for this provider.
 const ProviderName = "host"
@@ -54,7 +20,7 @@ var (
 	// ErrNoRunboxd means the runboxd binary could not be found.
 	ErrNoRunboxd = runboxdbin.ErrNotFound
 	// ErrNameInUse means another sandbox already has the requested name.
-	ErrNameInUse = errors.New("sandbox name already in use")
+	ErrNameInUse = procbox.ErrNameInUse
 )
 
 // Provider creates sandboxes that are detached runboxd processes on this
@@ -72,117 +38,54 @@ type Provider struct {
 var _ runbox.Provider = (*Provider)(nil)
 
 // DefaultHome returns $RUNBOX_HOME, or ~/.runbox when it is unset.
-func DefaultHome() (string, error) {
-	if h := os.Getenv("RUNBOX_HOME"); h != "" {
-		return h, nil
-	}
-	u, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("runbox home: set RUNBOX_HOME: %w", err)
-	}
-	return filepath.Join(u, ".runbox"), nil
+func DefaultHome() (string, error) { return procbox.DefaultHome() }
+
+// kind is what makes a procbox sandbox a host sandbox: runboxd serve,
+// started in the workdir, and no isolation to offer.
+var kind = procbox.Kind{
+	Name:   ProviderName,
+	Check:  checkSpec,
+	Launch: launch,
 }
 
-// record is a sandbox as stored in sandbox.json.
-type record struct {
-	ID       string    `json:"id"`
-	Name     string    `json:"name,omitempty"`
-	Provider string    `json:"provider"`
-	Created  time.Time `json:"created"`
-	// Pid is runboxd's pid; 0 while Create has not started it yet.
-	Pid int `json:"pid"`
-	// StartTime is field 22 of /proc/<pid>/stat (clock ticks since boot) and
-	// BootID the kernel's boot id: together with Pid they name one process
-	// for good, so a recycled pid is never taken for runboxd.
-	StartTime uint64 `json:"start_time"`
-	BootID    string `json:"boot_id,omitempty"`
-	Socket    string `json:"socket"`
-	Workdir   string `json:"workdir"`
-	Runboxd   string `json:"runboxd"`
+func (p *Provider) store() *procbox.Store {
+	return &procbox.Store{Kind: kind, Home: p.Home, Runboxd: p.Runboxd}
 }
 
 // Name returns "host".
 func (p *Provider) Name() string { return ProviderName }
-
-func (p *Provider) home() (string, error) {
-	if p.Home != "" {
-		return p.Home, nil
-	}
-	return DefaultHome()
-}
-
-func (p *Provider) sandboxesDir() (string, error) {
-	h, err := p.home()
-	if err != nil {
-		return "", err
-	}
-	abs, err := filepath.Abs(h)
-	if err != nil {
-		return "", fmt.Errorf("runbox home %s: %w", h, err)
-	}
-	return filepath.Join(abs, "sandboxes"), nil
-}
-
-// validName is what a sandbox name may look like (docker's rule), so names
-// are safe in paths, shells and error messages.
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 
 // Create starts a new runboxd and returns once it answers. The sandbox's
 // default working directory is spec.Workdir, else the caller's working
 // directory. Image, resource limits and Network "none" are refused with
 // errors.ErrUnsupported: a host sandbox cannot provide them.
 func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
-	fail := func(id string, err error) (runbox.Sandbox, error) {
-		if id == "" {
-			id = spec.Name
-		}
-		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: id, Err: err}
-	}
-	if err := checkSpec(spec); err != nil {
-		return fail("", err)
-	}
-	dir, err := p.sandboxesDir()
-	if err != nil {
-		return fail("", err)
-	}
-	// Check the socket path length before anything is created: ids have a
-	// fixed length, so every sandbox under this home has the same length.
-	if sock := filepath.Join(dir, strings.Repeat("x", 12), "runboxd.sock"); len(sock) > maxSocketPath {
-		return fail("", fmt.Errorf("socket path %s would be %d bytes, more than the %d a unix socket allows: use a shorter RUNBOX_HOME (now %s)",
-			sock, len(sock), maxSocketPath, filepath.Dir(dir)))
-	}
-	bin, err := p.locateRunboxd()
-	if err != nil {
-		return fail("", err)
-	}
-	workdir := spec.Workdir
-	if workdir == "" {
-		if workdir, err = os.Getwd(); err != nil {
-			return fail("", fmt.Errorf("working directory: %w", err))
-		}
-	}
-	if workdir, err = filepath.Abs(workdir); err != nil {
-		return fail("", fmt.Errorf("workdir: %w", err))
-	}
-	if fi, err := os.Stat(workdir); err != nil {
-		return fail("", fmt.Errorf("workdir: %w", err))
-	} else if !fi.IsDir() {
-		return fail("", fmt.Errorf("workdir %s is not a directory", workdir))
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fail("", fmt.Errorf("runbox home: %w", err))
-	}
+	return p.store().Create(ctx, spec)
+}
 
-	rec, err := p.reserve(dir, spec.Name, workdir, bin)
-	if err != nil {
-		return fail("", err)
-	}
-	sbDir := filepath.Join(dir, rec.ID)
-	if err := p.start(ctx, sbDir, &rec, spec.DaemonArgs); err != nil {
-		os.RemoveAll(sbDir)
-		return fail(rec.ID, err)
-	}
-	return toSandbox(rec, sbDir, true), nil
+// Get finds a sandbox by exact id, exact name, or unique id prefix, and
+// probes whether its runboxd answers.
+func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error) {
+	return p.store().Get(ctx, idOrName)
+}
+
+// List returns every host sandbox under the home, oldest first, each marked
+// Alive when its runboxd answers Info within a second.
+func (p *Provider) List(ctx context.Context) ([]runbox.Sandbox, error) {
+	return p.store().List(ctx)
+}
+
+// Dialer returns a dialer for the sandbox's unix socket.
+func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer { return p.store().Dialer(sb) }
+
+// Remove stops every exec with the stop protocol (the Shutdown RPC), waits
+// for runboxd to exit, SIGKILLs it if it has not within a bound, and deletes
+// the sandbox's directory. A sandbox whose runboxd is already gone is only
+// removed with force, and the error without force wraps ErrSandboxLost:
+// processes its execs left behind may still be running, and the caller
+// should know.
+func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
+	return p.store().Remove(ctx, sb, force)
 }
 
 // checkSpec refuses what a host sandbox cannot do, instead of ignoring it.
@@ -201,424 +104,12 @@ func checkSpec(spec runbox.SandboxSpec) error {
 		return fmt.Errorf("the host provider does not isolate, so it cannot provide %s: %w",
 			strings.Join(bad, ", "), errors.ErrUnsupported)
 	}
-	if spec.Name != "" && !validName.MatchString(spec.Name) {
-		return fmt.Errorf("invalid name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark)", spec.Name)
-	}
 	return nil
 }
 
-// reserve picks a fresh id and writes a preliminary record (pid 0) under the
-// home's lock, so two concurrent Creates never take the same name or id.
-func (p *Provider) reserve(dir, name, workdir, bin string) (record, error) {
-	unlock, err := lockHome(dir)
-	if err != nil {
-		return record{}, err
-	}
-	defer unlock()
-	if name != "" {
-		recs, err := readRecords(dir)
-		if err != nil {
-			return record{}, err
-		}
-		for _, r := range recs {
-			if r.Name == name {
-				return record{}, fmt.Errorf("name %q is used by sandbox %s: %w", name, r.ID, ErrNameInUse)
-			}
-		}
-	}
-	for range 10 {
-		id, err := newID()
-		if err != nil {
-			return record{}, err
-		}
-		sbDir := filepath.Join(dir, id)
-		if err := os.Mkdir(sbDir, 0o700); errors.Is(err, fs.ErrExist) {
-			continue
-		} else if err != nil {
-			return record{}, fmt.Errorf("sandbox dir: %w", err)
-		}
-		rec := record{
-			ID:       id,
-			Name:     name,
-			Provider: ProviderName,
-			Created:  time.Now().UTC(),
-			Socket:   filepath.Join(sbDir, "runboxd.sock"),
-			Workdir:  workdir,
-			Runboxd:  bin,
-		}
-		if err := writeRecord(sbDir, rec); err != nil {
-			os.RemoveAll(sbDir)
-			return record{}, err
-		}
-		return rec, nil
-	}
-	return record{}, errors.New("cannot pick a fresh sandbox id")
-}
-
-// newID returns 12 random hex digits.
-func newID() (string, error) {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("sandbox id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// start launches runboxd for rec, records its pid, and waits until it
-// answers Info. On failure runboxd is killed and the error carries the tail
-// of its log.
-func (p *Provider) start(ctx context.Context, sbDir string, rec *record, daemonArgs []string) error {
-	logPath := filepath.Join(sbDir, "runboxd.log")
-	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return fmt.Errorf("runboxd log: %w", err)
-	}
-	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir}, daemonArgs...)
-	proc, err := spawnDetached(rec.Runboxd, args, rec.Workdir, logf)
-	logf.Close() // runboxd holds its own copy
-	if err != nil {
-		return fmt.Errorf("start runboxd %s: %w", rec.Runboxd, err)
-	}
-	rec.Pid = proc.pid
-	if rec.StartTime, err = procStartTime(proc.pid); err != nil {
-		// It died already (and may be reaped); the wait below reports why.
-		rec.StartTime = 0
-	}
-	rec.BootID = bootID()
-	if err := writeRecord(sbDir, *rec); err != nil {
-		proc.kill()
-		return err
-	}
-
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	if err := waitReady(ctx, rec.Socket, proc.exited); err != nil {
-		proc.kill()
-		<-proc.exited
-		return fmt.Errorf("runboxd did not start: %w%s", err, logTail(logPath))
-	}
-	return nil
-}
-
-// waitReady polls until runboxd answers Info, it exits, or ctx ends.
-func waitReady(ctx context.Context, socket string, exited <-chan struct{}) error {
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
-	for {
-		// Dial the socket first: it is cheap, and the client's reconnect
-		// logic would otherwise retry a socket that does not exist yet.
-		if c, err := net.Dial("unix", socket); err == nil {
-			c.Close()
-			if err := probe(ctx, socket); err == nil {
-				return nil
-			} else if ctx.Err() != nil {
-				return err
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("runboxd exited")
-		case <-ctx.Done():
-			return fmt.Errorf("no answer within %v: %w", startTimeout, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-// probe asks runboxd at socket for Info, bounded by aliveTimeout.
-func probe(ctx context.Context, socket string) error {
-	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
-	defer cancel()
-	c := client.DialUnix(socket)
-	defer c.Close()
-	_, err := c.Info(ctx)
-	return err
-}
-
-// logTail returns the last lines of runboxd's log, formatted to follow an
-// error message, or "" when the log is empty.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil || len(b) == 0 {
-		return ""
-	}
-	const max = 2048
-	if len(b) > max {
-		b = b[len(b)-max:]
-	}
-	return "; runboxd log (" + path + "): " + strings.TrimSpace(string(b))
-}
-
-// locateRunboxd finds the runboxd binary: Provider.Runboxd, $RUNBOX_RUNBOXD,
-// beside the running executable, then PATH.
-func (p *Provider) locateRunboxd() (string, error) { return runboxdbin.Locate(p.Runboxd) }
-
-// Get finds a sandbox by exact id, exact name, or unique id prefix, and
-// probes whether its runboxd answers.
-func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error) {
-	dir, err := p.sandboxesDir()
-	if err != nil {
-		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
-	}
-	recs, err := readRecords(dir)
-	if err != nil {
-		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
-	}
-	rec, err := match(recs, idOrName)
-	if err != nil {
-		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
-	}
-	sbDir := filepath.Join(dir, rec.ID)
-	return toSandbox(rec, sbDir, isAlive(ctx, rec)), nil
-}
-
-// match picks the record named by key: an exact id, then an exact name, then
-// a unique id prefix.
-func match(recs []record, key string) (record, error) {
-	if key == "" {
-		return record{}, runbox.ErrSandboxNotFound
-	}
-	for _, r := range recs {
-		if r.ID == key {
-			return r, nil
-		}
-	}
-	for _, r := range recs {
-		if r.Name == key {
-			return r, nil
-		}
-	}
-	var found []record
-	for _, r := range recs {
-		if strings.HasPrefix(r.ID, key) {
-			found = append(found, r)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return record{}, runbox.ErrSandboxNotFound
-	case 1:
-		return found[0], nil
-	}
-	ids := make([]string, len(found))
-	for i, r := range found {
-		ids[i] = r.ID
-	}
-	return record{}, fmt.Errorf("prefix %q is ambiguous (%s): %w", key, strings.Join(ids, ", "), runbox.ErrSandboxNotFound)
-}
-
-// List returns every host sandbox under the home, oldest first, each marked
-// Alive when its runboxd answers Info within a second.
-func (p *Provider) List(ctx context.Context) ([]runbox.Sandbox, error) {
-	dir, err := p.sandboxesDir()
-	if err != nil {
-		return nil, &runbox.Error{Op: "list", Err: err}
-	}
-	recs, err := readRecords(dir)
-	if err != nil {
-		return nil, &runbox.Error{Op: "list", Err: err}
-	}
-	out := make([]runbox.Sandbox, 0, len(recs))
-	for _, r := range recs {
-		out = append(out, toSandbox(r, filepath.Join(dir, r.ID), isAlive(ctx, r)))
-	}
-	return out, nil
-}
-
-// Dialer returns a dialer for the sandbox's unix socket.
-func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
-	socket := sb.Detail["socket"]
-	if socket == "" {
-		if dir, err := p.sandboxesDir(); err == nil {
-			socket = filepath.Join(dir, sb.ID, "runboxd.sock")
-		}
-	}
-	return func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
-	}
-}
-
-// Remove stops every exec with the stop protocol (the Shutdown RPC), waits
-// for runboxd to exit, SIGKILLs it if it has not within a bound, and deletes
-// the sandbox's directory. A sandbox whose runboxd is already gone is only
-// removed with force, and the error without force wraps ErrSandboxLost:
-// processes its execs left behind may still be running, and the caller
-// should know.
-func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
-	fail := func(err error) error { return &runbox.Error{Op: "remove", Sandbox: sb.ID, Err: err} }
-	dir, err := p.sandboxesDir()
-	if err != nil {
-		return fail(err)
-	}
-	if sb.ID == "" || sb.ID != filepath.Base(sb.ID) {
-		return fail(runbox.ErrSandboxNotFound)
-	}
-	sbDir := filepath.Join(dir, sb.ID)
-	rec, err := readRecord(sbDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fail(runbox.ErrSandboxNotFound)
-	} else if err != nil {
-		return fail(err)
-	}
-	if procAlive(rec) {
-		if err := stop(ctx, rec); err != nil {
-			return fail(err)
-		}
-	} else if !force {
-		return fail(fmt.Errorf("%w: runboxd (pid %d) is not running; remove it with force", runbox.ErrSandboxLost, rec.Pid))
-	}
-	if err := os.RemoveAll(sbDir); err != nil {
-		return fail(fmt.Errorf("remove %s: %w", sbDir, err))
-	}
-	return nil
-}
-
-// stop shuts runboxd down through its API, then makes sure the process is
-// gone.
-func stop(ctx context.Context, rec record) error {
-	sctx := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
-		defer cancel()
-	}
-	c := client.DialUnix(rec.Socket, client.WithSandboxName(rec.ID))
-	// An error here is expected when runboxd exits before answering; whether
-	// it stopped is decided by watching the process below.
-	_ = c.Shutdown(sctx, 0)
-	c.Close()
-	if waitExit(ctx, rec, exitTimeout) {
-		return nil
-	}
-	if err := killRecord(rec); err != nil {
-		return fmt.Errorf("kill runboxd (pid %d): %w", rec.Pid, err)
-	}
-	if !waitExit(context.WithoutCancel(ctx), rec, exitTimeout) {
-		return fmt.Errorf("runboxd (pid %d) survived SIGKILL", rec.Pid)
-	}
-	return nil
-}
-
-// waitExit polls until the record's process has exited or d has passed.
-func waitExit(ctx context.Context, rec record, d time.Duration) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
-	for {
-		if !procAlive(rec) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return !procAlive(rec)
-		case <-deadline.C:
-			return !procAlive(rec)
-		case <-t.C:
-		}
-	}
-}
-
-// isAlive reports whether the record's runboxd is the process it recorded
-// and answers Info.
-func isAlive(ctx context.Context, rec record) bool {
-	return procAlive(rec) && probe(ctx, rec.Socket) == nil
-}
-
-// procAlive reports whether the recorded runboxd process is still running:
-// same pid, same boot, same start time, and not a zombie.
-func procAlive(rec record) bool {
-	if rec.Pid <= 0 {
-		return false
-	}
-	if rec.BootID != "" && rec.BootID != bootID() {
-		return false
-	}
-	return sameProcess(rec.Pid, rec.StartTime)
-}
-
-// killRecord sends SIGKILL to the recorded runboxd, if it is still that
-// process.
-func killRecord(rec record) error {
-	if !procAlive(rec) {
-		return nil
-	}
-	return killPid(rec.Pid)
-}
-
-func toSandbox(rec record, sbDir string, alive bool) runbox.Sandbox {
-	return runbox.Sandbox{
-		ID:       rec.ID,
-		Name:     rec.Name,
-		Provider: ProviderName,
-		Created:  rec.Created,
-		Alive:    alive,
-		Detail: map[string]string{
-			"pid":     strconv.Itoa(rec.Pid),
-			"socket":  rec.Socket,
-			"dir":     sbDir,
-			"log":     filepath.Join(sbDir, "runboxd.log"),
-			"workdir": rec.Workdir,
-			"runboxd": rec.Runboxd,
-		},
-	}
-}
-
-// readRecords reads every sandbox record under dir, oldest first. Directories
-// without a readable record (a Create in progress, debris) are skipped.
-func readRecords(dir string) ([]record, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("read sandboxes: %w", err)
-	}
-	var recs []record
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		r, err := readRecord(filepath.Join(dir, e.Name()))
-		if err != nil || r.Provider != ProviderName || r.ID != e.Name() {
-			continue
-		}
-		recs = append(recs, r)
-	}
-	slices.SortFunc(recs, func(a, b record) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return recs, nil
-}
-
-func readRecord(sbDir string) (record, error) {
-	b, err := os.ReadFile(filepath.Join(sbDir, "sandbox.json"))
-	if err != nil {
-		return record{}, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return record{}, fmt.Errorf("sandbox record %s: %w", sbDir, err)
-	}
-	return r, nil
-}
-
-// writeRecord replaces sandbox.json atomically, so readers never see half a
-// record.
-func writeRecord(sbDir string, r record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	tmp := filepath.Join(sbDir, ".sandbox.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(sbDir, "sandbox.json")); err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	return nil
+// launch starts `runboxd serve` in a new session, in the workdir.
+func launch(_ context.Context, l procbox.Launch) (*procbox.Detached, error) {
+	rec := l.Record
+	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir}, l.Spec.DaemonArgs...)
+	return procbox.SpawnDetached(rec.Runboxd, args, rec.Workdir, l.Log)
 }

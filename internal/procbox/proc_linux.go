@@ -1,4 +1,4 @@
-package host
+package procbox
 
 import (
 	"bytes"
@@ -12,37 +12,43 @@ import (
 	"syscall"
 )
 
-// detached is a runboxd started by this process.
-type detached struct {
-	pid int
-	// exited is closed once the process has exited and been reaped.
-	exited chan struct{}
+// Detached is a runboxd started by this process.
+type Detached struct {
+	Pid int
+	// Exited is closed once the process has exited and been reaped.
+	Exited chan struct{}
 	proc   *os.Process
 }
 
-// kill sends SIGKILL; it is safe after the process exited.
-func (d *detached) kill() { d.proc.Signal(syscall.SIGKILL) }
+// Kill sends SIGKILL; it is safe after the process exited.
+func (d *Detached) Kill() { d.proc.Signal(syscall.SIGKILL) }
 
-// spawnDetached starts bin in a new session (so it has its own process group
+// SpawnDetached starts bin in a new session (so it has its own process group
 // and no controlling terminal, and a Ctrl-C aimed at the caller never reaches
 // it), with stdin from /dev/null and stdout and stderr to log. The sandbox
 // outlives the caller: no parent-death signal, no context.
 //
 // A goroutine waits for the process, so that while the caller lives a dead
 // runboxd is reaped rather than left a zombie that looks alive.
-func spawnDetached(bin string, args []string, dir string, log *os.File) (*detached, error) {
+func SpawnDetached(bin string, args []string, dir string, log *os.File) (*Detached, error) {
 	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Stdout = log
 	cmd.Stderr = log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	return StartDetached(cmd)
+}
+
+// StartDetached starts cmd, prepared by the caller to outlive it (a new
+// session at least), and reaps it when it exits.
+func StartDetached(cmd *exec.Cmd) (*Detached, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	d := &detached{pid: cmd.Process.Pid, exited: make(chan struct{}), proc: cmd.Process}
+	d := &Detached{Pid: cmd.Process.Pid, Exited: make(chan struct{}), proc: cmd.Process}
 	go func() {
 		cmd.Wait()
-		close(d.exited)
+		close(d.Exited)
 	}()
 	return d, nil
 }

@@ -1,4 +1,4 @@
-package host
+package procbox
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 func TestMatch(t *testing.T) {
-	recs := []record{{ID: "abc111", Name: "one"}, {ID: "abc222", Name: "abc111x"}, {ID: "def333", Name: "abc"}}
+	recs := []Record{{ID: "abc111", Name: "one"}, {ID: "abc222", Name: "abc111x"}, {ID: "def333", Name: "abc"}}
 	for key, want := range map[string]string{
 		"abc111":  "abc111",
 		"abc111x": "abc222", // an exact name
@@ -40,7 +40,7 @@ func TestProcAliveGuardsPidReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	me := record{Pid: os.Getpid(), StartTime: start, BootID: bootID()}
+	me := Record{Pid: os.Getpid(), StartTime: start, BootID: bootID()}
 	if !procAlive(me) {
 		t.Fatal("procAlive(this process) = false")
 	}
@@ -54,7 +54,7 @@ func TestProcAliveGuardsPidReuse(t *testing.T) {
 	if procAlive(rebooted) {
 		t.Error("procAlive with another boot id = true")
 	}
-	if procAlive(record{}) {
+	if procAlive(Record{}) {
 		t.Error("procAlive(pid 0) = true")
 	}
 }
