@@ -430,7 +430,7 @@ func TestCreateFailures(t *testing.T) {
 	cli := engine(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	before := labelled(t, cli)
+	before := labelled(t, cli, p.Home)
 
 	if _, err := p.Create(ctx, runbox.SandboxSpec{}); !errors.Is(err, docker.ErrImageRequired) {
 		t.Errorf("create without an image: %v; want ErrImageRequired", err)
@@ -456,7 +456,7 @@ func TestCreateFailures(t *testing.T) {
 		t.Errorf("create with a bad runboxd flag: %v; want the container's log quoted", err)
 	}
 	t.Logf("bad flag: %v", err)
-	if after := labelled(t, cli); after != before {
+	if after := labelled(t, cli, p.Home); after != before {
 		t.Errorf("%d runbox containers before the failed creates, %d after", before, after)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(p.Home, "docker")); len(ents) != 0 {
@@ -470,14 +470,22 @@ func isDynamic(path string) bool {
 	return err == nil && bytes.Contains(b[:min(len(b), 4096)], []byte("/ld-linux"))
 }
 
-// labelled counts runbox's containers on the engine.
-func labelled(t testing.TB, cli *moby.Client) int {
+// labelled counts runbox's containers on the engine whose socket is under
+// home, i.e. those made by a provider with that home (other tests, in this
+// process or another, may be creating their own meanwhile).
+func labelled(t testing.TB, cli *moby.Client, home string) int {
 	t.Helper()
 	res, err := cli.ContainerList(context.Background(), moby.ContainerListOptions{All: true, Filters: make(moby.Filters).Add("label", docker.LabelSandbox)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(res.Items)
+	n := 0
+	for _, c := range res.Items {
+		if strings.HasPrefix(c.Labels[docker.LabelSocket], home+string(filepath.Separator)) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestRemoveStopsExecs: Remove stops running execs with the stop protocol
