@@ -144,6 +144,9 @@ type Result struct {
 	Signal string
 	// TimedOut, Cancelled and IdleTimedOut say why the exec was stopped.
 	TimedOut, Cancelled, IdleTimedOut bool
+	// OOMKilled says the sandbox's memory limit killed a process of this
+	// exec (the kernel's OOM killer, not runbox, sent the SIGKILL).
+	OOMKilled bool
 	// Duration is the leader's run time, on the daemon's clock.
 	Duration time.Duration
 	// Stdout and Stderr hold each stream's head and tail. When a stream
@@ -264,6 +267,13 @@ type SandboxSpec struct {
 	Name string
 	// Image is the root filesystem image, for providers that use one.
 	Image string
+	// Rootfs is a root filesystem directory on this machine (a debootstrap
+	// tree, an unpacked image), for the local provider; empty means the
+	// host's own root, read-only under a writable overlay.
+	Rootfs string
+	// UserNS runs the sandbox in a user namespace even as root (the local
+	// provider always uses one when not root).
+	UserNS bool
 	// Workdir is a host directory made available in the sandbox.
 	Workdir string
 	// Memory (bytes), Pids and CPUs are resource limits; zero means none.

@@ -4,6 +4,8 @@
 //
 //	runboxd serve --socket PATH [--cgroup auto|cgroup2|off] [--retention D]
 //	              [--drain D] [--ring BYTES] [--dir D]
+//	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]
+//	              (PID 1 of a local sandbox; configuration on fd 3)
 //	runboxd proxy --socket PATH
 //	runboxd version
 package main
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -39,6 +42,7 @@ func main() {
 
 const usage = `usage:
   runboxd serve --socket PATH [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D]
+  runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`
 
@@ -50,6 +54,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "serve":
 		return serve(args[1:], stderr)
+	case "jail":
+		return jailServe(args[1:], stderr)
 	case "proxy":
 		return proxy(args[1:], stdin, stdout, stderr)
 	case "version":
@@ -63,15 +69,20 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
+// supervisorFlags adds the flags serve and jail share to fs.
+func supervisorFlags(fs *flag.FlagSet, cfg *supervisor.Config) {
+	fs.StringVar(&cfg.CgroupMode, "cgroup", "auto", "containment: auto, cgroup2 or off")
+	fs.DurationVar(&cfg.Retention, "retention", supervisor.DefaultRetention, "how long exited execs are kept for attach")
+	fs.DurationVar(&cfg.Drain, "drain", supervisor.DefaultDrain, "how long output is read after an exec's leader exits")
+	fs.IntVar(&cfg.RingBytes, "ring", supervisor.DefaultRingBytes, "replay ring size per output stream, in bytes")
+}
+
 func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", "", "unix socket to listen on (required)")
 	var cfg supervisor.Config
-	fs.StringVar(&cfg.CgroupMode, "cgroup", "auto", "containment: auto, cgroup2 or off")
-	fs.DurationVar(&cfg.Retention, "retention", supervisor.DefaultRetention, "how long exited execs are kept for attach")
-	fs.DurationVar(&cfg.Drain, "drain", supervisor.DefaultDrain, "how long output is read after an exec's leader exits")
-	fs.IntVar(&cfg.RingBytes, "ring", supervisor.DefaultRingBytes, "replay ring size per output stream, in bytes")
+	supervisorFlags(fs, &cfg)
 	fs.StringVar(&cfg.Dir, "dir", "", "default working directory for execs (default: the daemon's)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,21 +91,26 @@ func serve(args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("serve: --socket is required and takes no arguments")
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return serveOn(ctx, cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return daemon.Listen(*socket) })
+}
+
+// serveOn starts the supervisor, opens the listener and serves until ctx ends
+// or a Shutdown RPC arrives.
+func serveOn(ctx context.Context, cfg supervisor.Config, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error)) error {
 	cfg.Version = versionString()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		return err
 	}
-	ln, err := daemon.Listen(*socket)
+	ln, err := listen(sup)
 	if err != nil {
 		sup.Shutdown(context.Background(), 0)
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	log.Info("serving", "socket", *socket, "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
+	log.Info("serving", "socket", ln.Addr().String(), "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
 	if err := daemon.NewServer(sup, log).Serve(ctx, ln); err != nil {
 		return err
 	}

@@ -231,6 +231,8 @@ func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
 		fmt.Fprintln(a.stderr, "runbox: stopped after no output for the idle timeout")
 	case res.Cancelled:
 		fmt.Fprintln(a.stderr, "runbox: cancelled")
+	case res.OOMKilled:
+		fmt.Fprintln(a.stderr, "runbox: killed: out of memory (the sandbox's memory limit)")
 	}
 	if res.Survivors > 0 {
 		fmt.Fprintf(a.stderr, "runbox: warning: %d processes survived SIGKILL\n", res.Survivors)
@@ -266,6 +268,7 @@ type execResult struct {
 	StderrDropped int64  `json:"stderr_dropped"`
 	Cwd           string `json:"cwd"`
 	Killed        int    `json:"killed"`
+	OOMKilled     bool   `json:"oom_killed"`
 	StdoutSpill   string `json:"stdout_spill,omitempty"`
 	StderrSpill   string `json:"stderr_spill,omitempty"`
 }
@@ -283,6 +286,7 @@ func resultJSON(r runbox.Result, cwd string) execResult {
 		StderrDropped: r.StderrDropped,
 		Cwd:           cwd,
 		Killed:        r.Killed,
+		OOMKilled:     r.OOMKilled,
 		StdoutSpill:   r.StdoutSpill,
 		StderrSpill:   r.StderrSpill,
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
+	"github.com/runbox/runbox/provider/local"
 )
 
 // Version is runbox's version, set at build time with
@@ -60,14 +61,15 @@ var providers = []struct {
 	make func(env) runbox.Provider
 }{
 	{host.ProviderName, func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
+	{local.ProviderName, func(e env) runbox.Provider { return &local.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{docker.ProviderName, func(e env) runbox.Provider { return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 }
 
 // plannedProviders are named in errors so users know they are coming.
-var plannedProviders = []string{"local", "ssh", "kubernetes"}
+var plannedProviders = []string{"ssh", "kubernetes"}
 
 // defaultProvider is the provider up and run use without --provider.
-const defaultProvider = host.ProviderName
+const defaultProvider = local.ProviderName
 
 // Main runs the CLI with args (without the program name) and returns the exit
 // status. Failures of runbox itself are reported on stderr as one line.

@@ -42,6 +42,8 @@ or by the --name alias.`,
 // upFlags are the flags up and run share.
 type upFlags struct {
 	provider, image, name, workdir string
+	rootfs                         string
+	userns                         bool
 	memory, network                string
 	pids                           int64
 	cpus                           float64
@@ -51,8 +53,10 @@ func (f *upFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.provider, "provider", defaultProvider, "where the sandbox runs: "+strings.Join(providerNames(), ", ")+
 		" (planned: "+strings.Join(plannedProviders, ", ")+")")
 	fs.StringVar(&f.image, "image", "", "root filesystem image (providers that use images)")
+	fs.StringVar(&f.rootfs, "rootfs", "", "local: a root filesystem directory to use instead of the host's root")
+	fs.BoolVar(&f.userns, "userns", false, "local: run in a user namespace even as root (always when not root)")
 	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
-	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's working directory (host provider: default the current directory)")
+	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace, created if absent; docker: none)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
@@ -82,6 +86,8 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	return p, runbox.SandboxSpec{
 		Name:    f.name,
 		Image:   f.image,
+		Rootfs:  f.rootfs,
+		UserNS:  f.userns,
 		Workdir: f.workdir,
 		Memory:  mem,
 		Pids:    f.pids,

@@ -3,6 +3,7 @@ package providertest
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -63,9 +64,15 @@ func ProcFixture(p runbox.Provider, spec runbox.SandboxSpec) Fixture {
 	}
 }
 
-// DaemonPid asks sb's runboxd for its pid.
+// DaemonPid returns the pid of sb's runboxd on this machine: the one its
+// provider recorded (Detail["pid"]), else the one runboxd reports. The two
+// differ in a pid namespace, where runboxd is PID 1 and a signal meant for
+// it must not go to this machine's init.
 func DaemonPid(t testing.TB, p runbox.Provider, sb runbox.Sandbox) int {
 	t.Helper()
+	if n, err := strconv.Atoi(sb.Detail["pid"]); err == nil && n > 0 {
+		return n
+	}
 	c := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -73,6 +80,9 @@ func DaemonPid(t testing.TB, p runbox.Provider, sb runbox.Sandbox) int {
 	info, err := c.Info(ctx)
 	if err != nil {
 		t.Fatalf("info of sandbox %s: %v", sb.ID, err)
+	}
+	if info.Pid <= 1 {
+		t.Fatalf("sandbox %s: runboxd reports pid %d, which is not a pid on this machine", sb.ID, info.Pid)
 	}
 	return info.Pid
 }

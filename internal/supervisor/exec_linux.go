@@ -48,16 +48,18 @@ type Exec struct {
 	session    *sessionSnapshot     // the session state the exec started from
 	spills     [2]*spillFile        // written only by the stream's reader
 
-	mu        sync.Mutex
-	state     runbox.ExecState
-	pid       int
-	started   time.Time
-	ended     time.Time
-	reason    stopReason
-	stopGrace time.Duration
-	released  bool // containment released
-	survivors int
-	result    runbox.Result
+	mu      sync.Mutex
+	state   runbox.ExecState
+	pid     int
+	started time.Time
+	// oomKillsAtStart is Config.OOMKills when the exec started.
+	oomKillsAtStart uint64
+	ended           time.Time
+	reason          stopReason
+	stopGrace       time.Duration
+	released        bool // containment released
+	survivors       int
+	result          runbox.Result
 }
 
 func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64) *Exec {
@@ -479,6 +481,7 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	r.Cancelled = e.reason == stopCancel
 	stoppedByUs := e.reason != stopNone
 	e.mu.Unlock()
+	r.OOMKilled = !stoppedByUs && e.oomKilled(ws)
 	if e.session != nil {
 		r.CwdFallbackFrom = e.session.fallbackFrom
 		r.Cwd = e.session.cwd
@@ -516,6 +519,21 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		// The cancel still means: nothing this exec started may survive.
 		e.stopBackground(lateGrace)
 	}
+}
+
+// oomKilled reports whether the leader's end looks like the memory limit's
+// doing: killed by SIGKILL (or a shell reporting a child's SIGKILL as 137)
+// while the sandbox's OOM kill counter rose.
+func (e *Exec) oomKilled(ws unix.WaitStatus) bool {
+	if e.s.cfg.OOMKills == nil {
+		return false
+	}
+	killed := (ws.Signaled() && ws.Signal() == unix.SIGKILL) || (ws.Exited() && ws.ExitStatus() == 128+int(unix.SIGKILL))
+	if !killed {
+		return false
+	}
+	now, err := e.s.cfg.OOMKills()
+	return err == nil && now > e.oomKillsAtStart
 }
 
 // readStateRecord reads a session state record until its trailer, EOF, the

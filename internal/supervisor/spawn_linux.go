@@ -244,6 +244,9 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	e.mu.Lock()
 	e.started = time.Now()
 	e.mu.Unlock()
+	if s.cfg.OOMKills != nil {
+		e.oomKillsAtStart, _ = s.cfg.OOMKills()
+	}
 	s.spawnMu.RLock()
 	pid, err := syscall.ForkExec(path, argv, attr)
 	if err == nil {

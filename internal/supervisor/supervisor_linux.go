@@ -38,6 +38,11 @@ type Config struct {
 	StateDir string
 	// SpillBytes bounds the total size of spill files; 0 → 1 GiB.
 	SpillBytes int64
+	// OOMKills, when set, returns how many processes the sandbox's memory
+	// limit has killed so far (a cgroup's oom_kill counter). An exec whose
+	// leader died of a SIGKILL runbox did not send while the counter rose
+	// is reported OOMKilled.
+	OOMKills func() (uint64, error)
 }
 
 // Cgroup modes as Info reports them.

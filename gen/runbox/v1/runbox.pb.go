@@ -879,8 +879,10 @@ type Result struct {
 	SpillTruncated  bool                   `protobuf:"varint,19,opt,name=spill_truncated,json=spillTruncated,proto3" json:"spill_truncated,omitempty"`
 	Cwd             string                 `protobuf:"bytes,20,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	CwdFallbackFrom string                 `protobuf:"bytes,21,opt,name=cwd_fallback_from,json=cwdFallbackFrom,proto3" json:"cwd_fallback_from,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// oom_killed: the sandbox's memory limit killed a process of this exec.
+	OomKilled     bool `protobuf:"varint,22,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1058,6 +1060,13 @@ func (x *Result) GetCwdFallbackFrom() string {
 		return x.CwdFallbackFrom
 	}
 	return ""
+}
+
+func (x *Result) GetOomKilled() bool {
+	if x != nil {
+		return x.OomKilled
+	}
+	return false
 }
 
 type CancelRequest struct {
@@ -2201,7 +2210,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"3\n" +
 	"\x06Exited\x12)\n" +
-	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\x88\x05\n" +
+	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\xa7\x05\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -2225,7 +2234,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\fstderr_spill\x18\x12 \x01(\tR\vstderrSpill\x12'\n" +
 	"\x0fspill_truncated\x18\x13 \x01(\bR\x0espillTruncated\x12\x10\n" +
 	"\x03cwd\x18\x14 \x01(\tR\x03cwd\x12*\n" +
-	"\x11cwd_fallback_from\x18\x15 \x01(\tR\x0fcwdFallbackFrom\":\n" +
+	"\x11cwd_fallback_from\x18\x15 \x01(\tR\x0fcwdFallbackFrom\x12\x1d\n" +
+	"\n" +
+	"oom_killed\x18\x16 \x01(\bR\toomKilled\":\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"&\n" +

@@ -209,6 +209,7 @@ func ResultToProto(r runbox.Result) *runboxv1.Result {
 		SpillTruncated:  r.SpillTruncated,
 		Cwd:             r.Cwd,
 		CwdFallbackFrom: r.CwdFallbackFrom,
+		OomKilled:       r.OOMKilled,
 	}
 }
 
@@ -239,6 +240,7 @@ func ResultFromProto(p *runboxv1.Result) runbox.Result {
 		SpillTruncated:  p.GetSpillTruncated(),
 		Cwd:             p.GetCwd(),
 		CwdFallbackFrom: p.GetCwdFallbackFrom(),
+		OOMKilled:       p.GetOomKilled(),
 	}
 }
 

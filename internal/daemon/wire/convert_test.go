@@ -101,6 +101,7 @@ func fullResult() runbox.Result {
 		SpillTruncated:  true,
 		Cwd:             "/work",
 		CwdFallbackFrom: "/work/gone",
+		OOMKilled:       true,
 	}
 }
 
@@ -182,7 +183,7 @@ func TestRoundTripProto(t *testing.T) {
 		IdleTimedOut: true, DurationUs: 99, Stdout: []byte("o"), Stderr: []byte("e"),
 		StdoutDropped: 1, StderrDropped: 2, StdoutBytes: 3, StderrBytes: 4, Killed: 5,
 		Survivors: 6, Pid: 7, StdoutSpill: "/o", StderrSpill: "/e", SpillTruncated: true,
-		Cwd: "/w", CwdFallbackFrom: "/w/x",
+		Cwd: "/w", CwdFallbackFrom: "/w/x", OomKilled: true,
 	}
 	info := &runboxv1.ExecInfo{
 		Id: "exec-1", Pid: 7, State: runboxv1.ExecState_EXEC_STATE_STOPPING,

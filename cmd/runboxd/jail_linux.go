@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/runbox/runbox/internal/daemon"
+	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/supervisor"
+)
+
+// configFD is the descriptor on which the provider sends the jail's
+// configuration (JSON), and closes it, once it has put the process in the
+// sandbox's cgroups, so no command can start outside them.
+const configFD = 3
+
+// ignoredInJail are the signals a jailed runboxd catches and drops. The
+// kernel already keeps a pid namespace's init from signals sent inside it
+// that it does not handle, but the Go runtime handles most of them (and
+// would exit on SIGTERM, say). Catching them keeps the sandbox alive
+// whatever its commands send; the provider stops runboxd with the Shutdown
+// RPC, or SIGKILL from outside. They are caught, not ignored: an ignored
+// signal stays ignored in every command runboxd starts, and a command that
+// ignores SIGTERM could not be stopped gracefully.
+var ignoredInJail = []os.Signal{
+	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
+	syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU,
+	syscall.SIGXFSZ, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSTKFLT, syscall.SIGTRAP,
+	syscall.SIGABRT, syscall.SIGSYS, syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
+	// Sent by kill(2) these are not faults: caught, they are dropped, while
+	// a real fault still crashes as it should.
+	syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL,
+}
+
+// jailServe is `runboxd jail`: PID 1 of a local sandbox. Its configuration
+// arrives on fd 3.
+func jailServe(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("jail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg supervisor.Config
+	supervisorFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("jail: takes no arguments")
+	}
+	if os.Getpid() != 1 {
+		return jail.ErrNotPID1
+	}
+	dropped := make(chan os.Signal, 16)
+	signal.Notify(dropped, ignoredInJail...)
+	go func() {
+		for range dropped {
+		}
+	}()
+	jc, err := readConfig()
+	if err != nil {
+		return err
+	}
+	if jc.OOMControl != "" {
+		// Opened before the pivot hides the host's cgroup tree.
+		f, err := os.Open(jc.OOMControl)
+		if err != nil {
+			return fmt.Errorf("jail: memory cgroup: %w", err)
+		}
+		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
+	}
+	ln, err := jail.Enter(jc, daemon.Listen)
+	if err != nil {
+		return err
+	}
+	if jc.Workspace != "" {
+		cfg.Dir = jail.WorkspacePath
+	}
+	return serveOn(context.Background(), cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil })
+}
+
+// oomKills reads the oom_kill counter of a memory.oom_control file.
+func oomKills(f *os.File) (uint64, error) {
+	buf := make([]byte, 512)
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return 0, err
+	}
+	for line := range strings.Lines(string(buf[:n])) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "oom_kill "); ok {
+			return strconv.ParseUint(v, 10, 64)
+		}
+	}
+	return 0, errors.New("no oom_kill counter in memory.oom_control")
+}
+
+// readConfig reads the jail configuration from configFD, to its end.
+func readConfig() (jail.Config, error) {
+	var jc jail.Config
+	f := os.NewFile(configFD, "config")
+	if f == nil {
+		return jc, errors.New("jail: no configuration descriptor (fd 3)")
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
+	if err != nil {
+		return jc, fmt.Errorf("jail: read configuration: %w", err)
+	}
+	if len(b) == 0 {
+		return jc, errors.New("jail: the provider sent no configuration")
+	}
+	if err := json.Unmarshal(b, &jc); err != nil {
+		return jc, fmt.Errorf("jail: configuration: %w", err)
+	}
+	return jc, nil
+}

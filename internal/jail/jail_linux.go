@@ -1,0 +1,283 @@
+package jail
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Enter builds the sandbox's root filesystem from cfg, listens on cfg.Socket
+// (through listen, called while the host's filesystem is still visible),
+// pivots into the new root and sets the hostname, the environment and the
+// loopback interface. It must run in a process that has its own mount
+// namespace, before anything else starts in it. Failures name the step.
+func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.Listener, error) {
+	// Nothing this process mounts may leak back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("jail: make mounts private: %w", err)
+	}
+	root := cfg.Merged
+	if err := mountRoot(cfg); err != nil {
+		return nil, err
+	}
+	if err := mountSystem(root); err != nil {
+		return nil, err
+	}
+	if cfg.Workspace != "" {
+		if err := bind(cfg.Workspace, filepath.Join(root, WorkspacePath), 0); err != nil {
+			return nil, fmt.Errorf("jail: workspace: %w", err)
+		}
+	}
+	for _, m := range cfg.Mask {
+		if err := mask(filepath.Join(root, m)); err != nil {
+			return nil, fmt.Errorf("jail: hide %s: %w", m, err)
+		}
+	}
+	ln, err := listen(cfg.Socket)
+	if err != nil {
+		return nil, err
+	}
+	if err := pivot(root); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	if cfg.Hostname != "" {
+		if err := unix.Sethostname([]byte(cfg.Hostname)); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("jail: hostname: %w", err)
+		}
+	}
+	if cfg.NetworkNone {
+		if err := loopbackUp(); err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("jail: loopback: %w", err)
+		}
+	}
+	os.Clearenv()
+	for _, kv := range cfg.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			os.Setenv(k, v)
+		}
+	}
+	return ln, nil
+}
+
+// mountRoot mounts the overlay of cfg.Upper on cfg.Lower at cfg.Merged.
+//
+// In a user namespace the kernel refuses an overlay whose lower layer has
+// mounts under it (they are locked to this namespace), which the host's
+// root always has. Then the root is a tmpfs holding one overlay per
+// top-level directory that has none (/usr, /etc, ... stay writable), and a
+// read-only bind of each one that does.
+func mountRoot(cfg Config) error {
+	err := overlay(cfg.Lower, cfg.Upper, cfg.Work, cfg.Merged, false)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.EPERM) {
+		return fmt.Errorf("jail: overlay %s (lower %s, upper %s): %w", cfg.Merged, cfg.Lower, cfg.Upper, err)
+	}
+	if err := unix.Mount("tmpfs", cfg.Merged, "tmpfs", 0, "mode=755"); err != nil {
+		return fmt.Errorf("jail: root tmpfs: %w", err)
+	}
+	ents, err := os.ReadDir(cfg.Lower)
+	if err != nil {
+		return fmt.Errorf("jail: read %s: %w", cfg.Lower, err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		src, dst := filepath.Join(cfg.Lower, name), filepath.Join(cfg.Merged, name)
+		switch {
+		case e.Type()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(src); err == nil {
+				_ = os.Symlink(target, dst)
+			}
+			continue
+		case !e.IsDir():
+			continue
+		}
+		switch name {
+		case "proc", "sys", "dev", "tmp", "run": // fresh ones are mounted later
+			if err := os.Mkdir(dst, 0o755); err != nil {
+				return fmt.Errorf("jail: %s: %w", dst, err)
+			}
+			continue
+		}
+		up, work := filepath.Join(cfg.Upper, name), filepath.Join(cfg.Work, name)
+		if err := overlay(src, up, work, dst, true); err == nil {
+			continue
+		}
+		if err := bind(src, dst, unix.MS_RDONLY); err != nil {
+			return fmt.Errorf("jail: bind %s: %w", src, err)
+		}
+	}
+	return nil
+}
+
+// overlay mounts upper (with work) over lower at merged, creating the
+// directories; userxattr is what an overlay in a user namespace needs.
+func overlay(lower, upper, work, merged string, userxattr bool) error {
+	for _, d := range []string{upper, work, merged} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s",
+		escapeOverlay(lower), escapeOverlay(upper), escapeOverlay(work))
+	if userxattr {
+		opts += ",userxattr"
+	}
+	return unix.Mount("overlay", merged, "overlay", 0, opts)
+}
+
+// escapeOverlay escapes the characters overlayfs's option parser treats
+// specially in a path.
+func escapeOverlay(p string) string {
+	return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
+}
+
+// devices are the host device nodes bind-mounted into the sandbox's /dev.
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// mountSystem gives root a fresh /proc, a minimal /dev, a private /tmp, a
+// read-only /sys where the kernel allows one, and a cgroup2 hierarchy rooted
+// at the sandbox's cgroup (for runboxd's per-exec cgroups) where one exists.
+func mountSystem(root string) error {
+	at := func(p string) string { return filepath.Join(root, p) }
+	const nodev = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := mountDir("proc", at("/proc"), "proc", nodev, ""); err != nil {
+		return fmt.Errorf("jail: /proc: %w", err)
+	}
+	if err := mountDir("tmpfs", at("/dev"), "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
+		return fmt.Errorf("jail: /dev: %w", err)
+	}
+	for _, d := range devices {
+		if err := bind("/dev/"+d, at("/dev/"+d), 0); err != nil {
+			return fmt.Errorf("jail: /dev/%s: %w", d, err)
+		}
+	}
+	if err := mountDir("devpts", at("/dev/pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return fmt.Errorf("jail: /dev/pts: %w", err)
+	}
+	links := map[string]string{
+		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
+		"stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2",
+	}
+	for name, target := range links {
+		if err := os.Symlink(target, at("/dev/"+name)); err != nil {
+			return fmt.Errorf("jail: /dev/%s: %w", name, err)
+		}
+	}
+	if err := mountDir("shm", at("/dev/shm"), "tmpfs", nodev, "mode=1777,size=65536k"); err != nil {
+		return fmt.Errorf("jail: /dev/shm: %w", err)
+	}
+	if err := mountDir("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+		return fmt.Errorf("jail: /tmp: %w", err)
+	}
+	// A fresh sysfs needs its own network namespace or real root; without
+	// one the sandbox simply has an empty /sys.
+	if err := mountDir("sysfs", at("/sys"), "sysfs", nodev|unix.MS_RDONLY, ""); err == nil {
+		cg := at("/sys/fs/cgroup")
+		if err := unix.Mount("tmpfs", cg, "tmpfs", nodev, "mode=755"); err == nil {
+			// Inside the cgroup namespace the sandbox's cgroup is the root.
+			_ = mountDir("cgroup2", filepath.Join(cg, "unified"), "cgroup2", nodev, "")
+		}
+	}
+	return nil
+}
+
+// mountDir mounts source (of fstype) at target, creating target first.
+func mountDir(source, target, fstype string, flags uintptr, data string) error {
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return err
+	}
+	return unix.Mount(source, target, fstype, flags, data)
+}
+
+// bind bind-mounts src at dst (a file or a directory, created to match),
+// read-only with flags MS_RDONLY.
+func bind(src, dst string, flags uintptr) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			return err
+		}
+	} else {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	if err := unix.Mount(src, dst, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return err
+	}
+	if flags&unix.MS_RDONLY != 0 {
+		return unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_REC, "")
+	}
+	return nil
+}
+
+// mask hides dir behind an empty read-only tmpfs, if dir exists.
+func mask(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return nil
+	}
+	return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "size=4k,mode=755")
+}
+
+// pivot makes root the process's root filesystem and lets go of the old one
+// entirely, so no host mount stays reachable.
+func pivot(root string) error {
+	if err := unix.Chdir(root); err != nil {
+		return fmt.Errorf("jail: chdir %s: %w", root, err)
+	}
+	// pivot_root(".", ".") stacks the old root on top of the new one;
+	// detaching "." then removes it (runc's trick: no temporary directory).
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("jail: pivot_root %s: %w", root, err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("jail: detach the old root: %w", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return fmt.Errorf("jail: chdir /: %w", err)
+	}
+	return nil
+}
+
+// loopbackUp sets the IFF_UP flag of lo.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return err
+	}
+	return nil
+}
+
+// ErrNotPID1 means Enter's caller is not the first process of its own pid
+// namespace.
+var ErrNotPID1 = errors.New("runboxd jail must be PID 1 of a new pid namespace")

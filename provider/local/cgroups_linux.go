@@ -1,0 +1,263 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/cgroups/v3/cgroup1"
+	"github.com/containerd/cgroups/v3/cgroup2"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/runbox/runbox"
+)
+
+// cgroupRoot is the name of the cgroup, in every hierarchy, under which
+// each local sandbox gets its own (named by its id).
+const cgroupRoot = "runbox-local"
+
+// Record.Extra keys for what a sandbox's cgroups are.
+const (
+	extraCgroup2    = "cgroup2"     // absolute path of its cgroup v2 directory
+	extraCgroup1    = "cgroup1"     // its path in each v1 hierarchy it uses
+	extraOOMControl = "oom_control" // the file whose oom_kill counter runboxd reads
+)
+
+// limitSubsystems are the v1 controllers the limits use.
+var limitSubsystems = []cgroup1.Name{cgroup1.Memory, cgroup1.Pids, cgroup1.Cpu}
+
+// sandboxCgroups is where a sandbox's runboxd is placed: a cgroup v2
+// directory (the root of its cgroup namespace, under which runboxd makes one
+// cgroup per exec) and, for limits on a v1 or hybrid host, v1 cgroups.
+type sandboxCgroups struct {
+	v2Dir      string
+	v1         cgroup1.Cgroup
+	v1Path     string
+	oomControl string
+}
+
+func hasLimits(spec runbox.SandboxSpec) bool {
+	return spec.Memory > 0 || spec.Pids > 0 || spec.CPUs > 0
+}
+
+// newCgroups makes the sandbox's cgroups, with the spec's limits. Without
+// root it makes none, and refuses limits.
+func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgroups, error) {
+	if rootless {
+		if hasLimits(spec) {
+			return nil, fmt.Errorf("resource limits need cgroups, which only root can make here: %w", errors.ErrUnsupported)
+		}
+		return &sandboxCgroups{}, nil
+	}
+	c := &sandboxCgroups{}
+	mode := cgroups.Mode()
+	if mode == cgroups.Unified {
+		// Limits and per-exec containment in one v2 tree.
+		res := &cgroup2.Resources{}
+		if spec.Memory > 0 {
+			res.Memory = &cgroup2.Memory{Max: &spec.Memory}
+		}
+		if spec.Pids > 0 {
+			res.Pids = &cgroup2.Pids{Max: spec.Pids}
+		}
+		if spec.CPUs > 0 {
+			quota, period := cpuQuota(spec.CPUs)
+			res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
+		}
+		group := "/" + cgroupRoot + "/" + id
+		if _, err := cgroup2.NewManager("/sys/fs/cgroup", group, res); err != nil {
+			return nil, fmt.Errorf("cgroup %s: %w", group, err)
+		}
+		c.v2Dir = filepath.Join("/sys/fs/cgroup", group)
+		if spec.Memory > 0 {
+			c.oomControl = filepath.Join(c.v2Dir, "memory.events")
+		}
+		return c, nil
+	}
+	// A v1 or hybrid host: limits in v1, per-exec containment in the v2
+	// hierarchy when there is one.
+	if mnt := cgroup2Mount(); mnt != "" {
+		dir := filepath.Join(mnt, cgroupRoot, id)
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			c.v2Dir = dir
+		}
+	}
+	if hasLimits(spec) {
+		res := &specs.LinuxResources{}
+		if spec.Memory > 0 {
+			res.Memory = &specs.LinuxMemory{Limit: &spec.Memory}
+		}
+		if spec.Pids > 0 {
+			res.Pids = &specs.LinuxPids{Limit: &spec.Pids}
+		}
+		if spec.CPUs > 0 {
+			quota, period := cpuQuota(spec.CPUs)
+			res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+		}
+		c.v1Path = "/" + cgroupRoot + "/" + id
+		cg, err := cgroup1.New(cgroup1.StaticPath(c.v1Path), res, cgroup1.WithHierarchy(limitHierarchy))
+		if err != nil {
+			c.remove()
+			return nil, fmt.Errorf("cgroup v1 %s: %w", c.v1Path, err)
+		}
+		c.v1 = cg
+		if spec.Memory > 0 {
+			subs, _ := limitHierarchy()
+			for _, sub := range subs {
+				if p, ok := sub.(interface{ Path(string) string }); ok && sub.Name() == cgroup1.Memory {
+					c.oomControl = filepath.Join(p.Path(c.v1Path), "memory.oom_control")
+				}
+			}
+		}
+	}
+	return c, nil
+}
+
+// limitHierarchy is the v1 hierarchies the limits use, and no others.
+func limitHierarchy() ([]cgroup1.Subsystem, error) {
+	all, err := cgroup1.Default()
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(all, func(s cgroup1.Subsystem) bool {
+		return !slices.Contains(limitSubsystems, s.Name())
+	}), nil
+}
+
+// cpuQuota turns a CPU count into a CFS quota per 100 ms period.
+func cpuQuota(cpus float64) (quota int64, period uint64) {
+	period = 100_000
+	return int64(cpus * float64(period)), period
+}
+
+// place puts pid into the sandbox's v1 cgroups (the v2 one it was cloned
+// into).
+func (c *sandboxCgroups) place(pid int) error {
+	if c.v1 == nil {
+		return nil
+	}
+	if err := c.v1.AddProc(uint64(pid)); err != nil {
+		return fmt.Errorf("cgroup v1 %s: add runboxd: %w", c.v1Path, err)
+	}
+	return nil
+}
+
+// record notes the cgroups in a record's Extra.
+func (c *sandboxCgroups) record(extra map[string]string) {
+	if c.v2Dir != "" {
+		extra[extraCgroup2] = c.v2Dir
+	}
+	if c.v1Path != "" {
+		extra[extraCgroup1] = c.v1Path
+	}
+	if c.oomControl != "" {
+		extra[extraOOMControl] = c.oomControl
+	}
+}
+
+func (c *sandboxCgroups) remove() error {
+	return removeCgroups(c.v2Dir, c.v1Path)
+}
+
+// removeCgroups deletes a sandbox's cgroups once its processes are gone.
+// The kernel kills the rest of a pid namespace when its init exits, but
+// they take a moment to leave their cgroups, so it retries for a while.
+func removeCgroups(v2Dir, v1Path string) error {
+	var errs []error
+	if v2Dir != "" {
+		if err := removeCgroupTree(v2Dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if v1Path != "" {
+		if cg, err := cgroup1.Load(cgroup1.StaticPath(v1Path), cgroup1.WithHierarchy(limitHierarchy)); err == nil {
+			var derr error
+			for range 100 {
+				if derr = cg.Delete(); derr == nil {
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if derr != nil {
+				errs = append(errs, fmt.Errorf("cgroup v1 %s: %w", v1Path, derr))
+			}
+		} else if !errors.Is(err, cgroup1.ErrCgroupDeleted) {
+			errs = append(errs, fmt.Errorf("cgroup v1 %s: %w", v1Path, err))
+		}
+	}
+	// The shared parents go too once no sandbox uses them (best effort:
+	// another sandbox may be starting in them right now).
+	if v2Dir != "" {
+		_ = os.Remove(filepath.Dir(v2Dir))
+	}
+	if v1Path != "" {
+		if subs, err := limitHierarchy(); err == nil {
+			for _, sub := range subs {
+				if p, ok := sub.(interface{ Path(string) string }); ok {
+					_ = os.Remove(p.Path("/" + cgroupRoot))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupTree removes a cgroup v2 directory and the per-exec cgroups
+// runboxd left in it, deepest first, killing what still runs in them.
+func removeCgroupTree(dir string) error {
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	slices.Reverse(dirs)
+	var last error
+	for range 100 {
+		last = nil
+		for _, d := range dirs {
+			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
+				_ = os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
+				last = err
+			}
+		}
+		if last == nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("cgroup %s: %w", dir, last)
+}
+
+// cgroup2Mount returns where a cgroup v2 hierarchy is mounted, or "".
+func cgroup2Mount() string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		// ... mount-point ... - fstype source options
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		if f := strings.Fields(post); len(f) > 0 && f[0] == "cgroup2" {
+			if pf := strings.Fields(pre); len(pf) > 4 {
+				return pf[4]
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,333 @@
+package local_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"math/rand/v2"
+	"os"
+	osexec "os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/providertest"
+	"github.com/runbox/runbox/provider/local"
+)
+
+// TestIsolation checks what a command inside sees: only the sandbox's
+// processes with runboxd as PID 1, its own hostname, a root whose writes go
+// to the overlay and not the host, the workspace shared with the host, and
+// no host mount beyond those it was given.
+func TestIsolation(t *testing.T) {
+	p := newProvider(t)
+	ws := t.TempDir()
+	sb, c := create(t, p, runbox.SandboxSpec{Name: "iso-" + strconv.Itoa(rand.IntN(1e6)), Workdir: ws})
+
+	if got := run(t, c, "cat /proc/1/cmdline | tr '\\0' ' '"); !strings.Contains(got, "runboxd jail") {
+		t.Errorf("PID 1 is %q, want runboxd", got)
+	}
+	// The sandbox's processes: runboxd, this shell, and what it runs.
+	pids := strings.Fields(run(t, c, "ls /proc | grep -E '^[0-9]+$'"))
+	if len(pids) > 6 {
+		t.Errorf("%d processes visible in the sandbox, want only its own: %v", len(pids), pids)
+	}
+	if got := strings.TrimSpace(run(t, c, "hostname")); got != sb.Name {
+		t.Errorf("hostname %q, want the sandbox's name %q", got, sb.Name)
+	}
+	if got := strings.TrimSpace(run(t, c, "pwd")); got != local.WorkspacePath {
+		t.Errorf("working directory %q, want %s", got, local.WorkspacePath)
+	}
+
+	marker := "runbox-iso-" + strconv.Itoa(rand.IntN(1e9))
+	run(t, c, "echo in-sandbox > /etc/"+marker+" && cat /etc/"+marker)
+	if _, err := os.Stat("/etc/" + marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/etc/%s written in the sandbox shows on the host: %v", marker, err)
+	}
+	if got := run(t, c, "cat /etc/"+marker); got != "in-sandbox\n" {
+		t.Errorf("/etc/%s does not persist in the sandbox: %q", marker, got)
+	}
+	run(t, c, "echo from-sandbox > /workspace/out")
+	if b, err := os.ReadFile(filepath.Join(ws, "out")); err != nil || string(b) != "from-sandbox\n" {
+		t.Errorf("workspace write on the host: %q, %v", b, err)
+	}
+
+	// Mount points: only what the sandbox was given.
+	allowed := []string{"/", "/proc", "/dev", "/dev/pts", "/dev/shm", "/tmp", "/sys", "/sys/fs/cgroup",
+		"/sys/fs/cgroup/unified", local.WorkspacePath}
+	for _, d := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		allowed = append(allowed, "/dev/"+d)
+	}
+	for line := range strings.Lines(run(t, c, "cat /proc/self/mountinfo")) {
+		f := strings.Fields(line)
+		if len(f) > 4 && !slices.Contains(allowed, f[4]) {
+			t.Errorf("unexpected mount in the sandbox: %s", strings.TrimSpace(line))
+		}
+	}
+	home := filepath.Dir(filepath.Dir(sb.Detail["dir"]))
+	if got := run(t, c, "ls -A "+home+" 2>/dev/null | wc -l"); strings.TrimSpace(got) != "0" {
+		t.Errorf("the runbox home %s is visible in the sandbox (%s entries)", home, strings.TrimSpace(got))
+	}
+}
+
+// TestNetworkNone: with network "none" the sandbox has only loopback, and
+// loopback works.
+func TestNetworkNone(t *testing.T) {
+	p := newProvider(t)
+	_, c := create(t, p, runbox.SandboxSpec{Network: local.NetworkNone})
+	got := run(t, c, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+	if strings.TrimSpace(got) != "lo" {
+		t.Errorf("interfaces with network none: %q, want only lo", got)
+	}
+	// Loopback is up: a listener and a connection to it.
+	got = run(t, c, `python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); socket.create_connection(s.getsockname()); print("connected")'`)
+	if strings.TrimSpace(got) != "connected" {
+		t.Errorf("loopback connection with network none: %q", got)
+	}
+	// And nothing else is reachable.
+	got = run(t, c, `python3 -c 'import socket
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=5)
+    print("reached")
+except OSError as e:
+    print("unreachable", e.errno)'`)
+	if !strings.HasPrefix(got, "unreachable") {
+		t.Errorf("connection off the sandbox with network none: %q", got)
+	}
+}
+
+// TestSignalsFromInside: no signal a command sends to PID 1 ends the
+// sandbox, and the commands themselves start with default dispositions.
+func TestSignalsFromInside(t *testing.T) {
+	p := newProvider(t)
+	_, c := create(t, p, runbox.SandboxSpec{})
+	run(t, c, "for s in $(seq 1 64); do kill -$s 1 2>/dev/null; done; sleep 0.2")
+	if got := run(t, c, "echo still here; grep SigIgn /proc/self/status"); !strings.Contains(got, "still here") || !strings.Contains(got, "0000000000000000") {
+		t.Errorf("after every signal to PID 1: %q; want the sandbox serving, nothing ignored", got)
+	}
+}
+
+// TestForkBomb: a fork bomb under a pids limit is stopped with everything
+// it made, and the sandbox serves the next command at once — whether the
+// bomb's leader stays (and times out) or returns at once (and the exec that
+// started it is cancelled).
+func TestForkBomb(t *testing.T) {
+	p := newProvider(t)
+	_, c := create(t, p, runbox.SandboxSpec{Pids: 256})
+	bomb := func(marker, tail string) string { return ": " + marker + "; f(){ f|f& }; f" + tail }
+
+	m := "bomb" + strconv.Itoa(rand.IntN(1e9))
+	res := exec(t, c, bomb(m, "; sleep 60"), client.WithTimeout(3*time.Second), client.WithGrace(time.Second))
+	if !res.TimedOut {
+		t.Errorf("fork bomb with a 3s timeout: %+v, want timed out", res)
+	}
+	if n := countMarker(t, m); n != 0 {
+		t.Errorf("%d fork bomb processes survived the timeout", n)
+	}
+	// The daemon's own clock says whether it answered within a second.
+	if res := exec(t, c, "echo ok", client.WithTimeout(time.Second)); res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
+		t.Errorf("echo ok after the bomb: %+v", res)
+	}
+
+	// As written, the bomb's leader returns at once and the bomb runs on in
+	// the background, as a background job does; cancelling its exec ends it.
+	m = "bomb" + strconv.Itoa(rand.IntN(1e9))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	proc, err := c.Start(ctx, bomb(m, ""), client.WithTimeout(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proc.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Cancel(ctx, proc.ID(), time.Second); err != nil {
+		t.Fatalf("cancel the bomb's exec: %v", err)
+	}
+	if !poll(10*time.Second, func() bool { return countMarker(t, m) == 0 }) {
+		t.Errorf("%d fork bomb processes survived cancelling their exec", countMarker(t, m))
+	}
+	if res := exec(t, c, "echo ok", client.WithTimeout(time.Second)); res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
+		t.Errorf("echo ok after the cancelled bomb: %+v", res)
+	}
+}
+
+// TestMemoryLimit: a command that outgrows the memory limit is killed and
+// reported OOMKilled; the sandbox keeps serving.
+func TestMemoryLimit(t *testing.T) {
+	p := newProvider(t)
+	_, c := create(t, p, runbox.SandboxSpec{Memory: 256 << 20})
+	// bash holds the whole 1 GiB in a variable.
+	res := exec(t, c, `x=$(head -c 1073741824 /dev/zero | tr '\0' a); echo ${#x}`)
+	if !res.OOMKilled || res.ExitCode != 137 {
+		t.Errorf("1 GiB under a 256 MiB limit: exit %d signal %q oom_killed %v, want 137, KILL, true", res.ExitCode, res.Signal, res.OOMKilled)
+	}
+	if got := run(t, c, "echo ok"); got != "ok\n" {
+		t.Errorf("echo ok after the OOM kill: %q", got)
+	}
+	if res := exec(t, c, "exit 137"); res.OOMKilled {
+		t.Error("a command exiting 137 by itself is reported OOMKilled")
+	}
+}
+
+// hostState is what a sandbox could leave behind on the host.
+type hostState struct {
+	mounts  int // mounts under the home
+	cgroups []string
+	entries []string // under the home's sandboxes directory
+}
+
+func snapshot(t testing.TB, home string) hostState {
+	t.Helper()
+	var s hostState
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), home) {
+			s.mounts++
+		}
+	}
+	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/cpu", "/sys/fs/cgroup"} {
+		ents, _ := os.ReadDir(filepath.Join(root, "runbox-local"))
+		for _, e := range ents {
+			if e.IsDir() {
+				s.cgroups = append(s.cgroups, filepath.Join(root, "runbox-local", e.Name()))
+			}
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(home, "sandboxes"))
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			s.entries = append(s.entries, e.Name())
+		}
+	}
+	return s
+}
+
+// TestRemoveLeavesNothing: 50 create/exec/rm cycles, with limits (so v1
+// cgroups exist) and a background process running at rm, leave no mount,
+// cgroup, state directory or process behind.
+func TestRemoveLeavesNothing(t *testing.T) {
+	p := newProvider(t)
+	before := snapshot(t, p.Home)
+	m := "rmcycle" + strconv.Itoa(rand.IntN(1e9))
+	cycles := 50
+	if testing.Short() {
+		cycles = 5
+	}
+	for i := range cycles {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		sb, err := p.Create(ctx, runbox.SandboxSpec{Workdir: t.TempDir(), Memory: 512 << 20, Pids: 512})
+		if err != nil {
+			cancel()
+			t.Fatalf("cycle %d: create: %v", i, err)
+		}
+		c := client.New(p.Dialer(sb))
+		if _, err := c.Exec(ctx, "sleep 3"+m+" >/dev/null 2>&1 & echo hi > /etc/cycle"); err != nil {
+			t.Fatalf("cycle %d: exec: %v", i, err)
+		}
+		c.Close()
+		if err := p.Remove(ctx, sb, false); err != nil {
+			t.Fatalf("cycle %d: remove: %v", i, err)
+		}
+		cancel()
+	}
+	after := snapshot(t, p.Home)
+	if after.mounts != before.mounts || !slices.Equal(after.cgroups, before.cgroups) || !slices.Equal(after.entries, before.entries) {
+		t.Errorf("after %d cycles the host has changed:\nbefore %+v\nafter  %+v", cycles, before, after)
+	}
+	if n := countMarker(t, m); n != 0 {
+		t.Errorf("%d background processes survived their sandbox's removal", n)
+	}
+}
+
+// TestRootless: as an unprivileged user, `runbox run -- id -u` works and
+// prints 0 (root in the sandbox's user namespace), through the CLI binary.
+func TestRootless(t *testing.T) {
+	needLocal(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user")
+	}
+	const nobody = 65534
+	// Binaries and directories the unprivileged user can reach.
+	dir, err := os.MkdirTemp("", "rbl-rootless")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"runbox", "runboxd"} {
+		build := osexec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for _, d := range []string{home, ws} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := osexec.Command(filepath.Join(dir, "runbox"), "run", "--", "id -u; echo hi > /workspace/f")
+	cmd.Dir = ws
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "RUNBOX_HOME=" + home,
+		"RUNBOX_RUNBOXD=" + filepath.Join(dir, "runboxd"), "DOCKER_HOST=unix://" + filepath.Join(home, "no-docker.sock")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Fatalf("runbox run -- id -u as uid %d: %v\n%s", nobody, err, out)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "hi\n" {
+		t.Errorf("workspace write as uid %d: %q, %v", nobody, b, err)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(home, "sandboxes")); len(ents) > 1 { // the lock file
+		t.Errorf("run left sandbox state behind: %v", ents)
+	}
+}
+
+// TestImageRefused: the local provider has no images and says what to use.
+func TestImageRefused(t *testing.T) {
+	p := newProvider(t)
+	_, err := p.Create(context.Background(), runbox.SandboxSpec{Image: "debian:12"})
+	if !errors.Is(err, errors.ErrUnsupported) || !strings.Contains(err.Error(), "--rootfs") {
+		t.Errorf("create with an image: %v; want ErrUnsupported pointing to --rootfs", err)
+	}
+}
+
+func countMarker(t testing.TB, marker string) int {
+	t.Helper()
+	n, err := providertest.ProcCount(marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// poll calls cond until it holds or d has passed.
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,127 @@
+package local_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/providertest"
+	"github.com/runbox/runbox/provider/local"
+)
+
+// requireEnv, when "1", turns "this machine cannot make local sandboxes"
+// from a skip into a failure (CI sets it).
+const requireEnv = "RUNBOX_REQUIRE_LOCAL"
+
+// skipReason says why this machine cannot run the package's tests; "" when
+// it can.
+var skipReason string
+
+// TestMain builds runboxd once, checks that a local sandbox can be made
+// here, and runs the tests, failing the run if a goroutine leaked.
+func TestMain(m *testing.M) {
+	if reason := probe(); reason != "" {
+		if os.Getenv(requireEnv) == "1" {
+			fmt.Fprintf(os.Stderr, "provider/local: %s=1 but %s\n", requireEnv, reason)
+			os.Exit(1)
+		}
+		skipReason = reason + " (" + requireEnv + "=1 makes this a failure)"
+	}
+	providertest.Main(m)
+}
+
+// probe makes and removes one sandbox; it returns why that failed, or "".
+func probe() string {
+	bin, err := providertest.BuildRunboxd()
+	if err != nil {
+		return err.Error()
+	}
+	home, err := os.MkdirTemp("", "rbl")
+	if err != nil {
+		return err.Error()
+	}
+	defer os.RemoveAll(home)
+	p := &local.Provider{Home: home, Runboxd: bin}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := p.Create(ctx, runbox.SandboxSpec{Workdir: home + "/ws"})
+	if err != nil {
+		return fmt.Sprintf("cannot create a local sandbox here: %v", err)
+	}
+	_ = p.Remove(ctx, sb, true)
+	return ""
+}
+
+// needLocal skips t when this machine cannot make local sandboxes.
+func needLocal(t testing.TB) {
+	t.Helper()
+	if skipReason != "" {
+		t.Skip(skipReason)
+	}
+}
+
+// newProvider returns a local provider with its own short home (unix socket
+// paths must fit in 107 bytes), removed when the test ends.
+func newProvider(t testing.TB) *local.Provider {
+	t.Helper()
+	needLocal(t)
+	bin, err := providertest.BuildRunboxd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	home, err := os.MkdirTemp("", "rbl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(home) })
+	return &local.Provider{Home: home, Runboxd: bin}
+}
+
+// create makes a sandbox (workspace: a fresh directory unless the spec
+// names one) removed when the test ends, and a client for it.
+func create(t testing.TB, p *local.Provider, spec runbox.SandboxSpec) (runbox.Sandbox, *client.Client) {
+	t.Helper()
+	if spec.Workdir == "" {
+		spec.Workdir = t.TempDir()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	c := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+	t.Cleanup(func() {
+		c.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_ = p.Remove(ctx, sb, true)
+	})
+	return sb, c
+}
+
+// run runs command in the sandbox and fails t unless it exits 0.
+func run(t testing.TB, c *client.Client, command string, opts ...client.ExecOption) string {
+	t.Helper()
+	res := exec(t, c, command, opts...)
+	if res.ExitCode != 0 {
+		t.Fatalf("%q: exit %d, stderr %q", command, res.ExitCode, res.Stderr)
+	}
+	return string(res.Stdout)
+}
+
+// exec runs command in the sandbox and returns its result.
+func exec(t testing.TB, c *client.Client, command string, opts ...client.ExecOption) runbox.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := c.Exec(ctx, command, opts...)
+	if err != nil {
+		t.Fatalf("%q: %v", command, err)
+	}
+	return res
+}
