@@ -103,8 +103,10 @@ sleep 0.5; echo up`, dir, token, port)
 	if elapsed > backgroundBound {
 		t.Errorf("listener exec returned after %v, want within %v", elapsed, backgroundBound)
 	}
-	if n := s.count(t, dir); n != 1 {
-		t.Errorf("%d processes with %q right after the exec returned, want the listener", n, dir)
+	// At least one: a launcher on the way to the listener (a pyenv shim is
+	// a shell script whose subshells share its command line) may count too.
+	if n := s.count(t, dir); n < 1 {
+		t.Errorf("no process with %q right after the exec returned, want the listener", dir)
 	}
 
 	// The listener may still be starting on a loaded machine: retry for up
@@ -114,6 +116,7 @@ sleep 0.5; echo up`, dir, token, port)
 while [ $i -lt %[2]d ]; do fetch http://127.0.0.1:%[1]d/index.html && exit 0; i=$((i+1)); sleep 0.1; done
 exit 1`, port, tries))
 	wantOK(t, res, token+"\n")
+	// The listener answered, so it alone is left.
 	if n := s.count(t, dir); n != 1 {
 		t.Errorf("%d processes with %q after a later exec connected, want the listener", n, dir)
 	}
