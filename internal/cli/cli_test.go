@@ -60,6 +60,12 @@ func must(t *testing.T, args ...string) string {
 // setHome points RUNBOX_HOME at a fresh short directory (unix socket paths
 // are limited to 107 bytes) and removes every sandbox left in it when the
 // test ends.
+//
+// It also points DOCKER_HOST at a socket that does not exist, so the CLI
+// sees this home's host sandboxes and nothing else: ls, and the rm -f of
+// everything ls lists at the end, would otherwise reach the machine's docker
+// engine and remove the containers of other tests running beside these (the
+// docker provider's conformance suite, another engineer's run).
 func setHome(t *testing.T) string {
 	t.Helper()
 	home, err := os.MkdirTemp("", "rb")
@@ -67,6 +73,7 @@ func setHome(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Setenv("RUNBOX_HOME", home)
+	t.Setenv("DOCKER_HOST", "unix://"+home+"/no-docker-engine.sock")
 	t.Cleanup(func() {
 		defer os.RemoveAll(home)
 		for _, sb := range lsJSON(t) {

@@ -17,9 +17,10 @@ import (
 	"github.com/runbox/runbox/client"
 )
 
-// cases is the suite: the acceptance list of the core issue, one behaviour
-// per case. Heavy cases (many execs, large output) run one at a time so the
-// liveness bounds of the light ones are not measured on a saturated machine.
+// cases is the suite: the acceptance lists of the core issue and of the
+// agent shell semantics issue, one behaviour per case. Heavy cases (many
+// execs, large output) run one at a time so the liveness bounds of the light
+// ones are not measured on a saturated machine.
 func cases() []testCase {
 	return []testCase{
 		{name: "Wedge", run: testWedge},
@@ -42,6 +43,10 @@ func cases() []testCase {
 		{name: "DaemonKilled", run: testDaemonKilled},
 		{name: "SequentialExecsNoLeak", run: testSequentialExecsNoLeak, heavy: true},
 		{name: "NoZombies", run: testNoZombies},
+		{name: "LoopbackListener", run: testLoopbackListener},
+		{name: "AttachReplay", run: testAttachReplay},
+		{name: "GitNoPrompt", run: testGitNoPrompt},
+		{name: "SpillThroughClient", run: testSpillThroughClient},
 	}
 }
 
