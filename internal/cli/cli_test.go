@@ -74,6 +74,9 @@ func setHome(t *testing.T) string {
 	}
 	t.Setenv("RUNBOX_HOME", home)
 	t.Setenv("DOCKER_HOST", "unix://"+home+"/no-docker-engine.sock")
+	// These tests are about the CLI, on the provider with the least
+	// machinery; provider/local and provider/docker test theirs.
+	t.Setenv("RUNBOX_PROVIDER", "host")
 	t.Cleanup(func() {
 		defer os.RemoveAll(home)
 		for _, sb := range lsJSON(t) {

@@ -68,7 +68,7 @@ func TestExecJSON(t *testing.T) {
 		t.Fatalf("exec --json output %q: %v", o.stdout, err)
 	}
 	want := []string{"id", "exit_code", "signal", "timed_out", "cancelled", "idle_timed_out", "duration_ms",
-		"stdout", "stderr", "stdout_dropped", "stderr_dropped", "cwd", "killed"}
+		"stdout", "stderr", "stdout_dropped", "stderr_dropped", "cwd", "killed", "oom_killed"}
 	var keys []string
 	for k := range got {
 		keys = append(keys, k)

@@ -51,6 +51,9 @@ type env struct {
 	// Runboxd is the runboxd binary ($RUNBOX_RUNBOXD); "" lets each provider
 	// look for it.
 	Runboxd string
+	// Provider is the provider up and run use without --provider
+	// ($RUNBOX_PROVIDER, default local).
+	Provider string
 }
 
 // providers lists each provider the CLI accepts with its constructor, in
@@ -68,7 +71,8 @@ var providers = []struct {
 // plannedProviders are named in errors so users know they are coming.
 var plannedProviders = []string{"ssh", "kubernetes"}
 
-// defaultProvider is the provider up and run use without --provider.
+// defaultProvider is the provider up and run use without --provider or
+// $RUNBOX_PROVIDER.
 const defaultProvider = local.ProviderName
 
 // Main runs the CLI with args (without the program name) and returns the exit
@@ -114,9 +118,12 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	return root.ExecuteContext(ctx)
 }
 
-// envFromOS reads RUNBOX_HOME and RUNBOX_RUNBOXD.
+// envFromOS reads RUNBOX_HOME, RUNBOX_RUNBOXD and RUNBOX_PROVIDER.
 func envFromOS() (env, error) {
-	e := env{Home: os.Getenv("RUNBOX_HOME"), Runboxd: os.Getenv("RUNBOX_RUNBOXD")}
+	e := env{Home: os.Getenv("RUNBOX_HOME"), Runboxd: os.Getenv("RUNBOX_RUNBOXD"), Provider: os.Getenv("RUNBOX_PROVIDER")}
+	if e.Provider == "" {
+		e.Provider = defaultProvider
+	}
 	if e.Home == "" {
 		h, err := os.UserHomeDir()
 		if err != nil {

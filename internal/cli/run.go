@@ -52,7 +52,7 @@ string, several are an argv.`,
 			return fail("exec", sb.ID, ef.id, a.exec(ctx, cl, sb, command, &ef))
 		},
 	}
-	uf.add(c.Flags())
+	uf.add(c.Flags(), a.env.Provider)
 	ef.add(c.Flags())
 	return c
 }

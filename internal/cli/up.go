@@ -35,7 +35,7 @@ or by the --name alias.`,
 			return nil
 		},
 	}
-	f.add(c.Flags())
+	f.add(c.Flags(), a.env.Provider)
 	return c
 }
 
@@ -49,8 +49,8 @@ type upFlags struct {
 	cpus                           float64
 }
 
-func (f *upFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&f.provider, "provider", defaultProvider, "where the sandbox runs: "+strings.Join(providerNames(), ", ")+
+func (f *upFlags) add(fs *pflag.FlagSet, def string) {
+	fs.StringVar(&f.provider, "provider", def, "where the sandbox runs ($RUNBOX_PROVIDER sets the default): "+strings.Join(providerNames(), ", ")+
 		" (planned: "+strings.Join(plannedProviders, ", ")+")")
 	fs.StringVar(&f.image, "image", "", "root filesystem image (providers that use images)")
 	fs.StringVar(&f.rootfs, "rootfs", "", "local: a root filesystem directory to use instead of the host's root")

@@ -1,0 +1,72 @@
+package local_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/provider/host"
+)
+
+// The lifecycle benchmarks measure what a sandbox costs to get and to give
+// back: create until the first exec (`true`) has returned, then remove. The
+// host provider (a bare runboxd process, no namespaces) is the baseline,
+// measured in the same run:
+//
+//	go test -run '^$' -bench Lifecycle -benchtime 50x ./provider/local/
+//
+// docs/performance.md records the figures. create-ms and rm-ms split each
+// iteration in two.
+
+// BenchmarkLifecycleLocal is a local sandbox: namespaces, overlay root,
+// cgroups, runboxd as PID 1.
+func BenchmarkLifecycleLocal(b *testing.B) {
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{})
+}
+
+// BenchmarkLifecycleLocalLimits adds memory and pids limits (cgroup v1
+// directories on a hybrid host) and a network namespace.
+func BenchmarkLifecycleLocalLimits(b *testing.B) {
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{Memory: 512 << 20, Pids: 512, Network: "none"})
+}
+
+// BenchmarkLifecycleHost is the baseline: a host sandbox.
+func BenchmarkLifecycleHost(b *testing.B) {
+	p := newProvider(b)
+	benchLifecycle(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{})
+}
+
+// lifecycle is the part of runbox.Provider the benchmark uses.
+type lifecycle interface {
+	Create(context.Context, runbox.SandboxSpec) (runbox.Sandbox, error)
+	Dialer(runbox.Sandbox) runbox.Dialer
+	Remove(context.Context, runbox.Sandbox, bool) error
+}
+
+func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec) {
+	spec.Workdir = b.TempDir()
+	ctx := context.Background()
+	var create, remove time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		sb, err := p.Create(ctx, spec)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := client.New(p.Dialer(sb))
+		if res, err := c.Exec(ctx, "true"); err != nil || res.ExitCode != 0 {
+			b.Fatalf("first exec: %+v %v", res, err)
+		}
+		c.Close()
+		t1 := time.Now()
+		if err := p.Remove(ctx, sb, false); err != nil {
+			b.Fatal(err)
+		}
+		create += t1.Sub(t0)
+		remove += time.Since(t1)
+	}
+	b.ReportMetric(create.Seconds()*1000/float64(b.N), "create-ms")
+	b.ReportMetric(remove.Seconds()*1000/float64(b.N), "rm-ms")
+}
