@@ -76,6 +76,10 @@ type Kind struct {
 	// CreateWorkdir makes Create create a missing workdir instead of
 	// refusing it.
 	CreateWorkdir bool
+	// EndsWithDaemon says nothing of a sandbox runs once its runboxd is
+	// gone (it was the sandbox's PID 1), so removing a lost sandbox needs
+	// no force.
+	EndsWithDaemon bool
 	// Launch starts runboxd for the sandbox in l and returns it once it
 	// runs; the Store then records its pid and waits for it to answer.
 	Launch func(ctx context.Context, l Launch) (*Detached, error)
@@ -493,7 +497,7 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 		if err := stop(ctx, rec); err != nil {
 			return fail(err)
 		}
-	} else if !force {
+	} else if !force && !p.EndsWithDaemon {
 		return fail(fmt.Errorf("%w: runboxd (pid %d) is not running; remove it with force", runbox.ErrSandboxLost, rec.Pid))
 	}
 	if p.Cleanup != nil {

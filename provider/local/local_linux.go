@@ -53,9 +53,11 @@ var kind = procbox.Kind{
 	Name:          ProviderName,
 	Check:         checkSpec,
 	CreateWorkdir: true,
-	Launch:        launch,
-	Cleanup:       cleanup,
-	Describe:      describe,
+	// runboxd is PID 1: when it dies, the kernel kills the rest.
+	EndsWithDaemon: true,
+	Launch:         launch,
+	Cleanup:        cleanup,
+	Describe:       describe,
 }
 
 func (p *Provider) store() *procbox.Store {
@@ -91,7 +93,8 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer { return p.store().Di
 
 // Remove stops every exec with the stop protocol, ends runboxd (and with it
 // every process and mount of the sandbox), and deletes its cgroups and
-// state. A sandbox whose runboxd is gone is removed only with force.
+// state. A sandbox whose runboxd died (killed, host rebooted) is removed
+// without force: nothing of it can have outlived its PID 1.
 func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
 	return p.store().Remove(ctx, sb, force)
 }

@@ -331,3 +331,42 @@ func poll(d time.Duration, cond func() bool) bool {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestLostSandbox: a sandbox whose runboxd was killed is listed as lost,
+// fails execs with ErrSandboxLost, and is removed (no force needed: nothing
+// of it outlives its PID 1) with its cgroups and state.
+func TestLostSandbox(t *testing.T) {
+	p := newProvider(t)
+	before := snapshot(t, p.Home)
+	m := "lost" + strconv.Itoa(rand.IntN(1e9))
+	sb, c := create(t, p, runbox.SandboxSpec{Memory: 256 << 20})
+	run(t, c, "sleep 3"+m+" >/dev/null 2>&1 &")
+	pid, err := strconv.Atoi(sb.Detail["pid"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if !poll(10*time.Second, func() bool {
+		got, err := p.Get(ctx, sb.ID)
+		return err == nil && !got.Alive
+	}) {
+		t.Fatal("the sandbox is not reported lost after its runboxd was killed")
+	}
+	if _, err := c.Exec(ctx, "true"); !errors.Is(err, runbox.ErrSandboxLost) {
+		t.Errorf("exec in a lost sandbox: %v, want ErrSandboxLost", err)
+	}
+	if n := countMarker(t, m); n != 0 {
+		t.Errorf("%d processes outlived the sandbox's PID 1", n)
+	}
+	got, _ := p.Get(ctx, sb.ID)
+	if err := p.Remove(ctx, got, false); err != nil {
+		t.Fatalf("remove a lost sandbox: %v", err)
+	}
+	if after := snapshot(t, p.Home); !slices.Equal(after.cgroups, before.cgroups) || !slices.Equal(after.entries, before.entries) {
+		t.Errorf("a removed lost sandbox left something:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
