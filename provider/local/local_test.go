@@ -370,3 +370,41 @@ func TestLostSandbox(t *testing.T) {
 		t.Errorf("a removed lost sandbox left something:\nbefore %+v\nafter  %+v", before, after)
 	}
 }
+
+// TestCPULimit: --cpus becomes a CFS quota on the sandbox's cgroup, which
+// a command inside the sandbox is subject to.
+func TestCPULimit(t *testing.T) {
+	p := newProvider(t)
+	sb, c := create(t, p, runbox.SandboxSpec{CPUs: 0.5})
+	var quota string
+	if v1 := sb.Detail["cgroup1"]; v1 != "" {
+		b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/cpu", v1, "cpu.cfs_quota_us"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		quota = strings.TrimSpace(string(b))
+	} else {
+		b, err := os.ReadFile(filepath.Join(sb.Detail["cgroup2"], "cpu.max"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		quota = strings.Fields(string(b))[0]
+	}
+	if quota != "50000" {
+		t.Errorf("CFS quota for 0.5 CPUs: %q, want 50000 per 100000", quota)
+	}
+	// A busy loop inside gets about half a CPU: its CPU time over 1 s of
+	// wall time stays well under a full CPU's.
+	out := run(t, c, `python3 -c '
+import time, resource
+end = time.monotonic() + 1
+while time.monotonic() < end: pass
+print(resource.getrusage(resource.RUSAGE_SELF).ru_utime)'`)
+	used, err := strconv.ParseFloat(strings.TrimSpace(out), 64)
+	if err != nil {
+		t.Fatalf("cpu time %q: %v", out, err)
+	}
+	if used > 0.8 {
+		t.Errorf("a busy loop used %.2fs of CPU in 1s under a 0.5 CPU limit", used)
+	}
+}
