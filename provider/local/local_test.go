@@ -408,3 +408,19 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_utime)'`)
 		t.Errorf("a busy loop used %.2fs of CPU in 1s under a 0.5 CPU limit", used)
 	}
 }
+
+// TestOddHomePath: a runbox home whose path has characters overlayfs's
+// option parser treats specially (',' and ':') still works.
+func TestOddHomePath(t *testing.T) {
+	p := newProvider(t)
+	odd, err := os.MkdirTemp("", "rb,l:")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(odd) }) // after the sandbox's removal
+	q := &local.Provider{Home: odd, Runboxd: p.Runboxd}
+	_, c := create(t, q, runbox.SandboxSpec{})
+	if got := run(t, c, "echo x > /etc/odd && cat /etc/odd"); got != "x\n" {
+		t.Errorf("overlay write with home %s: %q", odd, got)
+	}
+}
