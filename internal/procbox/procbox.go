@@ -600,6 +600,12 @@ func (p *Store) toSandbox(rec Record, sbDir string, alive bool) runbox.Sandbox {
 			"runboxd": rec.Runboxd,
 		},
 	}
+	if !alive {
+		sb.Detail["lost"] = fmt.Sprintf("runboxd (pid %d) is not running", rec.Pid)
+		if procAlive(rec) {
+			sb.Detail["lost"] = fmt.Sprintf("runboxd (pid %d) runs but does not answer on %s", rec.Pid, rec.Socket)
+		}
+	}
 	if p.Describe != nil {
 		p.Describe(rec, sb.Detail)
 	}
