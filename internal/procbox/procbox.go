@@ -36,6 +36,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/runboxdbin"
+	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
 // Timing knobs. None of them decides a command's fate: runboxd enforces exec
@@ -404,39 +405,9 @@ func (p *Store) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error
 	return p.toSandbox(rec, sbDir, isAlive(ctx, rec)), nil
 }
 
-// match picks the record named by key: an exact id, then an exact name, then
-// a unique id prefix.
+// match picks the record named by key (see sandboxkey.Match).
 func match(recs []Record, key string) (Record, error) {
-	if key == "" {
-		return Record{}, runbox.ErrSandboxNotFound
-	}
-	for _, r := range recs {
-		if r.ID == key {
-			return r, nil
-		}
-	}
-	for _, r := range recs {
-		if r.Name == key {
-			return r, nil
-		}
-	}
-	var found []Record
-	for _, r := range recs {
-		if strings.HasPrefix(r.ID, key) {
-			found = append(found, r)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return Record{}, runbox.ErrSandboxNotFound
-	case 1:
-		return found[0], nil
-	}
-	ids := make([]string, len(found))
-	for i, r := range found {
-		ids[i] = r.ID
-	}
-	return Record{}, fmt.Errorf("prefix %q is ambiguous (%s): %w", key, strings.Join(ids, ", "), runbox.ErrSandboxNotFound)
+	return sandboxkey.Match(recs, key, func(r Record) string { return r.ID }, func(r Record) string { return r.Name })
 }
 
 // List returns every sandbox of the store's kind under the home, oldest first, each marked

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/runbox/runbox/internal/runboxdbin"
+	"github.com/runbox/runbox/internal/sandboxkey"
 	"io/fs"
 	"math"
 	"net"
@@ -644,36 +645,7 @@ func containers(ctx context.Context, cli *moby.Client, id string) ([]ctr, error)
 // match picks the container named by key: an exact sandbox id, then an exact
 // name, then a unique id prefix.
 func match(cs []ctr, key string) (ctr, error) {
-	if key == "" {
-		return ctr{}, runbox.ErrSandboxNotFound
-	}
-	for _, c := range cs {
-		if c.Labels[LabelSandbox] == key {
-			return c, nil
-		}
-	}
-	for _, c := range cs {
-		if c.Labels[LabelName] == key {
-			return c, nil
-		}
-	}
-	var found []ctr
-	for _, c := range cs {
-		if strings.HasPrefix(c.Labels[LabelSandbox], key) {
-			found = append(found, c)
-		}
-	}
-	switch len(found) {
-	case 0:
-		return ctr{}, runbox.ErrSandboxNotFound
-	case 1:
-		return found[0], nil
-	}
-	ids := make([]string, len(found))
-	for i, c := range found {
-		ids[i] = c.Labels[LabelSandbox]
-	}
-	return ctr{}, fmt.Errorf("prefix %q is ambiguous (%s): %w", key, strings.Join(ids, ", "), runbox.ErrSandboxNotFound)
+	return sandboxkey.Match(cs, key, func(c ctr) string { return c.Labels[LabelSandbox] }, func(c ctr) string { return c.Labels[LabelName] })
 }
 
 // alive reports whether c runs and its runboxd answers Info.
