@@ -127,4 +127,3 @@ func (c *HashCache) Save(file string) error {
 	}
 	return nil
 }
-

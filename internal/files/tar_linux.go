@@ -541,4 +541,3 @@ func (a *archiver) writeHeader(hdr *tar.Header) error {
 	}
 	return nil
 }
-

@@ -21,7 +21,7 @@ import (
 // per case. Heavy cases (many execs, large output) run one at a time so the
 // liveness bounds of the light ones are not measured on a saturated machine.
 func cases() []testCase {
-	return []testCase{
+	return append([]testCase{
 		{name: "Wedge", run: testWedge},
 		{name: "TimeoutKillsBackground", run: testTimeoutKillsBackground},
 		{name: "EscapeesCgroup", run: func(t *testing.T, fx Fixture) { testEscapees(t, fx, "cgroup2") }},
@@ -42,7 +42,7 @@ func cases() []testCase {
 		{name: "DaemonKilled", run: testDaemonKilled},
 		{name: "SequentialExecsNoLeak", run: testSequentialExecsNoLeak, heavy: true},
 		{name: "NoZombies", run: testNoZombies},
-	}
+	}, filesCases()...)
 }
 
 // testWedge: a timed-out command leaves the sandbox serving the next one.
