@@ -41,6 +41,7 @@ type fileOptions struct {
 	name    string
 	entries []string
 	deletes []string
+	chtimes []runbox.FileInfo
 	exclude []string
 }
 
@@ -375,6 +376,9 @@ func (c *Client) putArchive(ctx context.Context, dir string, o fileOptions, writ
 		del[i] = []byte(d)
 	}
 	hdr := &runboxv1.PutArchiveHeader{Root: o.root, Path: dir, Delete: del}
+	for _, c := range o.chtimes {
+		hdr.Chtimes = append(hdr.Chtimes, wire.FileInfoToProto(c))
+	}
 	sendErr := stream.Send(&runboxv1.PutArchiveRequest{Msg: &runboxv1.PutArchiveRequest_Header{Header: hdr}})
 	if sendErr == nil {
 		w := &chunkSender{send: func(b []byte) error {

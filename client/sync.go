@@ -120,13 +120,16 @@ func (c *Client) push(ctx context.Context, dir, remote string, o SyncOptions) (S
 		return SyncStats{}, c.fileError("sync", nil, err)
 	}
 	st := planStats(plan)
-	if len(plan.Send) == 0 && len(plan.Delete) == 0 {
+	if len(plan.Send) == 0 && len(plan.Delete) == 0 && len(plan.Touch) == 0 {
 		return st, saveCache()
 	}
 	var done int64
 	prog := progressFunc(o.Progress, &done, plan.Bytes)
-	fo := fileOptions{deletes: plan.Delete}
+	fo := fileOptions{deletes: plan.Delete, chtimes: plan.Touch}
 	if _, err := c.putArchive(ctx, remote, fo, func(w io.Writer) error {
+		if len(plan.Send) == 0 {
+			return nil // an empty stream is an empty archive
+		}
 		return lfs.Archive(w, ".", files.ArchiveOptions{Entries: plan.Send, Progress: prog})
 	}); err != nil {
 		return SyncStats{}, err
@@ -163,7 +166,7 @@ func (c *Client) pull(ctx context.Context, remote, dir string, o SyncOptions) (S
 		return SyncStats{}, c.fileError("sync", nil, err)
 	}
 	st := planStats(plan)
-	if len(plan.Send) == 0 && len(plan.Delete) == 0 {
+	if len(plan.Send) == 0 && len(plan.Delete) == 0 && len(plan.Touch) == 0 {
 		return st, saveCache()
 	}
 	var r io.Reader = eofReader{}
@@ -177,7 +180,7 @@ func (c *Client) pull(ctx context.Context, remote, dir string, o SyncOptions) (S
 	}
 	var done int64
 	prog := progressFunc(o.Progress, &done, plan.Bytes)
-	if _, err := lfs.Extract(r, files.ExtractOptions{Delete: plan.Delete, Cache: cache, Progress: prog}); err != nil {
+	if _, err := lfs.Extract(r, files.ExtractOptions{Delete: plan.Delete, Chtimes: plan.Touch, Cache: cache, Progress: prog}); err != nil {
 		return SyncStats{}, c.fileError("sync", nil, err)
 	}
 	return st, saveCache()

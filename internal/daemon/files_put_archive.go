@@ -9,6 +9,7 @@ import (
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/daemon/wire"
 	"github.com/runbox/runbox/internal/files"
 )
 
@@ -45,7 +46,11 @@ func (fs *filesServer) PutArchive(_ context.Context, stream *connect.ClientStrea
 		}
 		return nil, io.EOF
 	}}
-	st, err := dir.Extract(r, files.ExtractOptions{Delete: del, Cache: fs.cache})
+	chtimes := make([]runbox.FileInfo, len(h.GetChtimes()))
+	for i, c := range h.GetChtimes() {
+		chtimes[i] = wire.FileInfoFromProto(c)
+	}
+	st, err := dir.Extract(r, files.ExtractOptions{Delete: del, Chtimes: chtimes, Cache: fs.cache})
 	if err != nil {
 		return nil, fs.s.rpcError("put archive", err)
 	}

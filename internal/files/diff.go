@@ -22,8 +22,11 @@ type Plan struct {
 	// size of the regular files in Send.
 	Files, Links, Dirs int
 	Bytes              int64
-	// Skipped counts files and links already up to date.
+	// Skipped counts files and links already up to date, Touch included.
 	Skipped int
+	// Touch lists regular files whose content is already right but whose
+	// mtime differs: only the source's mtime travels.
+	Touch []runbox.FileInfo
 }
 
 // SumFunc returns the sha256 of a manifest entry's content, or nil when it
@@ -96,6 +99,9 @@ func Diff(src, dst []runbox.FileInfo, del bool, srcSum, dstSum SumFunc) (Plan, e
 			return p, err
 		}
 		switch {
+		case same && s.IsRegular() && !s.ModTime.Equal(d.ModTime):
+			p.Touch = append(p.Touch, runbox.FileInfo{Path: s.Path, ModTime: s.ModTime})
+			p.Skipped++
 		case same && !s.IsDir():
 			p.Skipped++
 		case same:

@@ -63,6 +63,9 @@ type ExtractOptions struct {
 	// Progress, when set, is called with the number of file bytes written
 	// since its last call.
 	Progress func(n int64)
+	// Chtimes lists entries (Path relative to the root, ModTime) whose
+	// mtime is set after extracting; missing ones are skipped.
+	Chtimes []runbox.FileInfo
 }
 
 // ExtractStats counts what Extract did.
@@ -166,6 +169,11 @@ func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 				Err: fmt.Errorf("entry type %q (devices, fifos...) is not supported", hdr.Typeflag)}
 		}
 	}
+	for _, c := range o.Chtimes {
+		if err := f.chtimes(c.Path, c.ModTime); err != nil && !errors.Is(err, runbox.ErrFileNotFound) {
+			return st, err
+		}
+	}
 	// Deepest first, so setting a parent read-only comes after its children.
 	for i := len(dirs) - 1; i >= 0; i-- {
 		d := dirs[i]
@@ -199,6 +207,21 @@ func (f *FS) setDirMeta(d pendingDir) error {
 		return pathErr("chmod", d.name, err)
 	}
 	return pathErr("chtimes", d.name, setMtime(dirfd, base, d.mtime))
+}
+
+// chtimes sets the mtime of the entry at name beneath the root, without
+// following it.
+func (f *FS) chtimes(name string, t time.Time) error {
+	name, err := CleanEntryName(name)
+	if err != nil {
+		return err
+	}
+	dirfd, base, err := f.parent("chtimes", name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	return pathErr("chtimes", name, setMtime(dirfd, base, t))
 }
 
 // setMtime sets the access and modification times of name in dirfd to t,

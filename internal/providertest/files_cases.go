@@ -527,7 +527,9 @@ func testFilesMaliciousArchives(t *testing.T, fx Fixture) {
 	sym := func(name, target string) *tar.Header {
 		return &tar.Header{Name: name, Typeflag: tar.TypeSymlink, Linkname: target, Mode: 0o777}
 	}
-	hard := func(name, target string) *tar.Header { return &tar.Header{Name: name, Typeflag: tar.TypeLink, Linkname: target} }
+	hard := func(name, target string) *tar.Header {
+		return &tar.Header{Name: name, Typeflag: tar.TypeLink, Linkname: target}
+	}
 	cases := []struct {
 		name string
 		hdrs []*tar.Header
@@ -539,7 +541,7 @@ func testFilesMaliciousArchives(t *testing.T, fx Fixture) {
 		{"symlink-outside", []*tar.Header{sym("evil", outside), reg("evil/x")}},
 		{"symlink-relative", []*tar.Header{sym("evil", "../outside"), reg("evil/x")}},
 		{"hardlink-outside", []*tar.Header{hard("h", "../outside/secret")}},
-		{"hardlink-absolute", []*tar.Header{hard("h", outside + "/secret")}},
+		{"hardlink-absolute", []*tar.Header{hard("h", outside+"/secret")}},
 		{"hardlink-via-symlink", []*tar.Header{sym("evil", outside), hard("h", "evil/secret")}},
 	}
 	for i, tc := range cases {

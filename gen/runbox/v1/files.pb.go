@@ -1032,7 +1032,11 @@ type PutArchiveHeader struct {
 	// The directory to extract under; created with its parents if missing.
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// Paths relative to path removed (recursively) before extracting.
-	Delete        [][]byte `protobuf:"bytes,3,rep,name=delete,proto3" json:"delete,omitempty"`
+	Delete [][]byte `protobuf:"bytes,3,rep,name=delete,proto3" json:"delete,omitempty"`
+	// Entries (path relative to path, mtime_ns) whose content is already
+	// right but whose mtime is set after extracting: a touched file costs no
+	// data.
+	Chtimes       []*FileInfo `protobuf:"bytes,4,rep,name=chtimes,proto3" json:"chtimes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1084,6 +1088,13 @@ func (x *PutArchiveHeader) GetPath() string {
 func (x *PutArchiveHeader) GetDelete() [][]byte {
 	if x != nil {
 		return x.Delete
+	}
+	return nil
+}
+
+func (x *PutArchiveHeader) GetChtimes() []*FileInfo {
+	if x != nil {
+		return x.Chtimes
 	}
 	return nil
 }
@@ -1538,11 +1549,12 @@ const file_runbox_v1_files_proto_rawDesc = "" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x03 \x01(\tR\x02to\"\x0e\n" +
-	"\fMoveResponse\"R\n" +
+	"\fMoveResponse\"\x81\x01\n" +
 	"\x10PutArchiveHeader\x12\x12\n" +
 	"\x04root\x18\x01 \x01(\tR\x04root\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
-	"\x06delete\x18\x03 \x03(\fR\x06delete\"g\n" +
+	"\x06delete\x18\x03 \x03(\fR\x06delete\x12-\n" +
+	"\achtimes\x18\x04 \x03(\v2\x13.runbox.v1.FileInfoR\achtimes\"g\n" +
 	"\x11PutArchiveRequest\x125\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.runbox.v1.PutArchiveHeaderH\x00R\x06header\x12\x14\n" +
 	"\x04data\x18\x02 \x01(\fH\x00R\x04dataB\x05\n" +
@@ -1634,33 +1646,34 @@ var file_runbox_v1_files_proto_depIdxs = []int32{
 	1,  // 3: runbox.v1.WriteFileResponse.info:type_name -> runbox.v1.FileInfo
 	1,  // 4: runbox.v1.StatResponse.info:type_name -> runbox.v1.FileInfo
 	1,  // 5: runbox.v1.ListDirResponse.entries:type_name -> runbox.v1.FileInfo
-	17, // 6: runbox.v1.PutArchiveRequest.header:type_name -> runbox.v1.PutArchiveHeader
-	1,  // 7: runbox.v1.ManifestResponse.entries:type_name -> runbox.v1.FileInfo
-	2,  // 8: runbox.v1.FilesService.ReadFile:input_type -> runbox.v1.ReadFileRequest
-	5,  // 9: runbox.v1.FilesService.WriteFile:input_type -> runbox.v1.WriteFileRequest
-	7,  // 10: runbox.v1.FilesService.Stat:input_type -> runbox.v1.StatRequest
-	9,  // 11: runbox.v1.FilesService.ListDir:input_type -> runbox.v1.ListDirRequest
-	11, // 12: runbox.v1.FilesService.MakeDir:input_type -> runbox.v1.MakeDirRequest
-	13, // 13: runbox.v1.FilesService.Remove:input_type -> runbox.v1.RemoveRequest
-	15, // 14: runbox.v1.FilesService.Move:input_type -> runbox.v1.MoveRequest
-	18, // 15: runbox.v1.FilesService.PutArchive:input_type -> runbox.v1.PutArchiveRequest
-	20, // 16: runbox.v1.FilesService.GetArchive:input_type -> runbox.v1.GetArchiveRequest
-	22, // 17: runbox.v1.FilesService.Manifest:input_type -> runbox.v1.ManifestRequest
-	3,  // 18: runbox.v1.FilesService.ReadFile:output_type -> runbox.v1.ReadFileResponse
-	6,  // 19: runbox.v1.FilesService.WriteFile:output_type -> runbox.v1.WriteFileResponse
-	8,  // 20: runbox.v1.FilesService.Stat:output_type -> runbox.v1.StatResponse
-	10, // 21: runbox.v1.FilesService.ListDir:output_type -> runbox.v1.ListDirResponse
-	12, // 22: runbox.v1.FilesService.MakeDir:output_type -> runbox.v1.MakeDirResponse
-	14, // 23: runbox.v1.FilesService.Remove:output_type -> runbox.v1.RemoveResponse
-	16, // 24: runbox.v1.FilesService.Move:output_type -> runbox.v1.MoveResponse
-	19, // 25: runbox.v1.FilesService.PutArchive:output_type -> runbox.v1.PutArchiveResponse
-	21, // 26: runbox.v1.FilesService.GetArchive:output_type -> runbox.v1.GetArchiveResponse
-	23, // 27: runbox.v1.FilesService.Manifest:output_type -> runbox.v1.ManifestResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	1,  // 6: runbox.v1.PutArchiveHeader.chtimes:type_name -> runbox.v1.FileInfo
+	17, // 7: runbox.v1.PutArchiveRequest.header:type_name -> runbox.v1.PutArchiveHeader
+	1,  // 8: runbox.v1.ManifestResponse.entries:type_name -> runbox.v1.FileInfo
+	2,  // 9: runbox.v1.FilesService.ReadFile:input_type -> runbox.v1.ReadFileRequest
+	5,  // 10: runbox.v1.FilesService.WriteFile:input_type -> runbox.v1.WriteFileRequest
+	7,  // 11: runbox.v1.FilesService.Stat:input_type -> runbox.v1.StatRequest
+	9,  // 12: runbox.v1.FilesService.ListDir:input_type -> runbox.v1.ListDirRequest
+	11, // 13: runbox.v1.FilesService.MakeDir:input_type -> runbox.v1.MakeDirRequest
+	13, // 14: runbox.v1.FilesService.Remove:input_type -> runbox.v1.RemoveRequest
+	15, // 15: runbox.v1.FilesService.Move:input_type -> runbox.v1.MoveRequest
+	18, // 16: runbox.v1.FilesService.PutArchive:input_type -> runbox.v1.PutArchiveRequest
+	20, // 17: runbox.v1.FilesService.GetArchive:input_type -> runbox.v1.GetArchiveRequest
+	22, // 18: runbox.v1.FilesService.Manifest:input_type -> runbox.v1.ManifestRequest
+	3,  // 19: runbox.v1.FilesService.ReadFile:output_type -> runbox.v1.ReadFileResponse
+	6,  // 20: runbox.v1.FilesService.WriteFile:output_type -> runbox.v1.WriteFileResponse
+	8,  // 21: runbox.v1.FilesService.Stat:output_type -> runbox.v1.StatResponse
+	10, // 22: runbox.v1.FilesService.ListDir:output_type -> runbox.v1.ListDirResponse
+	12, // 23: runbox.v1.FilesService.MakeDir:output_type -> runbox.v1.MakeDirResponse
+	14, // 24: runbox.v1.FilesService.Remove:output_type -> runbox.v1.RemoveResponse
+	16, // 25: runbox.v1.FilesService.Move:output_type -> runbox.v1.MoveResponse
+	19, // 26: runbox.v1.FilesService.PutArchive:output_type -> runbox.v1.PutArchiveResponse
+	21, // 27: runbox.v1.FilesService.GetArchive:output_type -> runbox.v1.GetArchiveResponse
+	23, // 28: runbox.v1.FilesService.Manifest:output_type -> runbox.v1.ManifestResponse
+	19, // [19:29] is the sub-list for method output_type
+	9,  // [9:19] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_files_proto_init() }
