@@ -22,15 +22,6 @@ import (
 // EAGAIN (a rename raced with RESOLVE_BENEATH's checks) is retried.
 const resolveRetries = 16
 
-// FS resolves paths beneath a root directory, or, without one, as usual.
-// It is safe for concurrent use. Close releases the root's descriptor.
-type FS struct {
-	fd      int    // the root's O_PATH descriptor, or AT_FDCWD
-	root    string // the root as given, for messages
-	resolve uint64 // openat2 resolve flags
-	owned   bool   // fd is ours to close
-}
-
 // Open returns an FS rooted at the directory root: paths given to it are
 // resolved beneath root, and a path that would leave it (.., an absolute
 // path, a symlink pointing outside, a magic /proc link) fails with
@@ -475,19 +466,6 @@ func (f *FS) Move(from, to string) error {
 		return pathErr("move", from+" to "+to, err)
 	}
 	return nil
-}
-
-// WriteOptions says how WriteFile writes.
-type WriteOptions struct {
-	// Perm is the file's mode (permission, setuid, setgid, sticky bits),
-	// set exactly (no umask); 0 means 0644.
-	Perm fs.FileMode
-	// Parents creates missing parent directories (0755).
-	Parents bool
-	// InPlace truncates and writes the existing file instead of writing a
-	// temporary file and renaming it over the old one. A symlink at p is
-	// then refused rather than followed.
-	InPlace bool
 }
 
 // WriteFile writes r to p and returns p's info after the write. By default
