@@ -33,8 +33,17 @@ func filesCases() []testCase {
 	}
 }
 
+// largeTimeout bounds the 1 GB case, which moves 2 GB through the
+// provider's stream (a docker exec pipe, under -race, on a shared machine):
+// a bound on a hang, not a speed target.
+const largeTimeout = 15 * time.Minute
+
 func caseCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+	return caseCtxFor(t, caseTimeout)
+}
+
+func caseCtxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -317,7 +326,7 @@ func testFilesRoundTrip(t *testing.T, fx Fixture) {
 // the daemon's memory stays bounded meanwhile.
 func testFilesLargeFile(t *testing.T, fx Fixture) {
 	s := newSandbox(t, fx)
-	ctx := caseCtx(t)
+	ctx := caseCtxFor(t, largeTimeout)
 	const (
 		total   = 1_000_000_000
 		rssKeep = 200 << 20
