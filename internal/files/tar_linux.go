@@ -58,6 +58,8 @@ func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 		st.Deleted++
 	}
 	var dirs []pendingDir
+	pc := &parents{f: f, fd: -1}
+	defer pc.close()
 	tr := tar.NewReader(r)
 	buf := make([]byte, 256<<10)
 	for {
@@ -91,19 +93,19 @@ func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 			dirs = append(dirs, pendingDir{name: name, mode: mode, mtime: hdr.ModTime})
 			st.Dirs++
 		case tar.TypeReg, tar.TypeRegA:
-			n, err := f.extractFile(name, tr, hdr, mode, buf, o)
+			n, err := f.extractFile(pc, name, tr, hdr, mode, buf, o)
 			st.Bytes += n
 			if err != nil {
 				return st, err
 			}
 			st.Files++
 		case tar.TypeSymlink:
-			if err := f.extractSymlink(name, hdr); err != nil {
+			if err := f.extractSymlink(pc, name, hdr); err != nil {
 				return st, err
 			}
 			st.Links++
 		case tar.TypeLink:
-			if err := f.extractHardLink(name, hdr); err != nil {
+			if err := f.extractHardLink(pc, name, hdr); err != nil {
 				return st, err
 			}
 			st.Files++
@@ -174,28 +176,56 @@ func setMtime(dirfd int, name string, t time.Time) error {
 	return unix.UtimesNanoAt(dirfd, name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// parentForEntry opens the directory an entry goes into, creating missing
-// parents beneath the root.
-func (f *FS) parentForEntry(name string) (int, string, error) {
+// parents opens the directories entries go into, creating missing ones
+// beneath the root, and keeps the last one open: an archive lists a
+// directory's entries together, so most entries reuse it.
+type parents struct {
+	f   *FS
+	dir string
+	fd  int
+}
+
+// open returns the descriptor of name's parent (owned by p) and name's
+// last component.
+func (p *parents) open(name string) (int, string, error) {
 	if name == "." {
 		return -1, "", &PathError{Op: "extract", Path: name, Kind: runbox.ErrInvalidPath, Err: errors.New("only a directory can name the root")}
 	}
-	if dir := path.Dir(name); dir != "." {
-		if err := f.MkdirAll(dir, 0o755); err != nil {
+	dir, base := path.Dir(name), path.Base(name)
+	if p.fd >= 0 && p.dir == dir {
+		return p.fd, base, nil
+	}
+	p.close()
+	if dir != "." {
+		if err := p.f.MkdirAll(dir, 0o755); err != nil {
 			return -1, "", err
 		}
 	}
-	return f.parent("extract", name)
+	fd, err := p.f.openat("extract", dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		if pe, ok := err.(*PathError); ok {
+			pe.Path = name
+		}
+		return -1, "", err
+	}
+	p.dir, p.fd = dir, fd
+	return fd, base, nil
+}
+
+func (p *parents) close() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
 }
 
 // extractFile writes a regular file entry through a temporary file renamed
 // into place, and returns the bytes written.
-func (f *FS) extractFile(name string, r io.Reader, hdr *tar.Header, mode uint32, buf []byte, o ExtractOptions) (int64, error) {
-	dirfd, base, err := f.parentForEntry(name)
+func (f *FS) extractFile(pc *parents, name string, r io.Reader, hdr *tar.Header, mode uint32, buf []byte, o ExtractOptions) (int64, error) {
+	dirfd, base, err := pc.open(name)
 	if err != nil {
 		return 0, err
 	}
-	defer unix.Close(dirfd)
 	fd, tmp, err := createTemp(dirfd)
 	if err != nil {
 		return 0, pathErr("extract", name, err)
@@ -255,15 +285,14 @@ func (f *FS) extractFile(name string, r io.Reader, hdr *tar.Header, mode uint32,
 
 // extractSymlink creates a symlink entry (replacing what is at its name,
 // unless that is a directory).
-func (f *FS) extractSymlink(name string, hdr *tar.Header) error {
+func (f *FS) extractSymlink(pc *parents, name string, hdr *tar.Header) error {
 	if hdr.Linkname == "" || strings.IndexByte(hdr.Linkname, 0) >= 0 {
 		return &PathError{Op: "extract", Path: name, Kind: runbox.ErrInvalidPath, Err: errors.New("symlink with an empty or NUL target")}
 	}
-	dirfd, base, err := f.parentForEntry(name)
+	dirfd, base, err := pc.open(name)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dirfd)
 	tmp, err := tempName(func(n string) error { return unix.Symlinkat(hdr.Linkname, dirfd, n) })
 	if err != nil {
 		return pathErr("symlink", name, err)
@@ -282,7 +311,7 @@ func (f *FS) extractSymlink(name string, hdr *tar.Header) error {
 // extractHardLink links name to an earlier entry, which must lie beneath
 // the root (its name is checked like any entry's, and its parent is
 // resolved beneath the root; the link's last component is not followed).
-func (f *FS) extractHardLink(name string, hdr *tar.Header) error {
+func (f *FS) extractHardLink(pc *parents, name string, hdr *tar.Header) error {
 	target, err := CleanEntryName(hdr.Linkname)
 	if err != nil {
 		return &PathError{Op: "extract hard link", Path: name + " => " + hdr.Linkname, Kind: runbox.ErrEscapesRoot, Err: err}
@@ -292,11 +321,10 @@ func (f *FS) extractHardLink(name string, hdr *tar.Header) error {
 		return err
 	}
 	defer unix.Close(ofd)
-	dirfd, base, err := f.parentForEntry(name)
+	dirfd, base, err := pc.open(name)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dirfd)
 	tmp, err := tempName(func(n string) error { return unix.Linkat(ofd, obase, dirfd, n, 0) })
 	if err != nil {
 		return pathErr("link", name+" => "+target, err)
