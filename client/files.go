@@ -525,7 +525,7 @@ func (c *Client) CopyTo(ctx context.Context, src, dst string, opts ...FileOption
 // CopyFrom copies the file, symlink or directory tree src in the sandbox to
 // the local path dst, like docker cp: when dst is an existing directory, src
 // lands inside it under its own name; otherwise dst names the copy. Nothing
-// is written outside dst's parent directory, whatever the archive holds
+// is written outside the copy, whatever the archive holds
 // (a symlink in src pointing at /etc is copied as a link, and nothing is
 // written through it); names this machine cannot represent fail the copy
 // with runbox.ErrInvalidPath. Options: InRoot (for src), WithExclude,
@@ -556,7 +556,7 @@ func (c *Client) CopyFrom(ctx context.Context, src, dst string, opts ...FileOpti
 		return ArchiveStats{}, err
 	}
 	defer r.Close()
-	st, err := lfs.Extract(r, files.ExtractOptions{Progress: prog})
+	st, err := lfs.Extract(r, files.ExtractOptions{Progress: prog, Within: name})
 	if err != nil {
 		return ArchiveStats{}, c.fileError("copy", nil, err)
 	}

@@ -90,6 +90,20 @@ func TestExtractRefuses(t *testing.T) {
 
 // TestArchiveExtractRoundTrip: modes, mtimes, links, empty dirs and a
 // read-only directory survive Archive then Extract.
+// TestExtractWithin: with Within, entries beside the named one are refused.
+func TestExtractWithin(t *testing.T) {
+	dir := t.TempDir()
+	b := tarOf(t, &tar.Header{Name: "out/", Typeflag: tar.TypeDir, Mode: 0o755},
+		&tar.Header{Name: "out/f", Typeflag: tar.TypeReg}, &tar.Header{Name: ".env", Typeflag: tar.TypeReg})
+	_, err := openRoot(t, dir).Extract(b, ExtractOptions{Within: "out"})
+	if !errors.Is(err, runbox.ErrEscapesRoot) {
+		t.Fatalf("extract: %v, want ErrEscapesRoot", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ".env")); !os.IsNotExist(err) {
+		t.Errorf(".env written beside the copy")
+	}
+}
+
 func TestArchiveExtractRoundTrip(t *testing.T) {
 	src := t.TempDir()
 	mt := time.Unix(1500000000, 987654321)

@@ -77,6 +77,10 @@ func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 		if err != nil {
 			return st, err
 		}
+		if o.Within != "" && name != o.Within && !strings.HasPrefix(name, o.Within+"/") {
+			return st, &PathError{Op: "extract", Path: name, Kind: runbox.ErrEscapesRoot,
+				Err: fmt.Errorf("entry outside %s", quote(o.Within))}
+		}
 		mode := uint32(hdr.Mode & 0o7777)
 		switch hdr.Typeflag {
 		case tar.TypeDir:

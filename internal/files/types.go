@@ -81,6 +81,10 @@ type ExtractOptions struct {
 	// Chtimes lists entries (Path relative to the root, ModTime) whose
 	// mtime is set after extracting; missing ones are skipped.
 	Chtimes []runbox.FileInfo
+	// Within, when set, is the only top-level name entries may have (the
+	// entry itself or beneath it): a copy into a directory that already
+	// holds other files cannot touch them.
+	Within string
 }
 
 // ExtractStats counts what Extract did.
