@@ -34,6 +34,23 @@ var (
 	// ErrSpawn means the command could not be started (missing binary,
 	// bad working directory).
 	ErrSpawn = errors.New("cannot start command")
+	// ErrFileNotFound means a path in the sandbox (or, for a pull, on this
+	// machine) does not exist.
+	ErrFileNotFound = errors.New("file not found")
+	// ErrPermission means the file system refused access to a path.
+	ErrPermission = errors.New("permission denied")
+	// ErrIsDirectory means a file operation met a directory.
+	ErrIsDirectory = errors.New("is a directory")
+	// ErrNotDirectory means a path used as a directory is not one.
+	ErrNotDirectory = errors.New("not a directory")
+	// ErrEscapesRoot means a path, an archive entry or a link would reach
+	// outside the root it must stay beneath (through "..", an absolute
+	// path, or a symlink). Nothing was written outside the root.
+	ErrEscapesRoot = errors.New("path escapes root")
+	// ErrInvalidPath means a path or archive entry name cannot be used: it
+	// is empty, has a NUL byte or an over-long component, or names an
+	// entry type runbox does not write (devices, fifos).
+	ErrInvalidPath = errors.New("invalid path")
 )
 
 // Error is an error from an operation on a sandbox, carrying which operation,

@@ -172,6 +172,8 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.lsCmd(),
 		a.inspectCmd(),
 		a.rmCmd(),
+		a.cpCmd(),
+		a.syncCmd(),
 		a.versionCmd(),
 	)
 	return root

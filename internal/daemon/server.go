@@ -55,6 +55,7 @@ func NewServer(sup *supervisor.Supervisor, log *slog.Logger) *Server {
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(runboxv1connect.NewRunboxServiceHandler(s))
+	mux.Handle(runboxv1connect.NewFilesServiceHandler(newFilesServer(s)))
 	return mux
 }
 

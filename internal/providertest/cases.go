@@ -22,7 +22,7 @@ import (
 // execs, large output) run one at a time so the liveness bounds of the light
 // ones are not measured on a saturated machine.
 func cases() []testCase {
-	return []testCase{
+	return append([]testCase{
 		{name: "Wedge", run: testWedge},
 		{name: "TimeoutKillsBackground", run: testTimeoutKillsBackground},
 		{name: "EscapeesCgroup", run: func(t *testing.T, fx Fixture) { testEscapees(t, fx, "cgroup2") }},
@@ -47,7 +47,7 @@ func cases() []testCase {
 		{name: "AttachReplay", run: testAttachReplay},
 		{name: "GitNoPrompt", run: testGitNoPrompt},
 		{name: "SpillThroughClient", run: testSpillThroughClient},
-	}
+	}, filesCases()...)
 }
 
 // testWedge: a timed-out command leaves the sandbox serving the next one.

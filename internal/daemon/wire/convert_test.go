@@ -7,6 +7,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io/fs"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -317,6 +318,9 @@ func TestEverySentinelHasATag(t *testing.T) {
 			"ErrCancelled": runbox.ErrCancelled, "ErrExecNotFound": runbox.ErrExecNotFound,
 			"ErrInvalidSpec": runbox.ErrInvalidSpec, "ErrSpawn": runbox.ErrSpawn,
 			"ErrNotRunning": runbox.ErrNotRunning, "ErrSessionNotFound": runbox.ErrSessionNotFound,
+			"ErrFileNotFound": runbox.ErrFileNotFound, "ErrPermission": runbox.ErrPermission,
+			"ErrIsDirectory": runbox.ErrIsDirectory, "ErrNotDirectory": runbox.ErrNotDirectory,
+			"ErrEscapesRoot": runbox.ErrEscapesRoot, "ErrInvalidPath": runbox.ErrInvalidPath,
 		} {
 			if s.err == err {
 				tagged[name] = true
@@ -345,5 +349,22 @@ func TestSessionRoundTrip(t *testing.T) {
 	assertProtoFilled(t, p)
 	if out := SessionFromProto(p); out != in {
 		t.Errorf("round trip: %+v != %+v", out, in)
+	}
+}
+
+// TestFileInfoRoundTrip fills every field of a FileInfo of each type.
+func TestFileInfoRoundTrip(t *testing.T) {
+	for _, fi := range []runbox.FileInfo{
+		{Path: "a/b c/\xffé", Mode: 0o4755 | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky, Size: 12,
+			ModTime: time.Unix(1700000000, 123456789), SHA256: []byte{1, 2, 3}},
+		{Path: "d", Mode: fs.ModeDir | 0o700, ModTime: time.Unix(1, 2)},
+		{Path: "l", Mode: fs.ModeSymlink | 0o777, Size: 4, LinkTarget: "/etc", ModTime: time.Unix(3, 4)},
+		{Path: "p", Mode: fs.ModeIrregular | 0o600, ModTime: time.Unix(5, 6)},
+	} {
+		fi.Mode &^= 0o7000 // chmod-style bits live in the fs.Mode* flags
+		got := FileInfoFromProto(FileInfoToProto(fi))
+		if !reflect.DeepEqual(got, fi) {
+			t.Errorf("round trip:\n got %+v\nwant %+v", got, fi)
+		}
 	}
 }

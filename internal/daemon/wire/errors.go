@@ -24,6 +24,13 @@ const (
 	// TagSessionNotFound extends the contract's list for
 	// runbox.ErrSessionNotFound, added with shell sessions.
 	TagSessionNotFound = "session-not-found"
+	// Tags of the files API's sentinels.
+	TagFileNotFound = "file-not-found"
+	TagPermission   = "permission"
+	TagIsDirectory  = "is-directory"
+	TagNotDirectory = "not-directory"
+	TagEscapesRoot  = "escapes-root"
+	TagInvalidPath  = "invalid-path"
 	// TagInternal marks a failure of the daemon that is none of the above.
 	// It tells the client the daemon answered (so this is not a transport
 	// failure to retry) without naming a sentinel.
@@ -42,6 +49,12 @@ var sentinels = []struct {
 	{runbox.ErrSpawn, TagSpawn, connect.CodeFailedPrecondition},
 	{runbox.ErrNotRunning, TagNotRunning, connect.CodeFailedPrecondition},
 	{runbox.ErrSessionNotFound, TagSessionNotFound, connect.CodeNotFound},
+	{runbox.ErrFileNotFound, TagFileNotFound, connect.CodeNotFound},
+	{runbox.ErrPermission, TagPermission, connect.CodePermissionDenied},
+	{runbox.ErrIsDirectory, TagIsDirectory, connect.CodeFailedPrecondition},
+	{runbox.ErrNotDirectory, TagNotDirectory, connect.CodeFailedPrecondition},
+	{runbox.ErrEscapesRoot, TagEscapesRoot, connect.CodePermissionDenied},
+	{runbox.ErrInvalidPath, TagInvalidPath, connect.CodeInvalidArgument},
 }
 
 // ToConnectError converts an error from the supervisor into the connect error

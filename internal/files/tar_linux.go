@@ -1,0 +1,524 @@
+package files
+
+import (
+	"archive/tar"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/runbox/runbox"
+)
+
+// pendingDir is a directory whose mode and mtime are set once every entry
+// is extracted (writing entries changes its mtime; a read-only mode would
+// stop them).
+type pendingDir struct {
+	name  string
+	mode  uint32
+	mtime time.Time
+}
+
+// Extract reads a tar stream from r and writes its entries beneath the
+// root, in constant memory (plus one small record per directory). Regular
+// files are written to a temporary name and renamed into place; symlinks
+// are created as links, with their targets as given (they are data, never
+// followed); hard links must point at an entry beneath the root; modes and
+// mtimes are preserved. The first entry that would land outside the root
+// (an absolute or ".." name, a parent that is a symlink leading out, a hard
+// link to outside) stops the extraction with an error wrapping
+// runbox.ErrEscapesRoot; entries before it stay written, nothing is ever
+// written outside the root. f must have a root.
+func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
+	var st ExtractStats
+	if f.root == "" {
+		return st, &PathError{Op: "extract", Path: "", Kind: runbox.ErrInvalidPath, Err: errors.New("extraction needs a root")}
+	}
+	for _, d := range o.Delete {
+		name, err := CleanEntryName(d)
+		if err != nil {
+			return st, err
+		}
+		if name == "." {
+			return st, &PathError{Op: "delete", Path: d, Kind: runbox.ErrInvalidPath, Err: errors.New("names the root itself")}
+		}
+		err = f.Remove(name, true)
+		if errors.Is(err, runbox.ErrFileNotFound) {
+			continue
+		}
+		if err != nil {
+			return st, err
+		}
+		st.Deleted++
+	}
+	var dirs []pendingDir
+	pc := &parents{f: f, fd: -1}
+	defer pc.close()
+	tr := tar.NewReader(r)
+	buf := make([]byte, 256<<10)
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return st, fmt.Errorf("read archive: %w", err)
+		}
+		if hdr.Typeflag == tar.TypeXGlobalHeader {
+			continue
+		}
+		name, err := CleanEntryName(hdr.Name)
+		if err != nil {
+			return st, err
+		}
+		if o.Within != "" && name != o.Within && !strings.HasPrefix(name, o.Within+"/") {
+			return st, &PathError{Op: "extract", Path: name, Kind: runbox.ErrEscapesRoot,
+				Err: fmt.Errorf("entry outside %s", quote(o.Within))}
+		}
+		mode := uint32(hdr.Mode & 0o7777)
+		switch hdr.Typeflag {
+		case tar.TypeDir:
+			if name != "." {
+				if err := f.MkdirAll(name, 0o700); err != nil {
+					return st, err
+				}
+				if fi, err := f.Stat(name, false); err != nil {
+					return st, err
+				} else if !fi.IsDir() {
+					return st, &PathError{Op: "extract", Path: name, Kind: runbox.ErrNotDirectory}
+				}
+			}
+			dirs = append(dirs, pendingDir{name: name, mode: mode, mtime: hdr.ModTime})
+			st.Dirs++
+		case tar.TypeReg, tar.TypeRegA:
+			n, err := f.extractFile(pc, name, tr, hdr, mode, buf, o)
+			st.Bytes += n
+			if err != nil {
+				return st, err
+			}
+			st.Files++
+		case tar.TypeSymlink:
+			if err := f.extractSymlink(pc, name, hdr); err != nil {
+				return st, err
+			}
+			st.Links++
+		case tar.TypeLink:
+			if err := f.extractHardLink(pc, name, hdr); err != nil {
+				return st, err
+			}
+			st.Files++
+		default:
+			return st, &PathError{Op: "extract", Path: name, Kind: runbox.ErrInvalidPath,
+				Err: fmt.Errorf("entry type %q (devices, fifos...) is not supported", hdr.Typeflag)}
+		}
+	}
+	for _, c := range o.Chtimes {
+		if err := f.chtimes(c.Path, c.ModTime); err != nil && !errors.Is(err, runbox.ErrFileNotFound) {
+			return st, err
+		}
+	}
+	// Deepest first, so setting a parent read-only comes after its children.
+	for i := len(dirs) - 1; i >= 0; i-- {
+		d := dirs[i]
+		if err := f.setDirMeta(d); err != nil {
+			return st, err
+		}
+	}
+	return st, nil
+}
+
+// setDirMeta applies a directory entry's mode and mtime.
+func (f *FS) setDirMeta(d pendingDir) error {
+	if d.name == "." {
+		fd, err := f.openat("extract", ".", unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.Fchmod(fd, d.mode); err != nil {
+			return pathErr("chmod", ".", err)
+		}
+		ts := []unix.Timespec{unix.NsecToTimespec(d.mtime.UnixNano()), unix.NsecToTimespec(d.mtime.UnixNano())}
+		return pathErr("chtimes", ".", unix.UtimesNanoAt(fd, ".", ts, 0))
+	}
+	dirfd, base, err := f.parent("extract", d.name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	if err := chmodDir(dirfd, base, d.mode); err != nil {
+		return pathErr("chmod", d.name, err)
+	}
+	return pathErr("chtimes", d.name, setMtime(dirfd, base, d.mtime))
+}
+
+// chtimes sets the mtime of the entry at name beneath the root, without
+// following it.
+func (f *FS) chtimes(name string, t time.Time) error {
+	name, err := CleanEntryName(name)
+	if err != nil {
+		return err
+	}
+	dirfd, base, err := f.parent("chtimes", name)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dirfd)
+	return pathErr("chtimes", name, setMtime(dirfd, base, t))
+}
+
+// setMtime sets the access and modification times of name in dirfd to t,
+// without following a symlink there.
+func setMtime(dirfd int, name string, t time.Time) error {
+	ts := unix.NsecToTimespec(t.UnixNano())
+	return unix.UtimesNanoAt(dirfd, name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+// parents opens the directories entries go into, creating missing ones
+// beneath the root, and keeps the last one open: an archive lists a
+// directory's entries together, so most entries reuse it.
+type parents struct {
+	f   *FS
+	dir string
+	fd  int
+}
+
+// open returns the descriptor of name's parent (owned by p) and name's
+// last component.
+func (p *parents) open(name string) (int, string, error) {
+	if name == "." {
+		return -1, "", &PathError{Op: "extract", Path: name, Kind: runbox.ErrInvalidPath, Err: errors.New("only a directory can name the root")}
+	}
+	dir, base := path.Dir(name), path.Base(name)
+	if p.fd >= 0 && p.dir == dir {
+		return p.fd, base, nil
+	}
+	p.close()
+	if dir != "." {
+		if err := p.f.MkdirAll(dir, 0o755); err != nil {
+			return -1, "", err
+		}
+	}
+	fd, err := p.f.openat("extract", dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		if pe, ok := err.(*PathError); ok {
+			pe.Path = name
+		}
+		return -1, "", err
+	}
+	p.dir, p.fd = dir, fd
+	return fd, base, nil
+}
+
+func (p *parents) close() {
+	if p.fd >= 0 {
+		unix.Close(p.fd)
+		p.fd = -1
+	}
+}
+
+// extractFile writes a regular file entry through a temporary file renamed
+// into place, and returns the bytes written.
+func (f *FS) extractFile(pc *parents, name string, r io.Reader, hdr *tar.Header, mode uint32, buf []byte, o ExtractOptions) (int64, error) {
+	dirfd, base, err := pc.open(name)
+	if err != nil {
+		return 0, err
+	}
+	fd, tmp, err := createTemp(dirfd)
+	if err != nil {
+		return 0, pathErr("extract", name, err)
+	}
+	file := os.NewFile(uintptr(fd), name)
+	ok := false
+	defer func() {
+		if !ok {
+			file.Close()
+			unix.Unlinkat(dirfd, tmp, 0)
+		}
+	}()
+	h := sha256.New()
+	var w io.Writer = file
+	if o.Cache != nil {
+		w = io.MultiWriter(file, h)
+	}
+	var n int64
+	for n < hdr.Size {
+		chunk := buf[:min(int64(len(buf)), hdr.Size-n)]
+		k, err := io.ReadFull(r, chunk)
+		if k > 0 {
+			if _, werr := w.Write(chunk[:k]); werr != nil {
+				return n, pathErr("extract", name, werr)
+			}
+			n += int64(k)
+			if o.Progress != nil {
+				o.Progress(int64(k))
+			}
+		}
+		if err != nil {
+			return n, fmt.Errorf("read archive entry %s: %w", quote(name), err)
+		}
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return n, pathErr("chmod", name, err)
+	}
+	if err := setMtime(dirfd, tmp, hdr.ModTime); err != nil {
+		return n, pathErr("chtimes", name, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return n, pathErr("extract", name, err)
+	}
+	if err := file.Close(); err != nil {
+		return n, pathErr("extract", name, err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		return n, pathErr("extract", name, err)
+	}
+	ok = true
+	if o.Cache != nil {
+		o.Cache.put(st.Dev, st.Ino, st.Size, st.Mtim.Nano(), h.Sum(nil))
+	}
+	return n, nil
+}
+
+// extractSymlink creates a symlink entry (replacing what is at its name,
+// unless that is a directory).
+func (f *FS) extractSymlink(pc *parents, name string, hdr *tar.Header) error {
+	if hdr.Linkname == "" || strings.IndexByte(hdr.Linkname, 0) >= 0 {
+		return &PathError{Op: "extract", Path: name, Kind: runbox.ErrInvalidPath, Err: errors.New("symlink with an empty or NUL target")}
+	}
+	dirfd, base, err := pc.open(name)
+	if err != nil {
+		return err
+	}
+	tmp, err := tempName(func(n string) error { return unix.Symlinkat(hdr.Linkname, dirfd, n) })
+	if err != nil {
+		return pathErr("symlink", name, err)
+	}
+	if err := setMtime(dirfd, tmp, hdr.ModTime); err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return pathErr("chtimes", name, err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return pathErr("symlink", name, err)
+	}
+	return nil
+}
+
+// extractHardLink links name to an earlier entry, which must lie beneath
+// the root (its name is checked like any entry's, and its parent is
+// resolved beneath the root; the link's last component is not followed).
+func (f *FS) extractHardLink(pc *parents, name string, hdr *tar.Header) error {
+	target, err := CleanEntryName(hdr.Linkname)
+	if err != nil {
+		return &PathError{Op: "extract hard link", Path: name + " => " + hdr.Linkname, Kind: runbox.ErrEscapesRoot, Err: err}
+	}
+	ofd, obase, err := f.parent("extract hard link", target)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ofd)
+	dirfd, base, err := pc.open(name)
+	if err != nil {
+		return err
+	}
+	tmp, err := tempName(func(n string) error { return unix.Linkat(ofd, obase, dirfd, n, 0) })
+	if err != nil {
+		return pathErr("link", name+" => "+target, err)
+	}
+	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return pathErr("link", name, err)
+	}
+	return nil
+}
+
+// tempName calls create with fresh temporary names until one does not
+// exist yet, and returns it.
+func tempName(create func(name string) error) (string, error) {
+	for range 10 {
+		name := randomTempName()
+		err := create(name)
+		if err == unix.EEXIST {
+			continue
+		}
+		return name, err
+	}
+	return "", unix.EEXIST
+}
+
+// Archive writes p (a tree, a file or a symlink, never followed at its last
+// component) to w as a tar stream, in constant memory. Regular files,
+// directories and symlinks are archived with their modes and mtimes
+// (nanoseconds, PAX); devices, fifos and sockets are left out.
+func (f *FS) Archive(w io.Writer, p string, o ArchiveOptions) error {
+	tw := tar.NewWriter(w)
+	a := &archiver{tw: tw, o: o, buf: make([]byte, 256<<10)}
+	if err := f.archive(a, p); err != nil {
+		return err
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("write archive: %w", err)
+	}
+	return nil
+}
+
+type archiver struct {
+	tw  *tar.Writer
+	o   ArchiveOptions
+	buf []byte
+}
+
+func (f *FS) archive(a *archiver, p string) error {
+	fi, err := f.Stat(p, false)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		if len(a.o.Entries) > 0 {
+			return &PathError{Op: "archive", Path: p, Kind: runbox.ErrNotDirectory}
+		}
+		name := a.o.Name
+		if name == "" {
+			name = path.Base(clean(p))
+		}
+		dirfd, base, err := f.parent("archive", p)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(dirfd)
+		fi, st, err := statAt(dirfd, base, name)
+		if err != nil {
+			return pathErr("archive", p, err)
+		}
+		return a.entry(dirfd, base, name, fi, st)
+	}
+	dir, err := f.openDir("archive", p)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	prefix := ""
+	if a.o.Name != "" {
+		var st unix.Stat_t
+		if err := unix.Fstat(int(dir.Fd()), &st); err != nil {
+			return pathErr("archive", p, err)
+		}
+		if err := a.entry(-1, "", a.o.Name, infoFromStat(a.o.Name, &st), &st); err != nil {
+			return err
+		}
+		prefix = strings.TrimSuffix(a.o.Name, "/") + "/"
+	}
+	if len(a.o.Entries) > 0 {
+		sub := &FS{fd: int(dir.Fd()), root: path.Join(f.root, p), resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
+		for _, e := range a.o.Entries {
+			rel, err := CleanEntryName(e)
+			if err != nil {
+				return err
+			}
+			if rel == "." {
+				continue
+			}
+			dirfd, base, err := sub.parent("archive", rel)
+			if err != nil {
+				return err
+			}
+			fi, st, err := statAt(dirfd, base, rel)
+			if err == nil {
+				err = a.entry(dirfd, base, prefix+rel, fi, st)
+			} else {
+				err = pathErr("archive", rel, err)
+			}
+			unix.Close(dirfd)
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(dir, "", 0, func(dirfd int, name, rel string, fi runbox.FileInfo, st *unix.Stat_t) error {
+		if a.o.Exclude.excludedHere(rel, fi.IsDir()) {
+			return errSkipDir
+		}
+		return a.entry(dirfd, name, prefix+rel, fi, st)
+	})
+}
+
+// entry writes one entry: name in dirfd (dirfd < 0: a directory already
+// described by fi) under the archive name aname.
+func (a *archiver) entry(dirfd int, name, aname string, fi runbox.FileInfo, st *unix.Stat_t) error {
+	hdr := &tar.Header{
+		Name:    aname,
+		Mode:    int64(unixMode(fi.Mode)),
+		ModTime: fi.ModTime,
+		Uid:     int(st.Uid),
+		Gid:     int(st.Gid),
+		Format:  tar.FormatPAX,
+	}
+	switch {
+	case fi.IsDir():
+		hdr.Typeflag = tar.TypeDir
+		hdr.Name = strings.TrimSuffix(aname, "/") + "/"
+		return a.writeHeader(hdr)
+	case fi.IsSymlink():
+		hdr.Typeflag = tar.TypeSymlink
+		hdr.Linkname = fi.LinkTarget
+		return a.writeHeader(hdr)
+	case !fi.IsRegular():
+		return nil // devices, fifos, sockets: not archived
+	}
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return pathErr("archive", aname, err)
+	}
+	file := os.NewFile(uintptr(fd), aname)
+	defer file.Close()
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		return pathErr("archive", aname, err)
+	}
+	if fst.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil // replaced by something else since the walk saw it
+	}
+	hdr.Typeflag = tar.TypeReg
+	hdr.Size = fst.Size
+	hdr.Mode = int64(fst.Mode & 0o7777)
+	hdr.ModTime = time.Unix(fst.Mtim.Unix())
+	if err := a.writeHeader(hdr); err != nil {
+		return err
+	}
+	var n int64
+	for n < hdr.Size {
+		k, err := file.Read(a.buf[:min(int64(len(a.buf)), hdr.Size-n)])
+		if k > 0 {
+			if _, werr := a.tw.Write(a.buf[:k]); werr != nil {
+				return fmt.Errorf("write archive: %w", werr)
+			}
+			n += int64(k)
+			if a.o.Progress != nil {
+				a.o.Progress(int64(k))
+			}
+		}
+		if err == io.EOF {
+			return fmt.Errorf("archive %s: file shrank from %d to %d bytes while being read", quote(aname), hdr.Size, n)
+		}
+		if err != nil {
+			return pathErr("archive", aname, err)
+		}
+	}
+	return nil
+}
+
+func (a *archiver) writeHeader(hdr *tar.Header) error {
+	if err := a.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("write archive entry %s: %w", quote(hdr.Name), err)
+	}
+	return nil
+}
