@@ -83,6 +83,11 @@ func jailServe(args []string, stderr io.Writer) error {
 	}
 	if jc.Workspace != "" {
 		cfg.Dir = jail.WorkspacePath
+		// Relative paths in file calls resolve against the daemon's
+		// working directory: make it the sandbox's.
+		if err := os.Chdir(jail.WorkspacePath); err != nil {
+			return fmt.Errorf("jail: %w", err)
+		}
 	}
 	return serveOn(context.Background(), cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil })
 }

@@ -424,3 +424,22 @@ func TestOddHomePath(t *testing.T) {
 		t.Errorf("overlay write with home %s: %q", odd, got)
 	}
 }
+
+// TestRelativeFilePaths: a relative path in a file call means the same as
+// in a command: relative to the workspace.
+func TestRelativeFilePaths(t *testing.T) {
+	p := newProvider(t)
+	ws := t.TempDir()
+	_, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.WriteFile(ctx, "rel.txt", strings.NewReader("relative\n")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "rel.txt")); err != nil || string(b) != "relative\n" {
+		t.Errorf("rel.txt written through the files API: %q, %v; want it in the workspace", b, err)
+	}
+	if got := run(t, c, "cat rel.txt"); got != "relative\n" {
+		t.Errorf("cat rel.txt in the sandbox: %q", got)
+	}
+}
