@@ -81,6 +81,10 @@ func jailServe(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := jail.DropCapabilities(); err != nil {
+		ln.Close()
+		return err
+	}
 	if jc.Workspace != "" {
 		cfg.Dir = jail.WorkspacePath
 		// Relative paths in file calls resolve against the daemon's

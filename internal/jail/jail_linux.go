@@ -6,7 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -26,6 +28,9 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.List
 		return nil, err
 	}
 	if err := mountSystem(root); err != nil {
+		return nil, err
+	}
+	if err := maskProc(filepath.Join(root, "proc")); err != nil {
 		return nil, err
 	}
 	if cfg.Workspace != "" {
@@ -186,6 +191,70 @@ func mountSystem(root string) error {
 		if err := unix.Mount("tmpfs", cg, "tmpfs", nodev, "mode=755"); err == nil {
 			// Inside the cgroup namespace the sandbox's cgroup is the root.
 			_ = mountDir("cgroup2", filepath.Join(cg, "unified"), "cgroup2", nodev, "")
+		}
+	}
+	return nil
+}
+
+// Parts of /proc that reach past the sandbox (the kernel's memory, keys,
+// sysrq, kernel parameters): hidden, or read-only, as container runtimes
+// do. Without CAP_SYS_ADMIN (see DropCapabilities) no command can undo it.
+var (
+	procHiddenFiles = []string{"kcore", "keys", "timer_list", "sched_debug", "sysrq-trigger", "latency_stats", "kallsyms", "kmsg"}
+	procHiddenDirs  = []string{"acpi", "scsi"}
+	procReadOnly    = []string{"sys", "irq", "bus", "fs"}
+)
+
+// maskProc hides or freezes the parts of the sandbox's /proc (at proc)
+// that concern the whole machine.
+func maskProc(proc string) error {
+	for _, f := range procHiddenFiles {
+		p := filepath.Join(proc, f)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount("/dev/null", p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("jail: hide /proc/%s: %w", f, err)
+		}
+	}
+	for _, d := range procHiddenDirs {
+		if err := mask(filepath.Join(proc, d)); err != nil {
+			return fmt.Errorf("jail: hide /proc/%s: %w", d, err)
+		}
+	}
+	for _, d := range procReadOnly {
+		p := filepath.Join(proc, d)
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		if err := bind(p, p, unix.MS_RDONLY); err != nil {
+			return fmt.Errorf("jail: /proc/%s read-only: %w", d, err)
+		}
+	}
+	return nil
+}
+
+// keptCapabilities are the capabilities commands in a sandbox keep (what a
+// container runtime's default keeps, less CAP_MKNOD: there is no device
+// cgroup here to stop a block device from being made and mounted).
+var keptCapabilities = []uintptr{
+	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FSETID, unix.CAP_FOWNER, unix.CAP_NET_RAW,
+	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETFCAP, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE,
+	unix.CAP_SYS_CHROOT, unix.CAP_KILL, unix.CAP_AUDIT_WRITE,
+}
+
+// DropCapabilities removes every other capability from the bounding set,
+// so no command runboxd starts has it (runboxd itself keeps what it holds:
+// it mounts nothing more, but makes cgroups and signals processes).
+func DropCapabilities() error {
+	for c := uintptr(0); c <= unix.CAP_LAST_CAP; c++ {
+		if slices.Contains(keptCapabilities, c) {
+			continue
+		}
+		// The bounding set is per thread, and a command may be forked from
+		// any of the runtime's threads.
+		if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); errno != 0 && errno != unix.EINVAL {
+			return fmt.Errorf("jail: drop capability %d: %w", c, errno)
 		}
 	}
 	return nil

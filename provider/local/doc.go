@@ -8,7 +8,9 @@
 // minimal /dev, a private /tmp, and the workspace directory bind-mounted
 // read-write at /workspace, its default working directory. runboxd opens
 // its socket in the state directory before it pivots into that root, so
-// clients on the host reach it without any other way in.
+// clients on the host reach it without any other way in. Commands keep only
+// a container runtime's default capabilities (less CAP_MKNOD), and the
+// machine-wide parts of /proc are hidden or read-only.
 //
 // Memory, pids and CPU limits are cgroup v1 or v2 limits set through
 // containerd/cgroups on the sandbox's own cgroups; a hybrid host such as
