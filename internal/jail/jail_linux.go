@@ -33,6 +33,9 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.List
 	if err := maskProc(filepath.Join(root, "proc")); err != nil {
 		return nil, err
 	}
+	if !cfg.NetworkNone && cfg.Lower == "/" {
+		copyResolvConf(root)
+	}
 	if cfg.Workspace != "" {
 		if err := bind(cfg.Workspace, filepath.Join(root, WorkspacePath), 0); err != nil {
 			return nil, fmt.Errorf("jail: workspace: %w", err)
@@ -258,6 +261,36 @@ func DropCapabilities() error {
 		}
 	}
 	return nil
+}
+
+// copyResolvConf gives the sandbox the host's resolver configuration as a
+// file. On many hosts /etc/resolv.conf is a link into /run, a mount of its
+// own that the overlay of the root does not show, so the link would dangle.
+func copyResolvConf(root string) {
+	b, err := os.ReadFile("/etc/resolv.conf")
+	if err != nil {
+		return
+	}
+	dst := filepath.Join(root, "etc", "resolv.conf")
+	fi, err := os.Lstat(dst)
+	if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return // a plain file (or none) is the sandbox's own business
+	}
+	target, err := os.Readlink(dst)
+	if err != nil {
+		return
+	}
+	// Where the link leads inside the sandbox's root, not the host's.
+	if filepath.IsAbs(target) {
+		target = filepath.Join(root, target)
+	} else {
+		target = filepath.Join(root, "etc", target)
+	}
+	if _, err := os.Stat(target); err == nil {
+		return // it resolves in the sandbox too
+	}
+	_ = os.Remove(dst)
+	_ = os.WriteFile(dst, b, 0o644)
 }
 
 // mountDir mounts source (of fstype) at target, creating target first.
