@@ -2,7 +2,7 @@
 // sandbox. It only parses flags and wires packages; the behaviour lives in
 // internal/supervisor and internal/daemon.
 //
-//	runboxd serve --socket PATH [--cgroup auto|cgroup2|off] [--retention D]
+//	runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D]
 //	              [--drain D] [--ring BYTES] [--dir D]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]
 //	              (PID 1 of a local sandbox; configuration on fd 3)
@@ -21,6 +21,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 
 	"github.com/runbox/runbox/internal/daemon"
@@ -41,7 +42,7 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D]
+  runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`
@@ -81,6 +82,7 @@ func serve(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", "", "unix socket to listen on (required)")
+	socketMode := fs.String("socket-mode", "0600", "the socket's permissions, in octal (keep others out with its directory's)")
 	var cfg supervisor.Config
 	supervisorFlags(fs, &cfg)
 	fs.StringVar(&cfg.Dir, "dir", "", "default working directory for execs (default: the daemon's)")
@@ -93,7 +95,13 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	return serveOn(ctx, cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return daemon.Listen(*socket) })
+	mode, err := strconv.ParseUint(*socketMode, 8, 32)
+	if err != nil || mode > 0o777 {
+		return fmt.Errorf("serve: --socket-mode %q: want octal permissions such as 0600", *socketMode)
+	}
+	return serveOn(ctx, cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) {
+		return daemon.ListenMode(*socket, os.FileMode(mode))
+	})
 }
 
 // serveOn starts the supervisor, opens the listener and serves until ctx ends

@@ -206,3 +206,31 @@ func TestStaticBuild(t *testing.T) {
 		}
 	}
 }
+
+func TestSocketMode(t *testing.T) {
+	_, _, _, socket := startDaemon(t)
+	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("default socket mode: %v, %v; want 0600", fi.Mode().Perm(), err)
+	}
+	dir := t.TempDir()
+	open := filepath.Join(dir, "open.sock")
+	cmd := runboxd("serve", "--socket", open, "--dir", dir, "--socket-mode", "0666")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if fi, err := os.Stat(open); err == nil && fi.Mode().Perm() == 0o666 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no socket with mode 0666 from --socket-mode 0666")
+		}
+	}
+	bad := runboxd("serve", "--socket", filepath.Join(dir, "bad.sock"), "--socket-mode", "rw-rw-rw-")
+	var stderr strings.Builder
+	bad.Stderr = &stderr
+	if err := bad.Run(); err == nil || !strings.Contains(stderr.String(), "--socket-mode") {
+		t.Errorf("serve with --socket-mode rw-rw-rw-: %v, %q; want a failure naming the flag", err, stderr.String())
+	}
+}

@@ -129,7 +129,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 // Listen listens on a unix socket at path with mode 0600. A stale socket
 // left by a daemon that died is removed; a socket some process still answers
 // on is an error, and so is any other file at path.
-func Listen(path string) (net.Listener, error) {
+func Listen(path string) (net.Listener, error) { return ListenMode(path, 0o600) }
+
+// ListenMode is Listen with the socket's mode given: for a daemon whose
+// clients run as another user and whose socket's directory already keeps
+// out everyone else.
+func ListenMode(path string, mode os.FileMode) (net.Listener, error) {
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("listen %s: file exists and is not a socket", path)
@@ -150,7 +155,7 @@ func Listen(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(path, mode); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}

@@ -4,7 +4,12 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -102,4 +107,56 @@ func containsLine(s string, words ...string) bool {
 		}
 	}
 	return false
+}
+
+// TestCLINonRootUser: a user who may use the engine (in the docker group)
+// but is not root reaches runboxd over the socket stream too, although the
+// container's root made the socket.
+func TestCLINonRootUser(t *testing.T) {
+	needEngine(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user")
+	}
+	grp, err := user.LookupGroup("docker")
+	if err != nil {
+		t.Skipf("no docker group on this machine: %v", err)
+	}
+	gid, err := strconv.Atoi(grp.Gid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	dir, err := os.MkdirTemp("", "rbxu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"runbox", "runboxd"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(dir, "runbox"), "run", "--provider", "docker", "--image", testImage, "--", "id -u")
+	cmd.Dir = home
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "RUNBOX_HOME=" + home, "RUNBOX_RUNBOXD=" + filepath.Join(dir, "runboxd")}
+	if h := os.Getenv("DOCKER_HOST"); h != "" {
+		cmd.Env = append(cmd.Env, "DOCKER_HOST="+h)
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{uint32(gid)}}}
+	out, err := cmd.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "0" {
+		t.Fatalf("runbox run --provider docker as uid %d in the docker group: %v\n%s", nobody, err, out)
+	}
 }

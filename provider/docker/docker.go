@@ -305,6 +305,13 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
 
+	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket}
+	if stateDir != "" {
+		// The socket is on the host, made by the container's user (root,
+		// usually): open to every user, with the state directory (0700,
+		// the creating user's) keeping out all but that user.
+		entrypoint = append(entrypoint, "--socket-mode", "0666")
+	}
 	noInit := false
 	hc := &container.HostConfig{
 		NetworkMode: container.NetworkMode(network),
@@ -323,7 +330,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	}
 	cfg := &container.Config{
 		Image:      spec.Image,
-		Entrypoint: append([]string{ctrRunboxd, "serve", "--socket", ctrSocket}, spec.DaemonArgs...),
+		Entrypoint: append(entrypoint, spec.DaemonArgs...),
 		Cmd:        []string{},
 		Labels:     labels,
 		// runboxd stops every exec with the stop protocol on SIGTERM,
