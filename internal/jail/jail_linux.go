@@ -34,7 +34,7 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.List
 		return nil, err
 	}
 	if !cfg.NetworkNone && cfg.Lower == "/" {
-		copyResolvConf(root)
+		copyResolvConf("/etc/resolv.conf", root)
 	}
 	if cfg.Workspace != "" {
 		if err := bind(cfg.Workspace, filepath.Join(root, WorkspacePath), 0); err != nil {
@@ -263,11 +263,12 @@ func DropCapabilities() error {
 	return nil
 }
 
-// copyResolvConf gives the sandbox the host's resolver configuration as a
-// file. On many hosts /etc/resolv.conf is a link into /run, a mount of its
-// own that the overlay of the root does not show, so the link would dangle.
-func copyResolvConf(root string) {
-	b, err := os.ReadFile("/etc/resolv.conf")
+// copyResolvConf gives the sandbox the host's resolver configuration (the
+// file hostConf) as a file. On many hosts /etc/resolv.conf is a link into
+// /run, a mount of its own that the overlay of the root does not show, so
+// the link would dangle.
+func copyResolvConf(hostConf, root string) {
+	b, err := os.ReadFile(hostConf)
 	if err != nil {
 		return
 	}

@@ -1,6 +1,9 @@
 package runboxdbin
 
 import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -42,15 +45,27 @@ func TestLocateRefusesWhatCannotRun(t *testing.T) {
 	}
 }
 
-func TestCheckStatic(t *testing.T) {
-	// The test binary itself is dynamically linked or static depending on
-	// how it was built; /bin/sh on Debian is dynamic.
-	sh, err := os.ReadFile("/bin/sh")
-	if err != nil {
-		t.Skip("no /bin/sh to check")
+// elfImage returns a minimal 64-bit little-endian ELF executable whose one
+// program header has type progType (PT_INTERP makes it dynamically linked).
+func elfImage(progType elf.ProgType) []byte {
+	h := elf.Header64{
+		Type: uint16(elf.ET_EXEC), Machine: uint16(elf.EM_X86_64), Version: uint32(elf.EV_CURRENT),
+		Phoff: 64, Ehsize: 64, Phentsize: 56, Phnum: 1,
 	}
-	if err := CheckStatic(sh, "/bin/sh"); !errors.Is(err, ErrNotStatic) {
-		t.Errorf("CheckStatic(/bin/sh) = %v, want ErrNotStatic", err)
+	copy(h.Ident[:], []byte{0x7f, 'E', 'L', 'F', byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)})
+	var b bytes.Buffer
+	binary.Write(&b, binary.LittleEndian, h)
+	binary.Write(&b, binary.LittleEndian, elf.Prog64{Type: uint32(progType), Off: 120, Filesz: 1, Memsz: 1})
+	b.WriteByte(0)
+	return b.Bytes()
+}
+
+func TestCheckStatic(t *testing.T) {
+	if err := CheckStatic(elfImage(elf.PT_LOAD), "static"); err != nil {
+		t.Errorf("CheckStatic(a static executable) = %v, want nil", err)
+	}
+	if err := CheckStatic(elfImage(elf.PT_INTERP), "dynamic"); !errors.Is(err, ErrNotStatic) {
+		t.Errorf("CheckStatic(a dynamic executable) = %v, want ErrNotStatic", err)
 	}
 	if err := CheckStatic([]byte("#!/bin/sh\n"), "script"); err == nil || errors.Is(err, ErrNotStatic) {
 		t.Errorf("CheckStatic(script) = %v, want a not-an-executable error", err)
