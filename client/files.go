@@ -138,22 +138,30 @@ func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (io
 		return nil, runbox.FileInfo{}, c.fileError("read file", ctx, err)
 	}
 	info := wire.FileInfoFromProto(stream.Msg().GetInfo())
-	r := &streamFile{c: c, ctx: ctx, cancel: cancel, stream: stream, cur: stream.Msg().GetData(), progress: o.progress}
+	r := &dataStream[runboxv1.ReadFileResponse, *runboxv1.ReadFileResponse]{
+		c: c, op: "read file", ctx: ctx, cancel: cancel, stream: stream, cur: stream.Msg().GetData(), progress: o.progress,
+	}
 	return r, info, nil
 }
 
-// streamFile reads a ReadFile stream.
-type streamFile struct {
+// dataStream reads the data fields of a server stream's messages (a
+// ReadFile or GetArchive stream) as one byte stream; op names the call in
+// its errors.
+type dataStream[M any, PM interface {
+	*M
+	GetData() []byte
+}] struct {
 	c        *Client
+	op       string
 	ctx      context.Context
 	cancel   context.CancelFunc
-	stream   *connect.ServerStreamForClient[runboxv1.ReadFileResponse]
+	stream   *connect.ServerStreamForClient[M]
 	cur      []byte
 	err      error
 	progress func(int64)
 }
 
-func (r *streamFile) Read(p []byte) (int, error) {
+func (r *dataStream[M, PM]) Read(p []byte) (int, error) {
 	for len(r.cur) == 0 {
 		if r.err != nil {
 			return 0, r.err
@@ -161,11 +169,11 @@ func (r *streamFile) Read(p []byte) (int, error) {
 		if !r.stream.Receive() {
 			r.err = io.EOF
 			if err := r.stream.Err(); err != nil {
-				r.err = r.c.fileError("read file", r.ctx, err)
+				r.err = r.c.fileError(r.op, r.ctx, err)
 			}
 			continue
 		}
-		r.cur = r.stream.Msg().GetData()
+		r.cur = PM(r.stream.Msg()).GetData()
 	}
 	n := copy(p, r.cur)
 	r.cur = r.cur[n:]
@@ -176,7 +184,7 @@ func (r *streamFile) Read(p []byte) (int, error) {
 }
 
 // Close ends the stream (early, if it is not read to the end).
-func (r *streamFile) Close() error {
+func (r *dataStream[M, PM]) Close() error {
 	r.stream.Close()
 	r.cancel()
 	return nil
@@ -434,47 +442,9 @@ func (c *Client) getArchive(ctx context.Context, p string, o fileOptions) (io.Re
 		cancel()
 		return nil, c.fileError("get archive", ctx, err)
 	}
-	return &archiveReader{c: c, ctx: ctx, cancel: cancel, stream: stream, progress: o.progress}, nil
-}
-
-// archiveReader reads a GetArchive stream.
-type archiveReader struct {
-	c        *Client
-	ctx      context.Context
-	cancel   context.CancelFunc
-	stream   *connect.ServerStreamForClient[runboxv1.GetArchiveResponse]
-	cur      []byte
-	err      error
-	progress func(int64)
-}
-
-func (r *archiveReader) Read(p []byte) (int, error) {
-	for len(r.cur) == 0 {
-		if r.err != nil {
-			return 0, r.err
-		}
-		if !r.stream.Receive() {
-			r.err = io.EOF
-			if err := r.stream.Err(); err != nil {
-				r.err = r.c.fileError("get archive", r.ctx, err)
-			}
-			continue
-		}
-		r.cur = r.stream.Msg().GetData()
-	}
-	n := copy(p, r.cur)
-	r.cur = r.cur[n:]
-	if r.progress != nil {
-		r.progress(int64(n))
-	}
-	return n, nil
-}
-
-// Close ends the stream (early, if it is not read to the end).
-func (r *archiveReader) Close() error {
-	r.stream.Close()
-	r.cancel()
-	return nil
+	return &dataStream[runboxv1.GetArchiveResponse, *runboxv1.GetArchiveResponse]{
+		c: c, op: "get archive", ctx: ctx, cancel: cancel, stream: stream, progress: o.progress,
+	}, nil
 }
 
 // CopyTo copies the local file, symlink or directory tree src into the
