@@ -144,6 +144,22 @@ func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (io
 	return r, info, nil
 }
 
+// receiveEntries collects the entries of every message of a ListDir or
+// Manifest stream, and closes it.
+func receiveEntries[M any, PM interface {
+	*M
+	GetEntries() []*runboxv1.FileInfo
+}](stream *connect.ServerStreamForClient[M]) ([]runbox.FileInfo, error) {
+	defer stream.Close()
+	var out []runbox.FileInfo
+	for stream.Receive() {
+		for _, e := range PM(stream.Msg()).GetEntries() {
+			out = append(out, wire.FileInfoFromProto(e))
+		}
+	}
+	return out, stream.Err()
+}
+
 // dataStream reads the data fields of a server stream's messages (a
 // ReadFile or GetArchive stream) as one byte stream; op names the call in
 // its errors.
@@ -312,14 +328,8 @@ func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) ([]r
 	if err != nil {
 		return nil, c.fileError("list", ctx, err)
 	}
-	defer stream.Close()
-	var out []runbox.FileInfo
-	for stream.Receive() {
-		for _, e := range stream.Msg().GetEntries() {
-			out = append(out, wire.FileInfoFromProto(e))
-		}
-	}
-	if err := stream.Err(); err != nil {
+	out, err := receiveEntries(stream)
+	if err != nil {
 		return nil, c.fileError("list", ctx, err)
 	}
 	return out, nil

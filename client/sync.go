@@ -14,7 +14,6 @@ import (
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
-	"github.com/runbox/runbox/internal/daemon/wire"
 	"github.com/runbox/runbox/internal/files"
 )
 
@@ -241,14 +240,8 @@ func (c *Client) manifest(ctx context.Context, p string, exclude []string) ([]ru
 	if err != nil {
 		return nil, c.fileError("manifest", ctx, err)
 	}
-	defer stream.Close()
-	var out []runbox.FileInfo
-	for stream.Receive() {
-		for _, e := range stream.Msg().GetEntries() {
-			out = append(out, wire.FileInfoFromProto(e))
-		}
-	}
-	if err := stream.Err(); err != nil {
+	out, err := receiveEntries(stream)
+	if err != nil {
 		err = c.fileError("manifest", ctx, err)
 		if errors.Is(err, runbox.ErrFileNotFound) {
 			return nil, nil

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io"
 
+	"connectrpc.com/connect"
+
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/files"
 )
@@ -74,6 +76,23 @@ func (w *chunkWriter) Flush() error {
 	err := w.send(w.buf)
 	w.buf = w.buf[:0]
 	return err
+}
+
+// dataReader reads the data of the messages still to come on a client
+// stream (after its header) as one byte stream.
+func dataReader[M any, PM interface {
+	*M
+	GetData() []byte
+}](stream *connect.ClientStream[M]) io.Reader {
+	return &msgReader{next: func() ([]byte, error) {
+		if stream.Receive() {
+			return PM(stream.Msg()).GetData(), nil
+		}
+		if err := stream.Err(); err != nil {
+			return nil, err
+		}
+		return nil, io.EOF
+	}}
 }
 
 // msgReader reads the data of a stream's messages as one byte stream.

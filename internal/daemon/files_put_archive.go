@@ -37,15 +37,7 @@ func (fs *filesServer) PutArchive(_ context.Context, stream *connect.ClientStrea
 	for i, d := range h.GetDelete() {
 		del[i] = string(d)
 	}
-	r := &msgReader{next: func() ([]byte, error) {
-		if stream.Receive() {
-			return stream.Msg().GetData(), nil
-		}
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
-	}}
+	r := dataReader[runboxv1.PutArchiveRequest](stream)
 	chtimes := make([]runbox.FileInfo, len(h.GetChtimes()))
 	for i, c := range h.GetChtimes() {
 		chtimes[i] = wire.FileInfoFromProto(c)

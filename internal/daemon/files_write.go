@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"io"
 
 	"connectrpc.com/connect"
 
@@ -27,15 +26,7 @@ func (fs *filesServer) WriteFile(_ context.Context, stream *connect.ClientStream
 		return nil, fs.s.rpcError("write file", err)
 	}
 	defer fsys.Close()
-	r := &msgReader{next: func() ([]byte, error) {
-		if stream.Receive() {
-			return stream.Msg().GetData(), nil
-		}
-		if err := stream.Err(); err != nil {
-			return nil, err
-		}
-		return nil, io.EOF
-	}}
+	r := dataReader[runboxv1.WriteFileRequest](stream)
 	info, err := fsys.WriteFile(h.GetPath(), r, files.WriteOptions{
 		Perm:    wire.ModeFromProto(h.GetMode()),
 		Parents: h.GetCreateParents(),

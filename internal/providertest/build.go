@@ -88,3 +88,27 @@ func mainCode(m *testing.M) int {
 	}
 	return code
 }
+
+// BuildForAnyUser builds static runbox and runboxd binaries into a fresh
+// directory every user can read and search (the usual build directories are
+// private to the user running the tests), for a test that runs the CLI as
+// another user. It returns the directory, removed when t ends.
+func BuildForAnyUser(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "runbox-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"runbox", "runboxd"} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	return dir
+}

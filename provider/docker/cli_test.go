@@ -126,21 +126,7 @@ func TestCLINonRootUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	const nobody = 65534
-	dir, err := os.MkdirTemp("", "rbxu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, pkg := range []string{"runbox", "runboxd"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	dir := providertest.BuildForAnyUser(t)
 	home := filepath.Join(dir, "home")
 	if err := os.Mkdir(home, 0o755); err != nil {
 		t.Fatal(err)

@@ -280,21 +280,7 @@ func TestRootless(t *testing.T) {
 	}
 	const nobody = 65534
 	// Binaries and directories the unprivileged user can reach.
-	dir, err := os.MkdirTemp("", "rbl-rootless")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, pkg := range []string{"runbox", "runboxd"} {
-		build := osexec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, out)
-		}
-	}
+	dir := providertest.BuildForAnyUser(t)
 	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
 	for _, d := range []string{home, ws} {
 		if err := os.Mkdir(d, 0o755); err != nil {
