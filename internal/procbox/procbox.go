@@ -95,6 +95,8 @@ type Kind struct {
 type Launch struct {
 	// Dir is the sandbox's directory (its state; the socket is in it).
 	Dir string
+	// Home is the runbox home holding every sandbox's directory.
+	Home string
 	// Record is the sandbox's record: ID, Socket, Workdir and Runboxd are
 	// set. Launch may fill Extra, which is saved with the pid.
 	Record *Record
@@ -307,7 +309,8 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 	if err != nil {
 		return fmt.Errorf("runboxd log: %w", err)
 	}
-	proc, err := p.Launch(ctx, Launch{Dir: sbDir, Record: rec, Spec: spec, Log: logf})
+	home := filepath.Dir(filepath.Dir(sbDir)) // <home>/sandboxes/<id>
+	proc, err := p.Launch(ctx, Launch{Dir: sbDir, Home: home, Record: rec, Spec: spec, Log: logf})
 	logf.Close() // runboxd holds its own copy
 	if err != nil {
 		return fmt.Errorf("start runboxd %s: %w%s", rec.Runboxd, err, logTail(logPath))

@@ -8,8 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/runbox/runbox"
@@ -176,7 +174,6 @@ func launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
 	if userns {
 		rec.Extra["userns"] = "true"
 	}
-	home := filepath.Dir(filepath.Dir(l.Dir)) // $HOME/sandboxes/<id> → $HOME
 	cfg := jail.Config{
 		Lower:       lower,
 		Upper:       filepath.Join(l.Dir, upperDir),
@@ -186,7 +183,7 @@ func launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
 		Socket:      rec.Socket,
 		Hostname:    hostname(rec),
 		NetworkNone: network == NetworkNone,
-		Mask:        []string{home},
+		Mask:        []string{l.Home},
 		Env:         jail.DefaultEnv,
 		OOMControl:  cg.oomControl,
 	}
@@ -275,19 +272,12 @@ func hostname(rec *procbox.Record) string {
 // an overlay in a user namespace leaves work directories with mode 0.
 func cleanup(rec procbox.Record, sbDir string) error {
 	err := removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1])
+	// WalkDir visits a directory before it reads it, so opening it up on
+	// that first visit is enough to walk (and then remove) what is inside.
 	_ = filepath.WalkDir(sbDir, func(p string, d os.DirEntry, werr error) error {
-		if d != nil && d.IsDir() && d.Type()&os.ModeSymlink == 0 {
+		if werr == nil && d.IsDir() {
 			if fi, err := d.Info(); err == nil && fi.Mode().Perm()&0o700 != 0o700 {
 				_ = os.Chmod(p, fi.Mode().Perm()|0o700)
-				if werr != nil {
-					// Unreadable until now: walk it again.
-					_ = filepath.WalkDir(p, func(q string, e os.DirEntry, _ error) error {
-						if e != nil && e.IsDir() {
-							_ = os.Chmod(q, 0o700)
-						}
-						return nil
-					})
-				}
 			}
 		}
 		return nil
@@ -303,8 +293,5 @@ func describe(rec procbox.Record, detail map[string]string) {
 		}
 	}
 	detail["workspace"] = jail.WorkspacePath
-	if _, err := strconv.ParseBool(detail["userns"]); err != nil {
-		delete(detail, "userns")
-	}
-	detail["upper"] = strings.TrimSuffix(filepath.Join(filepath.Dir(rec.Socket), upperDir), "/")
+	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), upperDir) // the socket is in the state dir
 }
