@@ -33,7 +33,7 @@ var testDaemon struct {
 
 // socketPath starts the shared in-process daemon on first use and returns
 // its socket.
-func socketPath(t *testing.T) string {
+func socketPath(t testing.TB) string {
 	t.Helper()
 	d := &testDaemon
 	d.once.Do(func() {

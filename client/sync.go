@@ -105,13 +105,15 @@ func (c *Client) push(ctx context.Context, dir, remote string, o SyncOptions) (S
 	}
 	defer lfs.Close()
 	cache, saveCache := loadCache(o.CacheDir, dir)
+	// The sandbox lists its side while this side lists its own.
+	remoteManifest := c.manifestAsync(ctx, remote, o.Exclude)
 	local, err := localManifest(lfs, ex, cache)
+	theirs, rerr := remoteManifest()
 	if err != nil {
 		return SyncStats{}, c.fileError("sync", nil, err)
 	}
-	theirs, err := c.manifest(ctx, remote, o.Exclude)
-	if err != nil {
-		return SyncStats{}, err
+	if rerr != nil {
+		return SyncStats{}, rerr
 	}
 	plan, err := files.Diff(local, theirs, o.Delete,
 		func(fi runbox.FileInfo) ([]byte, error) { return lfs.HashFile(fi.Path, cache) }, nil)
@@ -230,6 +232,24 @@ func loadCache(cacheDir, dir string) (*files.HashCache, func() error) {
 	file := filepath.Join(cacheDir, hex.EncodeToString(sum[:12])+".json")
 	cache := files.LoadHashCache(file)
 	return cache, func() error { return cache.Save(file) }
+}
+
+// manifestAsync starts listing a sandbox tree for sync and returns a
+// function waiting for the result.
+func (c *Client) manifestAsync(ctx context.Context, p string, exclude []string) func() ([]runbox.FileInfo, error) {
+	type result struct {
+		entries []runbox.FileInfo
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		entries, err := c.manifest(ctx, p, exclude)
+		done <- result{entries, err}
+	}()
+	return func() ([]runbox.FileInfo, error) {
+		r := <-done
+		return r.entries, r.err
+	}
 }
 
 // manifest lists a sandbox tree for sync; a missing directory is empty.

@@ -4,12 +4,15 @@ import (
 	"archive/tar"
 	"bytes"
 	"errors"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/runbox/runbox"
 )
@@ -88,8 +91,6 @@ func TestExtractRefuses(t *testing.T) {
 	}
 }
 
-// TestArchiveExtractRoundTrip: modes, mtimes, links, empty dirs and a
-// read-only directory survive Archive then Extract.
 // TestExtractWithin: with Within, entries beside the named one are refused.
 func TestExtractWithin(t *testing.T) {
 	dir := t.TempDir()
@@ -104,6 +105,8 @@ func TestExtractWithin(t *testing.T) {
 	}
 }
 
+// TestArchiveExtractRoundTrip: modes, mtimes, links, empty dirs and a
+// read-only directory survive Archive then Extract.
 func TestArchiveExtractRoundTrip(t *testing.T) {
 	src := t.TempDir()
 	mt := time.Unix(1500000000, 987654321)
@@ -150,6 +153,113 @@ func TestArchiveExtractRoundTrip(t *testing.T) {
 	})
 	if sums != 2 {
 		t.Errorf("manifest after extract knows %d digests, want 2", sums)
+	}
+}
+
+// TestExtractModesExact: new files get their entry's mode exactly, bits the
+// umask would strip included, and an existing file is replaced by a new
+// inode (a hard link to the old one keeps the old content), never written in
+// place.
+func TestExtractModesExact(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old")
+	os.WriteFile(old, []byte("prev"), 0o600)
+	if err := os.Link(old, filepath.Join(dir, "old-link")); err != nil {
+		t.Fatal(err)
+	}
+	modes := map[string]int64{"rwx": 0o777, "rw": 0o666, "suid": 0o4755, "sticky": 0o1644, "ro": 0o400, "old": 0o640}
+	var hdrs []*tar.Header
+	for name, mode := range modes {
+		hdrs = append(hdrs, &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode})
+	}
+	if _, err := openRoot(t, dir).Extract(tarOf(t, hdrs...), ExtractOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range modes {
+		var st unix.Stat_t
+		if err := unix.Lstat(filepath.Join(dir, name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := int64(st.Mode & 0o7777); got != mode {
+			t.Errorf("%s: mode %#o, want %#o", name, got, mode)
+		}
+	}
+	if b, _ := os.ReadFile(old); string(b) != "x" {
+		t.Errorf("old holds %q, want the archive's content", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "old-link")); string(b) != "prev" {
+		t.Errorf("old was written in place: its other link holds %q", b)
+	}
+}
+
+// TestExtractTruncated: an archive that ends inside a file's data fails,
+// and leaves neither a partial new file nor a damaged existing one nor a
+// temporary file.
+func TestExtractTruncated(t *testing.T) {
+	for _, name := range []string{"new", "old"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			os.WriteFile(filepath.Join(dir, "old"), []byte("prev"), 0o644)
+			var b bytes.Buffer
+			tw := tar.NewWriter(&b)
+			tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: 1 << 20})
+			tw.Write(bytes.Repeat([]byte("y"), 64<<10))
+			cut := b.Len()
+			_, err := openRoot(t, dir).Extract(bytes.NewReader(b.Bytes()[:cut]), ExtractOptions{})
+			if err == nil {
+				t.Fatal("a truncated archive extracted without error")
+			}
+			entries, _ := os.ReadDir(dir)
+			if len(entries) != 1 || entries[0].Name() != "old" {
+				t.Errorf("left behind: %v", entries)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dir, "old")); string(got) != "prev" {
+				t.Errorf("old holds %q", got)
+			}
+		})
+	}
+}
+
+// TestArchiveEntries: named entries are archived as what they are now: a
+// file with its data, a directory, a symlink as a link; a fifo is left out
+// (without blocking on it) and a missing entry is ErrFileNotFound.
+func TestArchiveEntries(t *testing.T) {
+	src := t.TempDir()
+	os.MkdirAll(filepath.Join(src, "d", "e"), 0o750)
+	os.WriteFile(filepath.Join(src, "d", "f"), []byte("data"), 0o640)
+	os.Symlink("../nowhere", filepath.Join(src, "d", "l"))
+	if err := unix.Mkfifo(filepath.Join(src, "d", "p"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	err := openRoot(t, src).Archive(&b, ".", ArchiveOptions{Entries: []string{"d", "d/e", "d/f", "d/l", "d/p"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]*tar.Header{}
+	tr := tar.NewReader(&b)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got[h.Name] = h
+	}
+	if len(got) != 4 {
+		t.Errorf("entries %v, want d/, d/e/, d/f, d/l", got)
+	}
+	if h := got["d/e/"]; h == nil || h.Typeflag != tar.TypeDir || h.Mode != 0o750 {
+		t.Errorf("d/e/: %+v", h)
+	}
+	if h := got["d/f"]; h == nil || h.Typeflag != tar.TypeReg || h.Size != 4 || h.Mode != 0o640 {
+		t.Errorf("d/f: %+v", h)
+	}
+	if h := got["d/l"]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != "../nowhere" {
+		t.Errorf("d/l: %+v", h)
+	}
+	err = openRoot(t, src).Archive(io.Discard, ".", ArchiveOptions{Entries: []string{"d/missing"}})
+	if !errors.Is(err, runbox.ErrFileNotFound) {
+		t.Errorf("missing entry: %v, want ErrFileNotFound", err)
 	}
 }
 

@@ -5,8 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
-	"os"
 	"path"
 	"strings"
 	"time"
@@ -58,7 +58,7 @@ func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 		st.Deleted++
 	}
 	var dirs []pendingDir
-	pc := &parents{f: f, fd: -1}
+	pc := newParents(f, "extract", true)
 	defer pc.close()
 	tr := tar.NewReader(r)
 	buf := make([]byte, 256<<10)
@@ -180,32 +180,40 @@ func setMtime(dirfd int, name string, t time.Time) error {
 	return unix.UtimesNanoAt(dirfd, name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// parents opens the directories entries go into, creating missing ones
-// beneath the root, and keeps the last one open: an archive lists a
-// directory's entries together, so most entries reuse it.
+// parents opens the directories that a run of entries lives in, and keeps
+// the last one open: an archive (or a sorted list of entries) names a
+// directory's entries together, so most entries reuse its descriptor
+// instead of resolving their parent again. With create, missing parents
+// are made beneath the root (0755), as extraction needs.
 type parents struct {
-	f   *FS
-	dir string
-	fd  int
+	f      *FS
+	op     string
+	create bool
+	dir    string
+	fd     int
 }
 
-// open returns the descriptor of name's parent (owned by p) and name's
-// last component.
+func newParents(f *FS, op string, create bool) *parents {
+	return &parents{f: f, op: op, create: create, fd: -1}
+}
+
+// open returns the descriptor of name's parent (O_PATH, owned by p) and
+// name's last component.
 func (p *parents) open(name string) (int, string, error) {
 	if name == "." {
-		return -1, "", &PathError{Op: "extract", Path: name, Kind: runbox.ErrInvalidPath, Err: errors.New("only a directory can name the root")}
+		return -1, "", &PathError{Op: p.op, Path: name, Kind: runbox.ErrInvalidPath, Err: errors.New("only a directory can name the root")}
 	}
 	dir, base := path.Dir(name), path.Base(name)
 	if p.fd >= 0 && p.dir == dir {
 		return p.fd, base, nil
 	}
 	p.close()
-	if dir != "." {
+	if p.create && dir != "." {
 		if err := p.f.MkdirAll(dir, 0o755); err != nil {
 			return -1, "", err
 		}
 	}
-	fd, err := p.f.openat("extract", dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	fd, err := p.f.openat(p.op, dir, unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil {
 		if pe, ok := err.(*PathError); ok {
 			pe.Path = name
@@ -223,37 +231,48 @@ func (p *parents) close() {
 	}
 }
 
-// extractFile writes a regular file entry through a temporary file renamed
-// into place, and returns the bytes written.
+// extractFile writes a regular file entry and returns the bytes written. A
+// name that does not exist yet is created in place (O_EXCL, so nothing
+// there is followed or overwritten); an existing one is replaced
+// atomically, through a temporary file renamed over it.
 func (f *FS) extractFile(pc *parents, name string, r io.Reader, hdr *tar.Header, mode uint32, buf []byte, o ExtractOptions) (int64, error) {
 	dirfd, base, err := pc.open(name)
 	if err != nil {
 		return 0, err
 	}
-	fd, tmp, err := createTemp(dirfd)
+	created := base
+	fd, err := unix.Openat(dirfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode&0o777)
+	tmp := ""
+	if err == unix.EEXIST {
+		fd, tmp, err = createTemp(dirfd)
+		created = tmp
+	}
 	if err != nil {
 		return 0, pathErr("extract", name, err)
 	}
-	file := os.NewFile(uintptr(fd), name)
 	ok := false
 	defer func() {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
 		if !ok {
-			file.Close()
-			unix.Unlinkat(dirfd, tmp, 0)
+			unix.Unlinkat(dirfd, created, 0)
 		}
 	}()
-	h := sha256.New()
-	var w io.Writer = file
+	var h hash.Hash
 	if o.Cache != nil {
-		w = io.MultiWriter(file, h)
+		h = sha256.New()
 	}
 	var n int64
 	for n < hdr.Size {
 		chunk := buf[:min(int64(len(buf)), hdr.Size-n)]
 		k, err := io.ReadFull(r, chunk)
 		if k > 0 {
-			if _, werr := w.Write(chunk[:k]); werr != nil {
+			if werr := writeFull(fd, chunk[:k]); werr != nil {
 				return n, pathErr("extract", name, werr)
+			}
+			if h != nil {
+				h.Write(chunk[:k])
 			}
 			n += int64(k)
 			if o.Progress != nil {
@@ -264,27 +283,70 @@ func (f *FS) extractFile(pc *parents, name string, r io.Reader, hdr *tar.Header,
 			return n, fmt.Errorf("read archive entry %s: %w", quote(name), err)
 		}
 	}
-	if err := unix.Fchmod(fd, mode); err != nil {
-		return n, pathErr("chmod", name, err)
-	}
-	if err := setMtime(dirfd, tmp, hdr.ModTime); err != nil {
+	if err := setMtime(dirfd, created, hdr.ModTime); err != nil {
 		return n, pathErr("chtimes", name, err)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return n, pathErr("extract", name, err)
 	}
-	if err := file.Close(); err != nil {
+	// The mode given to open is masked by the umask (and a temporary file
+	// starts 0600): set it exactly, when it is not already.
+	if st.Mode&0o7777 != mode {
+		if err := unix.Fchmod(fd, mode); err != nil {
+			return n, pathErr("chmod", name, err)
+		}
+	}
+	err = unix.Close(fd)
+	fd = -1
+	if err != nil {
 		return n, pathErr("extract", name, err)
 	}
-	if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
-		return n, pathErr("extract", name, err)
+	if tmp != "" {
+		if err := unix.Renameat(dirfd, tmp, dirfd, base); err != nil {
+			return n, pathErr("extract", name, err)
+		}
 	}
 	ok = true
-	if o.Cache != nil {
+	if h != nil {
 		o.Cache.put(st.Dev, st.Ino, st.Size, st.Mtim.Nano(), h.Sum(nil))
 	}
 	return n, nil
+}
+
+// writeFull writes all of b to fd.
+func writeFull(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// readFull fills b from fd; it stops early only at the end of the file,
+// returning how much it read.
+func readFull(fd int, b []byte) (int, error) {
+	done := 0
+	for done < len(b) {
+		n, err := unix.Read(fd, b[done:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return done, err
+		}
+		if n == 0 {
+			break
+		}
+		done += n
+	}
+	return done, nil
 }
 
 // extractSymlink creates a symlink entry (replacing what is at its name,
@@ -418,6 +480,8 @@ func (f *FS) archive(a *archiver, p string) error {
 	}
 	if len(a.o.Entries) > 0 {
 		sub := &FS{fd: int(dir.Fd()), root: path.Join(f.root, p), resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS}
+		pc := newParents(sub, "archive", false)
+		defer pc.close()
 		for _, e := range a.o.Entries {
 			rel, err := CleanEntryName(e)
 			if err != nil {
@@ -426,18 +490,11 @@ func (f *FS) archive(a *archiver, p string) error {
 			if rel == "." {
 				continue
 			}
-			dirfd, base, err := sub.parent("archive", rel)
+			dirfd, base, err := pc.open(rel)
 			if err != nil {
 				return err
 			}
-			fi, st, err := statAt(dirfd, base, rel)
-			if err == nil {
-				err = a.entry(dirfd, base, prefix+rel, fi, st)
-			} else {
-				err = pathErr("archive", rel, err)
-			}
-			unix.Close(dirfd)
-			if err != nil {
+			if err := a.entryNamed(dirfd, base, prefix+rel); err != nil {
 				return err
 			}
 		}
@@ -451,9 +508,51 @@ func (f *FS) archive(a *archiver, p string) error {
 	})
 }
 
+// openToRead are the flags an entry is opened with for archiving: never
+// through a symlink, and without blocking on a fifo or taking a terminal
+// should one have replaced the file.
+const openToRead = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_NOCTTY | unix.O_CLOEXEC
+
+// entryNamed writes the entry name of dirfd, named by a caller (an entry of a
+// manifest) rather than found by a walk: it is opened first, so a regular
+// file or a directory costs one open and one fstat; what cannot be opened
+// that way (a symlink, an unreadable directory, a socket) is described by
+// lstat instead.
+func (a *archiver) entryNamed(dirfd int, name, aname string) error {
+	fd, err := unix.Openat(dirfd, name, openToRead, 0)
+	if err == nil {
+		defer unix.Close(fd)
+		return a.opened(fd, aname)
+	}
+	fi, st, err := statAt(dirfd, name, aname)
+	if err != nil {
+		return pathErr("archive", aname, err)
+	}
+	return a.entry(dirfd, name, aname, fi, st)
+}
+
 // entry writes one entry: name in dirfd (dirfd < 0: a directory already
 // described by fi) under the archive name aname.
 func (a *archiver) entry(dirfd int, name, aname string, fi runbox.FileInfo, st *unix.Stat_t) error {
+	switch {
+	case fi.IsDir():
+		return a.writeHeader(header(aname, fi, st))
+	case fi.IsSymlink():
+		return a.writeHeader(header(aname, fi, st))
+	case !fi.IsRegular():
+		return nil // devices, fifos, sockets: not archived
+	}
+	fd, err := unix.Openat(dirfd, name, openToRead, 0)
+	if err != nil {
+		return pathErr("archive", aname, err)
+	}
+	defer unix.Close(fd)
+	return a.opened(fd, aname)
+}
+
+// header describes a directory, a symlink or a regular file (its size
+// included) as a tar header named aname.
+func header(aname string, fi runbox.FileInfo, st *unix.Stat_t) *tar.Header {
 	hdr := &tar.Header{
 		Name:    aname,
 		Mode:    int64(unixMode(fi.Mode)),
@@ -466,37 +565,39 @@ func (a *archiver) entry(dirfd int, name, aname string, fi runbox.FileInfo, st *
 	case fi.IsDir():
 		hdr.Typeflag = tar.TypeDir
 		hdr.Name = strings.TrimSuffix(aname, "/") + "/"
-		return a.writeHeader(hdr)
 	case fi.IsSymlink():
 		hdr.Typeflag = tar.TypeSymlink
 		hdr.Linkname = fi.LinkTarget
-		return a.writeHeader(hdr)
-	case !fi.IsRegular():
-		return nil // devices, fifos, sockets: not archived
+	default:
+		hdr.Typeflag = tar.TypeReg
+		hdr.Size = fi.Size
 	}
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
+	return hdr
+}
+
+// opened writes the entry open at fd, as it is now: a regular file with its
+// content, a directory as a directory; anything else (a file replaced since
+// it was looked at) is left out.
+func (a *archiver) opened(fd int, aname string) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return pathErr("archive", aname, err)
 	}
-	file := os.NewFile(uintptr(fd), aname)
-	defer file.Close()
-	var fst unix.Stat_t
-	if err := unix.Fstat(fd, &fst); err != nil {
-		return pathErr("archive", aname, err)
+	fi := infoFromStat(aname, &st)
+	if fi.IsDir() {
+		return a.writeHeader(header(aname, fi, &st))
 	}
-	if fst.Mode&unix.S_IFMT != unix.S_IFREG {
-		return nil // replaced by something else since the walk saw it
+	if !fi.IsRegular() {
+		return nil
 	}
-	hdr.Typeflag = tar.TypeReg
-	hdr.Size = fst.Size
-	hdr.Mode = int64(fst.Mode & 0o7777)
-	hdr.ModTime = time.Unix(fst.Mtim.Unix())
+	hdr := header(aname, fi, &st)
 	if err := a.writeHeader(hdr); err != nil {
 		return err
 	}
 	var n int64
 	for n < hdr.Size {
-		k, err := file.Read(a.buf[:min(int64(len(a.buf)), hdr.Size-n)])
+		want := int(min(int64(len(a.buf)), hdr.Size-n))
+		k, err := readFull(fd, a.buf[:want])
 		if k > 0 {
 			if _, werr := a.tw.Write(a.buf[:k]); werr != nil {
 				return fmt.Errorf("write archive: %w", werr)
@@ -506,11 +607,11 @@ func (a *archiver) entry(dirfd int, name, aname string, fi runbox.FileInfo, st *
 				a.o.Progress(int64(k))
 			}
 		}
-		if err == io.EOF {
-			return fmt.Errorf("archive %s: file shrank from %d to %d bytes while being read", quote(aname), hdr.Size, n)
-		}
 		if err != nil {
 			return pathErr("archive", aname, err)
+		}
+		if k < want {
+			return fmt.Errorf("archive %s: file shrank from %d to %d bytes while being read", quote(aname), hdr.Size, n)
 		}
 	}
 	return nil
