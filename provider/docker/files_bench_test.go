@@ -23,7 +23,7 @@ func BenchmarkDockerPushSmallFiles(b *testing.B) {
 			}
 			c := rbclient.New(dial, rbclient.WithSandboxName(sb.ID))
 			defer c.Close()
-			providertest.BenchPushSmallFiles(b, c)
+			providertest.BenchPushSmallFiles(b, c, false)
 		})
 	}
 }

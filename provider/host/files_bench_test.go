@@ -13,5 +13,5 @@ import (
 //	go test -run '^$' -bench PushSmallFiles -count 5 ./provider/host/ ./provider/docker/
 func BenchmarkPushSmallFiles(b *testing.B) {
 	c, _ := benchSandbox(b)
-	providertest.BenchPushSmallFiles(b, c)
+	providertest.BenchPushSmallFiles(b, c, true)
 }

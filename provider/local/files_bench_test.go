@@ -15,5 +15,5 @@ import (
 //	go test -run '^$' -bench PushSmallFiles -benchtime 5x -count 2 ./provider/local/
 func BenchmarkPushSmallFiles(b *testing.B) {
 	_, c := create(b, newProvider(b), runbox.SandboxSpec{})
-	providertest.BenchPushSmallFiles(b, c)
+	providertest.BenchPushSmallFiles(b, c, false)
 }
