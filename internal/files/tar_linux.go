@@ -26,8 +26,11 @@ type pendingDir struct {
 }
 
 // Extract reads a tar stream from r and writes its entries beneath the
-// root, in constant memory (plus one small record per directory). Regular
-// files are written to a temporary name and renamed into place; symlinks
+// root, in constant memory (plus one small record per directory). A regular
+// file that does not exist yet is created in place (O_EXCL); one that does
+// is written to a temporary name renamed over it, so readers see the old
+// content or the new; a file cut short by the archive's end is removed;
+// symlinks
 // are created as links, with their targets as given (they are data, never
 // followed); hard links must point at an entry beneath the root; modes and
 // mtimes are preserved. The first entry that would land outside the root
