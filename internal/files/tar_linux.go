@@ -29,15 +29,14 @@ type pendingDir struct {
 // root, in constant memory (plus one small record per directory). A regular
 // file that does not exist yet is created in place (O_EXCL); one that does
 // is written to a temporary name renamed over it, so readers see the old
-// content or the new; a file cut short by the archive's end is removed;
-// symlinks
-// are created as links, with their targets as given (they are data, never
-// followed); hard links must point at an entry beneath the root; modes and
-// mtimes are preserved. The first entry that would land outside the root
-// (an absolute or ".." name, a parent that is a symlink leading out, a hard
-// link to outside) stops the extraction with an error wrapping
-// runbox.ErrEscapesRoot; entries before it stay written, nothing is ever
-// written outside the root. f must have a root.
+// content or the new; a file cut short by the archive's end is removed.
+// Symlinks are created as links, with their targets as given (they are
+// data, never followed); hard links must point at an entry beneath the
+// root; modes and mtimes are preserved. The first entry that would land
+// outside the root (an absolute or ".." name, a parent that is a symlink
+// leading out, a hard link to outside) stops the extraction with an error
+// wrapping runbox.ErrEscapesRoot; entries before it stay written, nothing
+// is ever written outside the root. f must have a root.
 func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 	var st ExtractStats
 	if f.root == "" {
