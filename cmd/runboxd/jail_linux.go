@@ -77,10 +77,12 @@ func jailServe(args []string, stderr io.Writer) error {
 		}
 		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
 	}
-	ln, err := jail.Enter(jc, daemon.Listen)
+	entered, err := jail.Enter(jc, daemon.Listen)
 	if err != nil {
 		return err
 	}
+	ln := entered.Listener
+	cfg.CgroupDir = entered.CgroupDir
 	if err := jail.DropCapabilities(); err != nil {
 		ln.Close()
 		return err

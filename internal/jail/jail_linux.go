@@ -13,12 +13,27 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// Entered is what Enter leaves the process that serves the sandbox.
+type Entered struct {
+	// Listener listens on the API socket (made before the pivot).
+	Listener net.Listener
+	// CgroupDir reaches the sandbox's cgroup v2 tree writable, through a
+	// descriptor of this process ("/proc/self/fd/N"): no path in the
+	// sandbox does, commands see the tree read-only, so they cannot move
+	// themselves out of the cgroups runboxd puts them in. Empty where the
+	// sandbox has no cgroup v2 tree.
+	CgroupDir string
+}
+
 // Enter builds the sandbox's root filesystem from cfg, listens on cfg.Socket
 // (through listen, called while the host's filesystem is still visible),
 // pivots into the new root and sets the hostname, the environment and the
 // loopback interface. It must run in a process that has its own mount
-// namespace, before anything else starts in it. Failures name the step.
-func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.Listener, error) {
+// namespace, before anything else starts in it. It leaves the process
+// non-dumpable, so commands (which lack CAP_SYS_PTRACE, see
+// DropCapabilities) cannot reach its descriptors through /proc/1/fd.
+// Failures name the step.
+func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered, error) {
 	// Nothing this process mounts may leak back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("jail: make mounts private: %w", err)
@@ -27,8 +42,16 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.List
 	if err := mountRoot(cfg); err != nil {
 		return nil, err
 	}
-	if err := mountSystem(root); err != nil {
+	cgroupFD, err := mountSystem(root)
+	if err != nil {
 		return nil, err
+	}
+	entered := &Entered{}
+	if cgroupFD >= 0 {
+		entered.CgroupDir = fmt.Sprintf("/proc/self/fd/%d", cgroupFD)
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("jail: make runboxd non-dumpable: %w", err)
 	}
 	if err := maskProc(filepath.Join(root, "proc")); err != nil {
 		return nil, err
@@ -50,6 +73,7 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.List
 	if err != nil {
 		return nil, err
 	}
+	entered.Listener = ln
 	if err := pivot(root); err != nil {
 		ln.Close()
 		return nil, err
@@ -72,7 +96,7 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (net.List
 			os.Setenv(k, v)
 		}
 	}
-	return ln, nil
+	return entered, nil
 }
 
 // mountRoot mounts the overlay of cfg.Upper on cfg.Lower at cfg.Merged.
@@ -153,24 +177,25 @@ func escapeOverlay(p string) string {
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
 // mountSystem gives root a fresh /proc, a minimal /dev, a private /tmp, a
-// read-only /sys where the kernel allows one, and a cgroup2 hierarchy rooted
-// at the sandbox's cgroup (for runboxd's per-exec cgroups) where one exists.
-func mountSystem(root string) error {
+// read-only /sys where the kernel allows one, and where one exists the
+// cgroup v2 tree rooted at the sandbox's cgroup (see mountCgroup2), whose
+// writable descriptor it returns (-1 without one).
+func mountSystem(root string) (int, error) {
 	at := func(p string) string { return filepath.Join(root, p) }
 	const nodev = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if err := mountDir("proc", at("/proc"), "proc", nodev, ""); err != nil {
-		return fmt.Errorf("jail: /proc: %w", err)
+		return -1, fmt.Errorf("jail: /proc: %w", err)
 	}
 	if err := mountDir("tmpfs", at("/dev"), "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
-		return fmt.Errorf("jail: /dev: %w", err)
+		return -1, fmt.Errorf("jail: /dev: %w", err)
 	}
 	for _, d := range devices {
 		if err := bind("/dev/"+d, at("/dev/"+d), 0); err != nil {
-			return fmt.Errorf("jail: /dev/%s: %w", d, err)
+			return -1, fmt.Errorf("jail: /dev/%s: %w", d, err)
 		}
 	}
 	if err := mountDir("devpts", at("/dev/pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
-		return fmt.Errorf("jail: /dev/pts: %w", err)
+		return -1, fmt.Errorf("jail: /dev/pts: %w", err)
 	}
 	links := map[string]string{
 		"ptmx": "pts/ptmx", "fd": "/proc/self/fd", "stdin": "/proc/self/fd/0",
@@ -178,25 +203,65 @@ func mountSystem(root string) error {
 	}
 	for name, target := range links {
 		if err := os.Symlink(target, at("/dev/"+name)); err != nil {
-			return fmt.Errorf("jail: /dev/%s: %w", name, err)
+			return -1, fmt.Errorf("jail: /dev/%s: %w", name, err)
 		}
 	}
 	if err := mountDir("shm", at("/dev/shm"), "tmpfs", nodev, "mode=1777,size=65536k"); err != nil {
-		return fmt.Errorf("jail: /dev/shm: %w", err)
+		return -1, fmt.Errorf("jail: /dev/shm: %w", err)
 	}
 	if err := mountDir("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
-		return fmt.Errorf("jail: /tmp: %w", err)
+		return -1, fmt.Errorf("jail: /tmp: %w", err)
 	}
 	// A fresh sysfs needs its own network namespace or real root; without
 	// one the sandbox simply has an empty /sys.
-	if err := mountDir("sysfs", at("/sys"), "sysfs", nodev|unix.MS_RDONLY, ""); err == nil {
-		cg := at("/sys/fs/cgroup")
-		if err := unix.Mount("tmpfs", cg, "tmpfs", nodev, "mode=755"); err == nil {
-			// Inside the cgroup namespace the sandbox's cgroup is the root.
-			_ = mountDir("cgroup2", filepath.Join(cg, "unified"), "cgroup2", nodev, "")
-		}
+	if err := mountDir("sysfs", at("/sys"), "sysfs", nodev|unix.MS_RDONLY, ""); err != nil {
+		return -1, nil
 	}
-	return nil
+	cg := at("/sys/fs/cgroup")
+	if err := unix.Mount("tmpfs", cg, "tmpfs", nodev, "mode=755"); err != nil {
+		return -1, nil
+	}
+	fd, err := mountCgroup2(filepath.Join(cg, "unified"))
+	if err != nil {
+		return -1, nil // no cgroup v2 here: runboxd tracks execs through /proc
+	}
+	return fd, nil
+}
+
+// mountCgroup2 mounts the sandbox's cgroup v2 tree (inside its cgroup
+// namespace, the sandbox's cgroup is the root) read-only at dir, and returns
+// a descriptor of a writable mount of the same tree that no path reaches:
+// it is mounted beside dir, opened, then detached. runboxd makes, fills and
+// kills exec cgroups through the descriptor; commands, which see only dir,
+// cannot write cgroup.procs to move themselves out of theirs.
+func mountCgroup2(dir string) (int, error) {
+	const nodev = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	rw := dir + ".rw"
+	if err := mountDir("cgroup2", rw, "cgroup2", nodev, ""); err != nil {
+		os.Remove(rw)
+		return -1, err
+	}
+	fd, err := unix.Open(rw, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err == nil {
+		err = os.Mkdir(dir, 0o755)
+	}
+	if err == nil {
+		err = unix.Mount(rw, dir, "", unix.MS_BIND, "")
+	}
+	if err == nil {
+		err = unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|nodev, "")
+	}
+	if derr := unix.Unmount(rw, unix.MNT_DETACH); err == nil {
+		err = derr
+	}
+	os.Remove(rw)
+	if err != nil {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+		return -1, err
+	}
+	return fd, nil
 }
 
 // Parts of /proc that reach past the sandbox (the kernel's memory, keys,

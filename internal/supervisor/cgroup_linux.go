@@ -84,12 +84,15 @@ func unescapeMountField(s string) string {
 	return b.String()
 }
 
-// newCgroupParent creates the daemon's cgroup directory for execs, removing
-// empty leftovers of daemons that died without cleaning up.
-func newCgroupParent() (*cgroupParent, error) {
-	own, err := findCgroup2Dir()
-	if err != nil {
-		return nil, err
+// newCgroupParent creates the daemon's cgroup directory for execs under
+// own (empty: this process's cgroup), removing empty leftovers of daemons
+// that died without cleaning up.
+func newCgroupParent(own string) (*cgroupParent, error) {
+	if own == "" {
+		var err error
+		if own, err = findCgroup2Dir(); err != nil {
+			return nil, err
+		}
 	}
 	removeStaleParents(own)
 	dir := filepath.Join(own, fmt.Sprintf("runboxd-%d-%d", os.Getpid(), time.Now().UnixNano()%1e6))

@@ -23,6 +23,10 @@ type Config struct {
 	// CgroupMode is "auto" (or empty): cgroup2 where a writable cgroup v2
 	// hierarchy exists, else proc; "cgroup2": require it; "off": proc.
 	CgroupMode string
+	// CgroupDir is the cgroup v2 directory under which execs get their
+	// cgroups; empty means this process's own cgroup, found through
+	// /proc/self/mountinfo.
+	CgroupDir string
 	// Retention is how long exited execs and cancel tombstones are kept.
 	Retention time.Duration
 	// RingBytes bounds each stream's replay ring.
@@ -121,13 +125,13 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	switch cfg.CgroupMode {
 	case "", "auto":
-		if p, err := newCgroupParent(); err == nil {
+		if p, err := newCgroupParent(cfg.CgroupDir); err == nil {
 			s.mode, s.cgroups = ModeCgroup2, p
 		} else {
 			s.mode = ModeProc
 		}
 	case ModeCgroup2:
-		p, err := newCgroupParent()
+		p, err := newCgroupParent(cfg.CgroupDir)
 		if err != nil {
 			return nil, fmt.Errorf("supervisor: cgroup2 mode: %w", err)
 		}

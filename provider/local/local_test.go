@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	osexec "os/exec"
@@ -95,6 +96,47 @@ func TestNoMachineWidePowers(t *testing.T) {
 	}
 	// What commands do need still works.
 	run(t, c, "id -u && chown nobody /tmp && touch /etc/ok && kill -0 1")
+}
+
+// TestCommandsStayInTheirCgroup: a command cannot move itself out of its
+// exec's cgroup, neither through the sandbox's cgroup tree (read-only to
+// commands) nor through runboxd's own handle on it (out of their reach), so
+// a timeout still ends it with everything it started.
+func TestCommandsStayInTheirCgroup(t *testing.T) {
+	p := newProvider(t)
+	for _, userns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("userns=%v", userns), func(t *testing.T) {
+			_, c := create(t, p, runbox.SandboxSpec{UserNS: userns})
+			testStaysInCgroup(t, c)
+		})
+	}
+}
+
+func testStaysInCgroup(t *testing.T, c *client.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	info, err := c.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const leave = `echo $$ > /sys/fs/cgroup/unified/cgroup.procs; for f in /proc/1/fd/*; do echo $$ > "$f/cgroup.procs"; done`
+	t.Logf("runboxd tracks execs in %s mode", info.CgroupMode)
+	if info.CgroupMode == "cgroup2" {
+		got := run(t, c, "sh -c '"+leave+" 2>/dev/null; cat /proc/self/cgroup'")
+		if !strings.Contains(got, "0::/runboxd-") {
+			t.Errorf("after trying to leave, the command's cgroup is %q, want its exec's", strings.TrimSpace(got))
+		}
+	}
+	m := "leave" + strconv.Itoa(rand.IntN(1e9))
+	// setsid: not in the exec's process group either.
+	res := exec(t, c, "setsid sh -c ': "+m+"; "+leave+" 2>/dev/null; sleep 300; true' & sleep 300",
+		client.WithTimeout(2*time.Second), client.WithGrace(time.Second))
+	if !res.TimedOut {
+		t.Errorf("exec with a 2s timeout: %+v, want timed out", res)
+	}
+	if !poll(10*time.Second, func() bool { return countMarker(t, m) == 0 }) {
+		t.Errorf("%d processes that tried to leave their cgroup survived the timeout", countMarker(t, m))
+	}
 }
 
 // TestNetworkNone: with network "none" the sandbox has only loopback, and
