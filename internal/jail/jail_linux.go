@@ -29,10 +29,10 @@ type Entered struct {
 // (through listen, called while the host's filesystem is still visible),
 // pivots into the new root and sets the hostname, the environment and the
 // loopback interface. It must run in a process that has its own mount
-// namespace, before anything else starts in it. It leaves the process
-// non-dumpable, so commands (which lack CAP_SYS_PTRACE, see
-// DropCapabilities) cannot reach its descriptors through /proc/1/fd.
-// Failures name the step.
+// namespace, before anything else starts in it. Commands cannot reach its
+// descriptors through /proc/1/fd: the kernel refuses that to a process
+// with fewer capabilities and no CAP_SYS_PTRACE (see DropCapabilities), and
+// Enter makes the process non-dumpable as well. Failures name the step.
 func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered, error) {
 	// Nothing this process mounts may leak back to the host.
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
