@@ -76,6 +76,7 @@ var errClientClosed = fmt.Errorf("client closed: %w", net.ErrClosed)
 // Client talks to one sandbox's runboxd. It is safe for concurrent use.
 type Client struct {
 	rpc       runboxv1connect.RunboxServiceClient
+	files     runboxv1connect.FilesServiceClient
 	transport *http.Transport
 	sandbox   string
 	window    time.Duration
@@ -132,6 +133,8 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 		rpc: runboxv1connect.NewRunboxServiceClient(&http.Client{Transport: t}, baseURL,
 			// Output is mostly small chunks on a local stream: compressing
 			// it costs more than it saves.
+			connect.WithAcceptCompression("gzip", nil, nil)),
+		files: runboxv1connect.NewFilesServiceClient(&http.Client{Transport: t}, baseURL,
 			connect.WithAcceptCompression("gzip", nil, nil)),
 		transport: t,
 		sandbox:   o.sandbox,

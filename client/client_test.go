@@ -245,14 +245,31 @@ func TestProcessOutputAndAttach(t *testing.T) {
 func TestCancelSignalListInfo(t *testing.T) {
 	c := newClient(t)
 	ctx := testCtx(t)
-	p, err := c.Start(ctx, "trap 'echo usr1' USR1; while :; do sleep 0.05; done", client.WithGrace(time.Second))
+	p, err := c.Start(ctx, "trap 'echo usr1' USR1; echo ready; while :; do sleep 0.05; done", client.WithGrace(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // let the shell install its trap
+	// waitFor reads the exec's output until it has printed s.
+	waitFor := func(s string) {
+		t.Helper()
+		var out strings.Builder
+		for ch, err := range p.Output(ctx, 0) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.WriteString(string(ch.Data)); strings.Contains(out.String(), s) {
+				return
+			}
+		}
+		t.Fatalf("the exec ended without printing %q: %q", s, out.String())
+	}
+	// Signal once the shell has installed its trap (it says so); it runs
+	// the trap when its current sleep ends.
+	waitFor("ready")
 	if n, err := c.Signal(ctx, p.ID(), syscall.SIGUSR1); err != nil || n == 0 {
 		t.Fatalf("signal: %d, %v", n, err)
 	}
+	waitFor("usr1")
 	infos, err := c.List(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
-	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/daemon/wire"
 	"github.com/runbox/runbox/internal/files"
 )
@@ -103,13 +101,6 @@ type ArchiveStats struct {
 	Deleted            int
 }
 
-// filesRPC returns a client of the sandbox's FilesService over the
-// client's connections.
-func (c *Client) filesRPC() runboxv1connect.FilesServiceClient {
-	return runboxv1connect.NewFilesServiceClient(&http.Client{Transport: c.transport}, baseURL,
-		connect.WithAcceptCompression("gzip", nil, nil))
-}
-
 // fileError wraps a failed file call's error as a *runbox.Error.
 func (c *Client) fileError(op string, ctx context.Context, err error) error {
 	return c.opError(op, "", ctx, err)
@@ -121,7 +112,7 @@ func (c *Client) fileError(op string, ctx context.Context, err error) error {
 func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (io.ReadCloser, runbox.FileInfo, error) {
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
-	stream, err := c.filesRPC().ReadFile(ctx, connect.NewRequest(&runboxv1.ReadFileRequest{
+	stream, err := c.files.ReadFile(ctx, connect.NewRequest(&runboxv1.ReadFileRequest{
 		Root: o.root, Path: p, Offset: o.offset, Length: o.length,
 	}))
 	if err != nil {
@@ -215,7 +206,7 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, opts ...F
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream := c.filesRPC().WriteFile(ctx)
+	stream := c.files.WriteFile(ctx)
 	hdr := &runboxv1.WriteFileHeader{Root: o.root, Path: p, Mode: wire.ModeToProto(o.perm),
 		CreateParents: !o.noParents, InPlace: o.inPlace}
 	var sendErr error
@@ -307,7 +298,7 @@ func (c *Client) Stat(ctx context.Context, p string, opts ...FileOption) (runbox
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	resp, err := c.filesRPC().Stat(ctx, connect.NewRequest(&runboxv1.StatRequest{Root: o.root, Path: p, FollowLinks: o.follow}))
+	resp, err := c.files.Stat(ctx, connect.NewRequest(&runboxv1.StatRequest{Root: o.root, Path: p, FollowLinks: o.follow}))
 	if err != nil {
 		return runbox.FileInfo{}, c.fileError("stat", ctx, err)
 	}
@@ -322,7 +313,7 @@ func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) ([]r
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream, err := c.filesRPC().ListDir(ctx, connect.NewRequest(&runboxv1.ListDirRequest{
+	stream, err := c.files.ListDir(ctx, connect.NewRequest(&runboxv1.ListDirRequest{
 		Root: o.root, Path: p, Recursive: o.recursive, Depth: int32(o.depth),
 	}))
 	if err != nil {
@@ -342,7 +333,7 @@ func (c *Client) MakeDir(ctx context.Context, p string, opts ...FileOption) erro
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.filesRPC().MakeDir(ctx, connect.NewRequest(&runboxv1.MakeDirRequest{
+	_, err := c.files.MakeDir(ctx, connect.NewRequest(&runboxv1.MakeDirRequest{
 		Root: o.root, Path: p, Mode: wire.ModeToProto(o.perm), Parents: !o.noParents,
 	}))
 	return c.fileError("mkdir", ctx, err)
@@ -355,7 +346,7 @@ func (c *Client) Remove(ctx context.Context, p string, opts ...FileOption) error
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.filesRPC().Remove(ctx, connect.NewRequest(&runboxv1.RemoveRequest{Root: o.root, Path: p, Recursive: o.recursive}))
+	_, err := c.files.Remove(ctx, connect.NewRequest(&runboxv1.RemoveRequest{Root: o.root, Path: p, Recursive: o.recursive}))
 	return c.fileError("remove", ctx, err)
 }
 
@@ -365,7 +356,7 @@ func (c *Client) Move(ctx context.Context, from, to string, opts ...FileOption) 
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.filesRPC().Move(ctx, connect.NewRequest(&runboxv1.MoveRequest{Root: o.root, From: from, To: to}))
+	_, err := c.files.Move(ctx, connect.NewRequest(&runboxv1.MoveRequest{Root: o.root, From: from, To: to}))
 	return c.fileError("move", ctx, err)
 }
 
@@ -388,7 +379,7 @@ func (c *Client) PutArchive(ctx context.Context, dir string, r io.Reader, opts .
 func (c *Client) putArchive(ctx context.Context, dir string, o fileOptions, write func(w io.Writer) error) (ArchiveStats, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream := c.filesRPC().PutArchive(ctx)
+	stream := c.files.PutArchive(ctx)
 	del := make([][]byte, len(o.deletes))
 	for i, d := range o.deletes {
 		del[i] = []byte(d)
@@ -445,7 +436,7 @@ func (c *Client) getArchive(ctx context.Context, p string, o fileOptions) (io.Re
 	for i, e := range o.entries {
 		entries[i] = []byte(e)
 	}
-	stream, err := c.filesRPC().GetArchive(ctx, connect.NewRequest(&runboxv1.GetArchiveRequest{
+	stream, err := c.files.GetArchive(ctx, connect.NewRequest(&runboxv1.GetArchiveRequest{
 		Root: o.root, Path: p, Name: o.name, Entries: entries, Exclude: o.exclude,
 	}))
 	if err != nil {
