@@ -18,32 +18,22 @@ import (
 	"github.com/runbox/runbox/provider/docker"
 )
 
-// requireEnv, when "1", turns "no Docker engine here" from a skip into a
-// failure (CI sets it).
-const requireEnv = "RUNBOX_REQUIRE_DOCKER"
-
 // Images built by scripts/build-test-image.sh.
 var (
 	testImage   = envOr("RUNBOX_TEST_IMAGE", "runbox-test:busybox")
 	noBashImage = envOr("RUNBOX_TEST_IMAGE_NOBASH", "runbox-test:busybox-nobash")
 )
 
-// skipReason says why this machine cannot run the package's tests; "" when
-// it can.
-var skipReason string
+// dockerEngine says whether a usable Docker engine answers here;
+// RUNBOX_REQUIRE_DOCKER=1 (CI) makes "none does" a failure.
+var dockerEngine *providertest.Requirement
 
 // TestMain checks that a Docker engine answers and has the test images, then
 // builds runboxd once (exported as $RUNBOX_RUNBOXD) and runs the tests, failing
 // the run if a goroutine leaked. Without an engine every test skips, unless
 // RUNBOX_REQUIRE_DOCKER=1 makes that a failure.
 func TestMain(m *testing.M) {
-	if reason := checkEngine(); reason != "" {
-		if os.Getenv(requireEnv) == "1" {
-			fmt.Fprintf(os.Stderr, "provider/docker: %s=1 but %s\n", requireEnv, reason)
-			os.Exit(1)
-		}
-		skipReason = reason + " (" + requireEnv + "=1 makes this a failure)"
-	}
+	dockerEngine = providertest.CheckRequirement("provider/docker", "RUNBOX_REQUIRE_DOCKER", checkEngine)
 	providertest.Main(m)
 }
 
@@ -77,9 +67,7 @@ func envOr(key, def string) string {
 // needEngine skips t when this machine has no usable engine.
 func needEngine(t testing.TB) {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
+	dockerEngine.Need(t)
 }
 
 // engine returns a Docker client for the test's own looks at containers,

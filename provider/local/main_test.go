@@ -13,24 +13,14 @@ import (
 	"github.com/runbox/runbox/provider/local"
 )
 
-// requireEnv, when "1", turns "this machine cannot make local sandboxes"
-// from a skip into a failure (CI sets it).
-const requireEnv = "RUNBOX_REQUIRE_LOCAL"
-
-// skipReason says why this machine cannot run the package's tests; "" when
-// it can.
-var skipReason string
+// localSandboxes says whether this machine can make local sandboxes;
+// RUNBOX_REQUIRE_LOCAL=1 (CI) makes "it cannot" a failure.
+var localSandboxes *providertest.Requirement
 
 // TestMain builds runboxd once, checks that a local sandbox can be made
 // here, and runs the tests, failing the run if a goroutine leaked.
 func TestMain(m *testing.M) {
-	if reason := probe(); reason != "" {
-		if os.Getenv(requireEnv) == "1" {
-			fmt.Fprintf(os.Stderr, "provider/local: %s=1 but %s\n", requireEnv, reason)
-			os.Exit(1)
-		}
-		skipReason = reason + " (" + requireEnv + "=1 makes this a failure)"
-	}
+	localSandboxes = providertest.CheckRequirement("provider/local", "RUNBOX_REQUIRE_LOCAL", probe)
 	providertest.Main(m)
 }
 
@@ -59,9 +49,7 @@ func probe() string {
 // needLocal skips t when this machine cannot make local sandboxes.
 func needLocal(t testing.TB) {
 	t.Helper()
-	if skipReason != "" {
-		t.Skip(skipReason)
-	}
+	localSandboxes.Need(t)
 }
 
 // newProvider returns a local provider with its own short home (unix socket
