@@ -537,9 +537,7 @@ func (a *archiver) entryNamed(dirfd int, name, aname string) error {
 // described by fi) under the archive name aname.
 func (a *archiver) entry(dirfd int, name, aname string, fi runbox.FileInfo, st *unix.Stat_t) error {
 	switch {
-	case fi.IsDir():
-		return a.writeHeader(header(aname, fi, st))
-	case fi.IsSymlink():
+	case fi.IsDir(), fi.IsSymlink():
 		return a.writeHeader(header(aname, fi, st))
 	case !fi.IsRegular():
 		return nil // devices, fifos, sockets: not archived

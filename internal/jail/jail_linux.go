@@ -173,6 +173,10 @@ func escapeOverlay(p string) string {
 	return strings.NewReplacer(`\`, `\\`, `,`, `\,`, `:`, `\:`).Replace(p)
 }
 
+// noSuidDevExec are the mount flags of the sandbox's system mounts (/proc,
+// /dev/shm, /sys, the cgroup tree): no setuid, devices or programs there.
+const noSuidDevExec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+
 // devices are the host device nodes bind-mounted into the sandbox's /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
@@ -182,8 +186,7 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // writable descriptor it returns (-1 without one).
 func mountSystem(root string) (int, error) {
 	at := func(p string) string { return filepath.Join(root, p) }
-	const nodev = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
-	if err := mountDir("proc", at("/proc"), "proc", nodev, ""); err != nil {
+	if err := mountDir("proc", at("/proc"), "proc", noSuidDevExec, ""); err != nil {
 		return -1, fmt.Errorf("jail: /proc: %w", err)
 	}
 	if err := mountDir("tmpfs", at("/dev"), "tmpfs", unix.MS_NOSUID|unix.MS_STRICTATIME, "mode=755,size=65536k"); err != nil {
@@ -206,7 +209,7 @@ func mountSystem(root string) (int, error) {
 			return -1, fmt.Errorf("jail: /dev/%s: %w", name, err)
 		}
 	}
-	if err := mountDir("shm", at("/dev/shm"), "tmpfs", nodev, "mode=1777,size=65536k"); err != nil {
+	if err := mountDir("shm", at("/dev/shm"), "tmpfs", noSuidDevExec, "mode=1777,size=65536k"); err != nil {
 		return -1, fmt.Errorf("jail: /dev/shm: %w", err)
 	}
 	if err := mountDir("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
@@ -214,11 +217,11 @@ func mountSystem(root string) (int, error) {
 	}
 	// A fresh sysfs needs its own network namespace or real root; without
 	// one the sandbox simply has an empty /sys.
-	if err := mountDir("sysfs", at("/sys"), "sysfs", nodev|unix.MS_RDONLY, ""); err != nil {
+	if err := mountDir("sysfs", at("/sys"), "sysfs", noSuidDevExec|unix.MS_RDONLY, ""); err != nil {
 		return -1, nil
 	}
 	cg := at("/sys/fs/cgroup")
-	if err := unix.Mount("tmpfs", cg, "tmpfs", nodev, "mode=755"); err != nil {
+	if err := unix.Mount("tmpfs", cg, "tmpfs", noSuidDevExec, "mode=755"); err != nil {
 		return -1, nil
 	}
 	fd, err := mountCgroup2(filepath.Join(cg, "unified"))
@@ -235,9 +238,8 @@ func mountSystem(root string) (int, error) {
 // kills exec cgroups through the descriptor; commands, which see only dir,
 // cannot write cgroup.procs to move themselves out of theirs.
 func mountCgroup2(dir string) (int, error) {
-	const nodev = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	rw := dir + ".rw"
-	if err := mountDir("cgroup2", rw, "cgroup2", nodev, ""); err != nil {
+	if err := mountDir("cgroup2", rw, "cgroup2", noSuidDevExec, ""); err != nil {
 		os.Remove(rw)
 		return -1, err
 	}
@@ -249,7 +251,7 @@ func mountCgroup2(dir string) (int, error) {
 		err = unix.Mount(rw, dir, "", unix.MS_BIND, "")
 	}
 	if err == nil {
-		err = unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|nodev, "")
+		err = unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|noSuidDevExec, "")
 	}
 	if derr := unix.Unmount(rw, unix.MNT_DETACH); err == nil {
 		err = derr
