@@ -77,6 +77,15 @@ func jailServe(args []string, stderr io.Writer) error {
 		}
 		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
 	}
+	for _, path := range jc.ExecTasks {
+		// Opened before the pivot too; the file's opener is what the
+		// kernel checks when the spawn thread writes to it.
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("jail: commands' cgroup: %w", err)
+		}
+		cfg.ExecCgroupsV1 = append(cfg.ExecCgroupsV1, f)
+	}
 	entered, err := jail.Enter(jc, daemon.Listen)
 	if err != nil {
 		return err

@@ -42,6 +42,10 @@ type Config struct {
 	// memory.oom_control (cgroup v1), whose oom_kill counter tells which
 	// execs the memory limit killed; "" without a memory limit.
 	OOMControl string `json:"oom_control,omitempty"`
+	// ExecTasks are host paths of cgroup v1 tasks files of groups that
+	// hold the sandbox's commands but not runboxd (its pids limit): runboxd
+	// forks every exec from a thread that has joined them.
+	ExecTasks []string `json:"exec_tasks,omitempty"`
 }
 
 // WorkspacePath is where the workspace appears inside the sandbox; it is the

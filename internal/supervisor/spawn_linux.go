@@ -248,7 +248,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		e.oomKillsAtStart, _ = s.cfg.OOMKills()
 	}
 	s.spawnMu.RLock()
-	pid, err := syscall.ForkExec(path, argv, attr)
+	pid, err := s.forkExec(path, argv, attr)
 	if err == nil {
 		s.leadersMu.Lock()
 		s.leaders[pid] = e

@@ -47,6 +47,11 @@ type Config struct {
 	// leader died of a SIGKILL runbox did not send while the counter rose
 	// is reported OOMKilled.
 	OOMKills func() (uint64, error)
+	// ExecCgroupsV1 are the tasks files of cgroup v1 groups every exec
+	// starts in (a pids limit for commands only). The daemon forks from one
+	// thread that joins them, so its other threads stay outside: however
+	// many processes the commands make, the daemon can still make threads.
+	ExecCgroupsV1 []*os.File
 }
 
 // Cgroup modes as Info reports them.
@@ -60,6 +65,7 @@ type Supervisor struct {
 	cfg       Config
 	mode      string
 	cgroups   *cgroupParent // nil in proc mode
+	spawner   *spawnThread  // nil unless ExecCgroupsV1 are given
 	shell     string        // bash, or sh where bash is absent
 	baseEnv   map[string]string
 	devNull   *os.File
@@ -156,11 +162,25 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
+	if len(cfg.ExecCgroupsV1) > 0 {
+		if s.spawner, err = startSpawnThread(cfg.ExecCgroupsV1); err != nil {
+			devNull.Close()
+			return nil, fmt.Errorf("supervisor: %w", err)
+		}
+	}
 	s.devNull = devNull
 	s.loopDone.Add(2)
 	go s.reapLoop()
 	go s.sweepLoop()
 	return s, nil
+}
+
+// forkExec forks and executes path, on the spawn thread when there is one.
+func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	if s.spawner != nil {
+		return s.spawner.forkExec(path, argv, attr)
+	}
+	return syscall.ForkExec(path, argv, attr)
 }
 
 // Mode reports the containment mode: ModeCgroup2 or ModeProc.
@@ -388,6 +408,9 @@ func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
 	s.shutdown.Do(func() {
 		close(s.quit)
 		s.loopDone.Wait()
+		if s.spawner != nil {
+			s.spawner.stop()
+		}
 		if err == nil {
 			s.mu.Lock()
 			for _, e := range s.execs {

@@ -41,7 +41,13 @@ type sandboxCgroups struct {
 	v1         cgroup1.Cgroup
 	v1Path     string
 	oomControl string
+	execTasks  []string // tasks files of the groups only commands are in
 }
+
+// commandsGroup is the v1 pids cgroup, inside a sandbox's, that holds its
+// commands and not runboxd: the pids limit is theirs, so a fork bomb that
+// reaches it cannot stop runboxd making the threads it needs.
+const commandsGroup = "commands"
 
 func hasLimits(spec runbox.SandboxSpec) bool {
 	return spec.Memory > 0 || spec.Pids > 0 || spec.CPUs > 0
@@ -94,9 +100,6 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 		if spec.Memory > 0 {
 			res.Memory = &specs.LinuxMemory{Limit: &spec.Memory}
 		}
-		if spec.Pids > 0 {
-			res.Pids = &specs.LinuxPids{Limit: &spec.Pids}
-		}
 		if spec.CPUs > 0 {
 			quota, period := cpuQuota(spec.CPUs)
 			res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
@@ -109,15 +112,39 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 		}
 		c.v1 = cg
 		if spec.Memory > 0 {
-			subs, _ := limitHierarchy()
-			for _, sub := range subs {
-				if p, ok := sub.(interface{ Path(string) string }); ok && sub.Name() == cgroup1.Memory {
-					c.oomControl = filepath.Join(p.Path(c.v1Path), "memory.oom_control")
-				}
+			c.oomControl = filepath.Join(subsystemPath(cgroup1.Memory, c.v1Path), "memory.oom_control")
+		}
+		if spec.Pids > 0 {
+			// One more for the runboxd thread that forks the commands.
+			limit := spec.Pids + 1
+			group := c.v1Path + "/" + commandsGroup
+			if _, err := cgroup1.New(cgroup1.StaticPath(group), &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}},
+				cgroup1.WithHierarchy(pidsHierarchy)); err != nil {
+				c.remove()
+				return nil, fmt.Errorf("cgroup v1 %s: %w", group, err)
 			}
+			c.execTasks = append(c.execTasks, filepath.Join(subsystemPath(cgroup1.Pids, group), "tasks"))
 		}
 	}
 	return c, nil
+}
+
+// pidsHierarchy is the v1 pids hierarchy alone.
+func pidsHierarchy() ([]cgroup1.Subsystem, error) {
+	all, err := limitHierarchy()
+	return slices.DeleteFunc(all, func(s cgroup1.Subsystem) bool { return s.Name() != cgroup1.Pids }), err
+}
+
+// subsystemPath is where a v1 cgroup's directory is in one hierarchy, or
+// "" when that hierarchy is not mounted.
+func subsystemPath(name cgroup1.Name, group string) string {
+	subs, _ := limitHierarchy()
+	for _, sub := range subs {
+		if p, ok := sub.(interface{ Path(string) string }); ok && sub.Name() == name {
+			return p.Path(group)
+		}
+	}
+	return ""
 }
 
 // limitHierarchy is the v1 hierarchies the limits use, and no others.
@@ -177,6 +204,11 @@ func removeCgroups(v2Dir, v1Path string) error {
 		}
 	}
 	if v1Path != "" {
+		if dir := subsystemPath(cgroup1.Pids, v1Path+"/"+commandsGroup); dir != "" {
+			if err := removeWhenEmpty(dir); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if cg, err := cgroup1.Load(cgroup1.StaticPath(v1Path), cgroup1.WithHierarchy(limitHierarchy)); err == nil {
 			var derr error
 			for range 100 {
@@ -238,6 +270,19 @@ func removeCgroupTree(dir string) error {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return fmt.Errorf("cgroup %s: %w", dir, last)
+}
+
+// removeWhenEmpty removes a v1 cgroup directory once its last task has
+// left it (dying tasks take a moment), if it exists.
+func removeWhenEmpty(dir string) error {
+	var err error
+	for range 100 {
+		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("cgroup v1 %s: %w", dir, err)
 }
 
 // cgroup2Mount returns where a cgroup v2 hierarchy is mounted, or "".

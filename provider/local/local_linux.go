@@ -186,6 +186,7 @@ func launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
 		Mask:        []string{l.Home},
 		Env:         jail.DefaultEnv,
 		OOMControl:  cg.oomControl,
+		ExecTasks:   cg.execTasks,
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {

@@ -1,0 +1,109 @@
+package supervisor
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// spawnThread forks every exec from one OS thread of its own, which has
+// joined cgroup v1 groups the rest of the daemon is not in. A child starts
+// in its forking thread's cgroups, so each exec starts inside those groups
+// from its first instruction, while the daemon's other threads stay out of
+// them: a fork bomb that exhausts the groups' pids limit cannot take from
+// the daemon the threads the Go runtime needs (it aborts the whole process
+// when it cannot make one).
+//
+// The Go runtime makes new threads from a template thread, never from a
+// thread a goroutine is locked to, so no other thread ever starts in those
+// groups.
+type spawnThread struct {
+	requests chan spawnRequest
+	quit     chan struct{}
+}
+
+type spawnRequest struct {
+	path string
+	argv []string
+	attr *syscall.ProcAttr
+	done chan spawnResult
+}
+
+type spawnResult struct {
+	pid int
+	err error
+}
+
+// startSpawnThread locks a goroutine to a thread other than the main one,
+// writes "0" (the writing thread itself) to each cgroup v1 tasks file, and
+// serves forks there until stop.
+func startSpawnThread(tasksFiles []*os.File) (*spawnThread, error) {
+	t := &spawnThread{requests: make(chan spawnRequest), quit: make(chan struct{})}
+	joined := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			t.serve(tasksFiles, joined)
+			return
+		}
+		// The main thread: the runtime never ends it, so it would stay in
+		// the groups after stop. Hold it while another goroutine locks a
+		// thread of its own, which therefore cannot be this one.
+		locked := make(chan struct{})
+		go func() {
+			runtime.LockOSThread()
+			close(locked)
+			t.serve(tasksFiles, joined)
+		}()
+		<-locked
+		runtime.UnlockOSThread()
+	}()
+	if err := <-joined; err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// serve runs on the spawn thread, locked to it and never unlocked: when it
+// returns, the thread ends with it rather than serving other goroutines from
+// inside the groups.
+func (t *spawnThread) serve(tasksFiles []*os.File, joined chan<- error) {
+	for _, f := range tasksFiles {
+		if _, err := f.WriteString("0"); err != nil {
+			joined <- fmt.Errorf("spawn thread: join cgroup %s: %w", f.Name(), err)
+			return
+		}
+	}
+	joined <- nil
+	for {
+		select {
+		case req := <-t.requests:
+			pid, err := syscall.ForkExec(req.path, req.argv, req.attr)
+			req.done <- spawnResult{pid, err}
+		case <-t.quit:
+			return
+		}
+	}
+}
+
+// forkExec forks and executes path on the spawn thread.
+func (t *spawnThread) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+	done := make(chan spawnResult, 1)
+	select {
+	case t.requests <- spawnRequest{path, argv, attr, done}:
+	case <-t.quit:
+		return 0, errSpawnThreadStopped
+	}
+	r := <-done
+	return r.pid, r.err
+}
+
+// errSpawnThreadStopped is a fork asked for after the daemon shut down.
+var errSpawnThreadStopped = errors.New("the daemon is shutting down")
+
+// stop ends the thread after the fork it is serving, if any.
+func (t *spawnThread) stop() { close(t.quit) }
