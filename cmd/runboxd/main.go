@@ -3,7 +3,7 @@
 // internal/supervisor and internal/daemon.
 //
 //	runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D]
-//	              [--drain D] [--ring BYTES] [--dir D]
+//	              [--drain D] [--ring BYTES] [--dir D] [--threads N]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]
 //	              (PID 1 of a local sandbox; configuration on fd 3)
 //	runboxd proxy --socket PATH
@@ -42,7 +42,7 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D]
+  runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D] [--threads N]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`
@@ -86,6 +86,7 @@ func serve(args []string, stderr io.Writer) error {
 	var cfg supervisor.Config
 	supervisorFlags(fs, &cfg)
 	fs.StringVar(&cfg.Dir, "dir", "", "default working directory for execs (default: the daemon's)")
+	threads := fs.Int("threads", 0, "OS threads to make at start and keep, so that commands filling a pids limit the daemon shares cannot stop it making one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,6 +100,10 @@ func serve(args []string, stderr io.Writer) error {
 	if err != nil || mode > 0o777 {
 		return fmt.Errorf("serve: --socket-mode %q: want octal permissions such as 0600", *socketMode)
 	}
+	if *threads < 0 || *threads > 1000 {
+		return fmt.Errorf("serve: --threads %d: want 0 to 1000", *threads)
+	}
+	keepThreads(*threads)
 	return serveOn(ctx, cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) {
 		return daemon.ListenMode(*socket, os.FileMode(mode))
 	})

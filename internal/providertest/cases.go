@@ -43,6 +43,7 @@ func cases() []testCase {
 		{name: "DaemonKilled", run: testDaemonKilled},
 		{name: "SequentialExecsNoLeak", run: testSequentialExecsNoLeak, heavy: true},
 		{name: "NoZombies", run: testNoZombies},
+		{name: "ForkBombBesideServing", run: testForkBombBesideServing, heavy: true},
 		{name: "LoopbackListener", run: testLoopbackListener},
 		{name: "AttachReplay", run: testAttachReplay},
 		{name: "GitNoPrompt", run: testGitNoPrompt},
@@ -824,4 +825,53 @@ func sameBytes(t *testing.T, what string, got, want []byte) {
 		i++
 	}
 	t.Errorf("%s: %d bytes, want %d; first difference at offset %d", what, len(got), len(want), i)
+}
+
+// testForkBombBesideServing: while a fork bomb holds every process its pids
+// limit allows, other clients keep asking for commands. runboxd needs
+// threads of its own to serve them, and the Go runtime aborts the whole
+// process when it cannot make one: the limit must leave runboxd room. The
+// other commands may fail to fork, clearly; the sandbox is never lost, the
+// bomb leaves no survivor, and the sandbox serves at once afterwards.
+func testForkBombBesideServing(t *testing.T, fx Fixture) {
+	if !fx.PidsLimit {
+		t.Skip("the provider has no pids limit")
+	}
+	spec := fx.Spec
+	spec.Pids = 64
+	s := newSandboxSpec(t, fx, spec)
+	for round := range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
+		bombDone := make(chan struct{})
+		var clients sync.WaitGroup
+		for i := range 12 {
+			clients.Go(func() {
+				for j := 0; ; j++ {
+					select {
+					case <-bombDone:
+						return
+					default:
+					}
+					_, err := s.c.Exec(ctx, fmt.Sprintf("echo %d; sleep 0.0%d", i, j%10), client.WithTimeout(2*time.Second))
+					if errors.Is(err, runbox.ErrSandboxLost) {
+						t.Errorf("round %d: a command beside the fork bomb: %v", round, err)
+						return
+					}
+				}
+			})
+		}
+		m := newMarker()
+		res, err := s.c.Exec(ctx, ": "+m+"; f(){ f|f& }; f; sleep 60", client.WithTimeout(3*time.Second), client.WithGrace(time.Second))
+		close(bombDone)
+		clients.Wait()
+		cancel()
+		if err != nil {
+			t.Fatalf("round %d: fork bomb: %v", round, err)
+		}
+		if !res.TimedOut {
+			t.Errorf("round %d: fork bomb with a 3s timeout: %s, want timed out", round, describe(res))
+		}
+		s.noSurvivors(t, m)
+		wantOK(t, s.exec(t, "echo ok", client.WithTimeout(time.Second)), "ok\n")
+	}
 }

@@ -56,6 +56,9 @@ type Fixture struct {
 	// to give its sandboxes one (the host provider in CI sets
 	// RUNBOX_REQUIRE_CGROUP2=1).
 	RequireCgroup2 bool
+	// PidsLimit says the provider enforces SandboxSpec.Pids; without it the
+	// fork bomb case skips.
+	PidsLimit bool
 }
 
 // Liveness bounds and settle times named by the acceptance list. They bound
@@ -123,6 +126,14 @@ func newSandbox(t *testing.T, fx Fixture, daemonArgs ...string) *sandbox {
 	t.Helper()
 	spec := fx.Spec
 	spec.DaemonArgs = append(append([]string(nil), fx.Spec.DaemonArgs...), daemonArgs...)
+	return newSandboxSpec(t, fx, spec)
+}
+
+// newSandboxSpec creates a sandbox with spec, and removes it when the test
+// ends.
+func newSandboxSpec(t *testing.T, fx Fixture, spec runbox.SandboxSpec) *sandbox {
+	t.Helper()
+	daemonArgs := spec.DaemonArgs
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sb, err := fx.Provider.Create(ctx, spec)

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -405,14 +406,24 @@ func TestSpecLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	hc := ir.Container.HostConfig
-	if hc.Memory != 256<<20 || hc.PidsLimit == nil || *hc.PidsLimit != 100 || hc.NanoCPUs != 500_000_000 || hc.NetworkMode != "none" {
-		t.Errorf("host config: memory %d pids %v nanocpus %d network %q; want %d, 100, 5e8, none",
+	if hc.Memory != 256<<20 || hc.PidsLimit == nil || hc.NanoCPUs != 500_000_000 || hc.NetworkMode != "none" {
+		t.Fatalf("host config: memory %d pids %v nanocpus %d network %q; want %d, a limit, 5e8, none",
 			hc.Memory, hc.PidsLimit, hc.NanoCPUs, hc.NetworkMode, 256<<20)
+	}
+	c := dial(t, p, sb)
+	// The container's pids limit counts runboxd's threads: the commands get
+	// their 100 beside those runboxd keeps, and not much more.
+	threads, err := strconv.ParseInt(strings.TrimSpace(string(run(t, c, "ls /proc/1/task | wc -l").Stdout)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("pids limit %d, runboxd threads %d", *hc.PidsLimit, threads)
+	if free := *hc.PidsLimit - threads; free < 100 || free > 110 {
+		t.Errorf("pids limit %d with %d runboxd threads leaves commands %d, want 100 (to 110)", *hc.PidsLimit, threads, free)
 	}
 	if ir.Container.Config.Labels[docker.LabelSandbox] != sb.ID {
 		t.Errorf("label %s = %q, want %s", docker.LabelSandbox, ir.Container.Config.Labels[docker.LabelSandbox], sb.ID)
 	}
-	c := dial(t, p, sb)
 	wantStdout(t, run(t, c, "pwd; cat from-host; echo back > from-sandbox"), "/workspace\nhello\n")
 	if b, err := os.ReadFile(filepath.Join(work, "from-sandbox")); err != nil || string(b) != "back\n" {
 		t.Errorf("file written in /workspace: %q, %v; want it on the host", b, err)
