@@ -277,6 +277,7 @@ type SandboxSpec struct {
 	// Workdir is a host directory made available in the sandbox.
 	Workdir string
 	// Memory (bytes), Pids and CPUs are resource limits; zero means none.
+	// Pids counts the commands' processes and threads, not runboxd's.
 	Memory int64
 	Pids   int64
 	CPUs   float64

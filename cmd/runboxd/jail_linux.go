@@ -77,6 +77,7 @@ func jailServe(args []string, stderr io.Writer) error {
 		}
 		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
 	}
+	keepThreads(jc.Threads)
 	for _, path := range jc.ExecTasks {
 		// Opened before the pivot too; the file's opener is what the
 		// kernel checks when the spawn thread writes to it.

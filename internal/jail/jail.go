@@ -46,6 +46,9 @@ type Config struct {
 	// hold the sandbox's commands but not runboxd (its pids limit): runboxd
 	// forks every exec from a thread that has joined them.
 	ExecTasks []string `json:"exec_tasks,omitempty"`
+	// Threads is how many OS threads runboxd makes at start and keeps,
+	// where its pids limit is shared with the commands (a cgroup v2 host).
+	Threads int `json:"threads,omitempty"`
 }
 
 // WorkspacePath is where the workspace appears inside the sandbox; it is the

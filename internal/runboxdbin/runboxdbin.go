@@ -12,6 +12,14 @@ import (
 	"path/filepath"
 )
 
+// SharedLimitThreads is how many OS threads runboxd makes at start and
+// keeps (`runboxd serve --threads`, jail.Config.Threads) where it shares a
+// pids limit with the commands: the Go runtime aborts when it cannot make a
+// thread it needs, so runboxd makes them before the commands can have filled
+// the limit. A provider adds them to the limit it sets, so the commands
+// still get theirs.
+const SharedLimitThreads = 48
+
 var (
 	// ErrNotFound means the runboxd binary could not be found.
 	ErrNotFound = errors.New("runboxd binary not found")

@@ -94,14 +94,6 @@ const (
 	logTailLines = "40"
 )
 
-// daemonThreads is how many OS threads runboxd has from its start, and
-// keeps, in a container with a pids limit. The limit counts threads, and the
-// Go runtime aborts when it cannot make one it needs: with these made
-// before the commands can have filled the limit, the daemon serves on beside
-// a fork bomb (the conformance suite's ForkBombBesideServing). The
-// container's limit is the commands' plus these.
-const daemonThreads = 48
-
 // maxSocketPath is the longest unix socket path Linux accepts: sun_path is
 // 108 bytes including the terminating NUL.
 const maxSocketPath = 107
@@ -316,7 +308,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 
 	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket}
 	if spec.Pids > 0 {
-		entrypoint = append(entrypoint, "--threads", strconv.Itoa(daemonThreads))
+		entrypoint = append(entrypoint, "--threads", strconv.Itoa(runboxdbin.SharedLimitThreads))
 	}
 	if stateDir != "" {
 		// The socket is on the host, made by the container's user (root,
@@ -339,7 +331,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if spec.Pids > 0 {
 		// The container's limit counts runboxd's threads too: the commands
 		// get their Pids beside the threads runboxd keeps.
-		pids := spec.Pids + daemonThreads
+		pids := spec.Pids + runboxdbin.SharedLimitThreads
 		hc.Resources.PidsLimit = &pids
 	}
 	cfg := &container.Config{

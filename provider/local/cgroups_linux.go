@@ -17,6 +17,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/runboxdbin"
 )
 
 // cgroupRoot is the name of the cgroup, in every hierarchy, under which
@@ -37,11 +38,12 @@ var limitSubsystems = []cgroup1.Name{cgroup1.Memory, cgroup1.Pids, cgroup1.Cpu}
 // directory (the root of its cgroup namespace, under which runboxd makes one
 // cgroup per exec) and, for limits on a v1 or hybrid host, v1 cgroups.
 type sandboxCgroups struct {
-	v2Dir      string
-	v1         cgroup1.Cgroup
-	v1Path     string
-	oomControl string
-	execTasks  []string // tasks files of the groups only commands are in
+	v2Dir       string
+	v1          cgroup1.Cgroup
+	v1Path      string
+	oomControl  string
+	execTasks   []string // tasks files of the groups only commands are in
+	keepThreads int      // threads runboxd keeps where it shares the pids limit
 }
 
 // commandsGroup is the v1 pids cgroup, inside a sandbox's, that holds its
@@ -71,7 +73,10 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 			res.Memory = &cgroup2.Memory{Max: &spec.Memory}
 		}
 		if spec.Pids > 0 {
-			res.Pids = &cgroup2.Pids{Max: spec.Pids}
+			// runboxd shares the limit, and keeps its threads from the
+			// start (cgroup v2 has no thread-level pids group).
+			res.Pids = &cgroup2.Pids{Max: spec.Pids + runboxdbin.SharedLimitThreads}
+			c.keepThreads = runboxdbin.SharedLimitThreads
 		}
 		if spec.CPUs > 0 {
 			quota, period := cpuQuota(spec.CPUs)

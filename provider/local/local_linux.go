@@ -187,6 +187,7 @@ func launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
 		Env:         jail.DefaultEnv,
 		OOMControl:  cg.oomControl,
 		ExecTasks:   cg.execTasks,
+		Threads:     cg.keepThreads,
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
