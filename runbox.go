@@ -277,7 +277,8 @@ type SandboxSpec struct {
 	// Workdir is a host directory made available in the sandbox.
 	Workdir string
 	// Memory (bytes), Pids and CPUs are resource limits; zero means none.
-	// Pids counts the commands' processes and threads, not runboxd's.
+	// Pids counts the commands' processes and threads, not runboxd's;
+	// Memory, where the provider can, is the commands' alone too.
 	Memory int64
 	Pids   int64
 	CPUs   float64

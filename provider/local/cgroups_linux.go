@@ -46,9 +46,12 @@ type sandboxCgroups struct {
 	keepThreads int      // threads runboxd keeps where it shares the pids limit
 }
 
-// commandsGroup is the v1 pids cgroup, inside a sandbox's, that holds its
-// commands and not runboxd: the pids limit is theirs, so a fork bomb that
-// reaches it cannot stop runboxd making the threads it needs.
+// commandsGroup is the v1 cgroup, inside a sandbox's, that holds its
+// commands and not runboxd, in the hierarchies of the limits that must be
+// the commands' alone: pids (a fork bomb that reaches the limit must not stop
+// runboxd making the threads it needs) and memory (the OOM killer, choosing
+// among the processes whose leader is in the group, must not choose
+// runboxd). runboxd forks from one thread of its own that has joined it.
 const commandsGroup = "commands"
 
 func hasLimits(spec runbox.SandboxSpec) bool {
@@ -102,9 +105,6 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 	}
 	if hasLimits(spec) {
 		res := &specs.LinuxResources{}
-		if spec.Memory > 0 {
-			res.Memory = &specs.LinuxMemory{Limit: &spec.Memory}
-		}
 		if spec.CPUs > 0 {
 			quota, period := cpuQuota(spec.CPUs)
 			res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
@@ -116,28 +116,49 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 			return nil, fmt.Errorf("cgroup v1 %s: %w", c.v1Path, err)
 		}
 		c.v1 = cg
-		if spec.Memory > 0 {
-			c.oomControl = filepath.Join(subsystemPath(cgroup1.Memory, c.v1Path), "memory.oom_control")
-		}
-		if spec.Pids > 0 {
-			// One more for the runboxd thread that forks the commands.
-			limit := spec.Pids + 1
-			group := c.v1Path + "/" + commandsGroup
-			if _, err := cgroup1.New(cgroup1.StaticPath(group), &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}},
-				cgroup1.WithHierarchy(pidsHierarchy)); err != nil {
-				c.remove()
-				return nil, fmt.Errorf("cgroup v1 %s: %w", group, err)
-			}
-			c.execTasks = append(c.execTasks, filepath.Join(subsystemPath(cgroup1.Pids, group), "tasks"))
+		if err := c.newCommandsGroup(spec); err != nil {
+			c.remove()
+			return nil, err
 		}
 	}
 	return c, nil
 }
 
-// pidsHierarchy is the v1 pids hierarchy alone.
-func pidsHierarchy() ([]cgroup1.Subsystem, error) {
-	all, err := limitHierarchy()
-	return slices.DeleteFunc(all, func(s cgroup1.Subsystem) bool { return s.Name() != cgroup1.Pids }), err
+// commandsSubsystems are the hierarchies of commandsGroup.
+var commandsSubsystems = []cgroup1.Name{cgroup1.Pids, cgroup1.Memory}
+
+// newCommandsGroup makes commandsGroup with the spec's memory and pids
+// limits, in the hierarchies those need.
+func (c *sandboxCgroups) newCommandsGroup(spec runbox.SandboxSpec) error {
+	res := &specs.LinuxResources{}
+	var names []cgroup1.Name
+	if spec.Memory > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &spec.Memory}
+		names = append(names, cgroup1.Memory)
+	}
+	if spec.Pids > 0 {
+		limit := spec.Pids + 1 // and the runboxd thread that forks them
+		res.Pids = &specs.LinuxPids{Limit: &limit}
+		names = append(names, cgroup1.Pids)
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	group := c.v1Path + "/" + commandsGroup
+	hierarchy := func() ([]cgroup1.Subsystem, error) {
+		all, err := limitHierarchy()
+		return slices.DeleteFunc(all, func(s cgroup1.Subsystem) bool { return !slices.Contains(names, s.Name()) }), err
+	}
+	if _, err := cgroup1.New(cgroup1.StaticPath(group), res, cgroup1.WithHierarchy(hierarchy)); err != nil {
+		return fmt.Errorf("cgroup v1 %s: %w", group, err)
+	}
+	for _, name := range names {
+		c.execTasks = append(c.execTasks, filepath.Join(subsystemPath(name, group), "tasks"))
+	}
+	if spec.Memory > 0 {
+		c.oomControl = filepath.Join(subsystemPath(cgroup1.Memory, group), "memory.oom_control")
+	}
+	return nil
 }
 
 // subsystemPath is where a v1 cgroup's directory is in one hierarchy, or
@@ -209,9 +230,11 @@ func removeCgroups(v2Dir, v1Path string) error {
 		}
 	}
 	if v1Path != "" {
-		if dir := subsystemPath(cgroup1.Pids, v1Path+"/"+commandsGroup); dir != "" {
-			if err := removeWhenEmpty(dir); err != nil {
-				errs = append(errs, err)
+		for _, name := range commandsSubsystems {
+			if dir := subsystemPath(name, v1Path+"/"+commandsGroup); dir != "" {
+				if err := removeWhenEmpty(dir); err != nil {
+					errs = append(errs, err)
+				}
 			}
 		}
 		if cg, err := cgroup1.Load(cgroup1.StaticPath(v1Path), cgroup1.WithHierarchy(limitHierarchy)); err == nil {
