@@ -16,7 +16,7 @@ import (
 // pidsV1Group makes a fresh cgroup v1 pids group for the test, or skips
 // where there is none to make (RUNBOX_REQUIRE_LOCAL=1 makes that a
 // failure: the local provider's pids limit relies on it).
-func pidsV1Group(t *testing.T) string {
+func pidsV1Group(t testing.TB) string {
 	t.Helper()
 	mnt := ""
 	if f, err := os.Open("/proc/self/mountinfo"); err == nil {
@@ -110,5 +110,40 @@ func TestExecsStartInSpawnThreadCgroups(t *testing.T) {
 		if res := run(t, s, runbox.ExecSpec{Argv: []string{"echo", strconv.Itoa(i)}}); res.ExitCode != 0 {
 			t.Errorf("echo after the limit was reached: %+v", res)
 		}
+	}
+}
+
+// BenchmarkSpawnThread: an exec of /bin/true forked on the caller's thread
+// and on the spawn thread (a channel round trip to another thread more), in
+// the same run.
+func BenchmarkSpawnThread(b *testing.B) {
+	for _, onThread := range []bool{false, true} {
+		name := map[bool]string{false: "caller-thread", true: "spawn-thread"}[onThread]
+		b.Run(name, func(b *testing.B) {
+			cfg := Config{CgroupMode: "off"}
+			if onThread {
+				tasks, err := os.OpenFile(filepath.Join(pidsV1Group(b), "tasks"), os.O_WRONLY, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer tasks.Close()
+				cfg.ExecCgroupsV1 = []*os.File{tasks}
+			}
+			s, err := New(cfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Shutdown(context.Background(), time.Second)
+			for b.Loop() {
+				e, _, err := s.Start(runbox.ExecSpec{Argv: []string{"/bin/true"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-e.Done()
+				if res := e.Result(); res.ExitCode != 0 {
+					b.Fatalf("true: %+v", res)
+				}
+			}
+		})
 	}
 }
