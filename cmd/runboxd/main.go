@@ -76,6 +76,7 @@ func supervisorFlags(fs *flag.FlagSet, cfg *supervisor.Config) {
 	fs.DurationVar(&cfg.Retention, "retention", supervisor.DefaultRetention, "how long exited execs are kept for attach")
 	fs.DurationVar(&cfg.Drain, "drain", supervisor.DefaultDrain, "how long output is read after an exec's leader exits")
 	fs.IntVar(&cfg.RingBytes, "ring", supervisor.DefaultRingBytes, "replay ring size per output stream, in bytes")
+	fs.IntVar(&cfg.CommandOOMScoreAdj, "oom-score-adj", supervisor.DefaultCommandOOMScoreAdj, "oom_score_adj each command starts with, 1-1000 (1000: the OOM killer takes commands before the daemon); negative: the daemon's own")
 }
 
 func serve(args []string, stderr io.Writer) error {

@@ -44,6 +44,7 @@ func cases() []testCase {
 		{name: "SequentialExecsNoLeak", run: testSequentialExecsNoLeak, heavy: true},
 		{name: "NoZombies", run: testNoZombies},
 		{name: "ForkBombBesideServing", run: testForkBombBesideServing, heavy: true},
+		{name: "OOMKillerSparesDaemon", run: testOOMKillerSparesDaemon, heavy: true},
 		{name: "LoopbackListener", run: testLoopbackListener},
 		{name: "AttachReplay", run: testAttachReplay},
 		{name: "GitNoPrompt", run: testGitNoPrompt},
@@ -874,4 +875,30 @@ func testForkBombBesideServing(t *testing.T, fx Fixture) {
 		s.noSurvivors(t, m)
 		wantOK(t, s.exec(t, "echo ok", client.WithTimeout(time.Second)), "ok\n")
 	}
+}
+
+// testOOMKillerSparesDaemon: when the memory limit is reached by many
+// processes, each smaller than runboxd, the OOM killer kills some of them
+// and never runboxd.
+func testOOMKillerSparesDaemon(t *testing.T, fx Fixture) {
+	if !fx.MemoryLimit {
+		t.Skip("the provider has no memory limit")
+	}
+	spec := fx.Spec
+	spec.Memory = 128 << 20
+	s := newSandboxSpec(t, fx, spec)
+	before := s.info(t, s.c)
+	// 60 subshells of about 6 MiB each (a 3 MB string, and its copy in
+	// the making) need far more than 128 MiB.
+	res := s.exec(t, `pids=; for i in $(seq 60); do ( x=$(head -c 3000000 /dev/zero | tr '\0' b); sleep 2 ) & pids="$pids $!"; done
+k=0; for p in $pids; do wait $p || k=$((k+1)); done; echo killed $k`, client.WithTimeout(time.Minute))
+	var killed int
+	if _, err := fmt.Sscanf(string(res.Stdout), "killed %d", &killed); err != nil || res.ExitCode != 0 || killed == 0 {
+		t.Errorf("60 small hogs under 128 MiB: %s, want some of them killed", describe(res))
+	}
+	after := s.info(t, s.c)
+	if after.Pid != before.Pid || !after.StartedAt.Equal(before.StartedAt) {
+		t.Errorf("runboxd changed from pid %d to pid %d: the OOM killer chose it", before.Pid, after.Pid)
+	}
+	wantOK(t, s.exec(t, "echo ok"), "ok\n")
 }

@@ -59,6 +59,9 @@ type Fixture struct {
 	// PidsLimit says the provider enforces SandboxSpec.Pids; without it the
 	// fork bomb case skips.
 	PidsLimit bool
+	// MemoryLimit says the provider enforces SandboxSpec.Memory; without it
+	// the OOM case skips.
+	MemoryLimit bool
 }
 
 // Liveness bounds and settle times named by the acceptance list. They bound

@@ -52,6 +52,11 @@ type Config struct {
 	// thread that joins them, so its other threads stay outside: however
 	// many processes the commands make, the daemon can still make threads.
 	ExecCgroupsV1 []*os.File
+	// CommandOOMScoreAdj is the oom_score_adj each command is given as it
+	// starts, 1 to 1000; 0 means DefaultCommandOOMScoreAdj (the OOM
+	// killer's first choice, and the daemon not); negative leaves commands
+	// with the daemon's own.
+	CommandOOMScoreAdj int
 }
 
 // Cgroup modes as Info reports them.
@@ -104,6 +109,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Drain <= 0 {
 		cfg.Drain = DefaultDrain
+	}
+	if cfg.CommandOOMScoreAdj == 0 {
+		cfg.CommandOOMScoreAdj = DefaultCommandOOMScoreAdj
 	}
 	if cfg.Dir == "" {
 		wd, err := os.Getwd()
@@ -175,12 +183,18 @@ func New(cfg Config) (*Supervisor, error) {
 	return s, nil
 }
 
-// forkExec forks and executes path, on the spawn thread when there is one.
-func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr) (int, error) {
+// forkExec forks and executes path, on the spawn thread when there is one,
+// and gives the new process the commands' oom_score_adj.
+func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr) (pid int, err error) {
 	if s.spawner != nil {
-		return s.spawner.forkExec(path, argv, attr)
+		pid, err = s.spawner.forkExec(path, argv, attr)
+	} else {
+		pid, err = syscall.ForkExec(path, argv, attr)
 	}
-	return syscall.ForkExec(path, argv, attr)
+	if err == nil && s.cfg.CommandOOMScoreAdj >= 0 {
+		setOOMScoreAdj(pid, s.cfg.CommandOOMScoreAdj)
+	}
+	return pid, err
 }
 
 // Mode reports the containment mode: ModeCgroup2 or ModeProc.

@@ -167,9 +167,10 @@ func countLive(ps []proc, marker string) int {
 // PID 1, so that is the container dying).
 func fixture(p *docker.Provider, cli *moby.Client) providertest.Fixture {
 	return providertest.Fixture{
-		Provider:  p,
-		Spec:      runbox.SandboxSpec{Image: testImage},
-		PidsLimit: true,
+		Provider:    p,
+		Spec:        runbox.SandboxSpec{Image: testImage},
+		PidsLimit:   true,
+		MemoryLimit: true,
 		CountProcesses: func(t testing.TB, sb runbox.Sandbox, marker string) int {
 			t.Helper()
 			return countLive(top(t, cli, sb.Detail["container"]), marker)

@@ -1,0 +1,64 @@
+package supervisor
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+)
+
+func ownOOMScoreAdj(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// TestCommandOOMScoreAdj: commands, and what they fork, are the OOM
+// killer's first choice (1000) by default, while the daemon keeps its own
+// value; a negative setting leaves commands with the daemon's.
+func TestCommandOOMScoreAdj(t *testing.T) {
+	daemon := ownOOMScoreAdj(t)
+	if daemon == "1000" {
+		t.Skip("this process is already at oom_score_adj 1000")
+	}
+	// The child is forked after a moment: one forked in the instant
+	// before the daemon sets the value keeps the daemon's.
+	const command = "cat /proc/self/oom_score_adj; sleep 0.05; sh -c 'cat /proc/self/oom_score_adj'"
+	// One supervisor at a time: each reaps every child of the process.
+	withSup := func(cfg Config, f func(s *Supervisor)) {
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := s.Shutdown(ctx, time.Second); err != nil {
+				t.Errorf("shutdown: %v", err)
+			}
+		}()
+		f(s)
+	}
+	withSup(Config{CgroupMode: "off"}, func(s *Supervisor) {
+		for range 10 {
+			res := run(t, s, runbox.ExecSpec{Command: command})
+			if got := string(res.Stdout); got != "1000\n1000\n" || res.ExitCode != 0 {
+				t.Fatalf("a command and its child: %q (exit %d, stderr %q), want 1000 and 1000", got, res.ExitCode, res.Stderr)
+			}
+		}
+	})
+	if got := ownOOMScoreAdj(t); got != daemon {
+		t.Errorf("the daemon's own oom_score_adj changed from %s to %s", daemon, got)
+	}
+	withSup(Config{CgroupMode: "off", CommandOOMScoreAdj: -1}, func(s *Supervisor) {
+		if got := string(run(t, s, runbox.ExecSpec{Command: command}).Stdout); got != daemon+"\n"+daemon+"\n" {
+			t.Errorf("with CommandOOMScoreAdj -1: %q, want the daemon's %s twice", got, daemon)
+		}
+	})
+}
