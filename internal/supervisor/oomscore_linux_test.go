@@ -1,11 +1,9 @@
 package supervisor
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/runbox/runbox"
 )
@@ -36,13 +34,7 @@ func TestCommandOOMScoreAdj(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if err := s.Shutdown(ctx, time.Second); err != nil {
-				t.Errorf("shutdown: %v", err)
-			}
-		}()
+		defer shutdown(t, s)
 		f(s)
 	}
 	withSup(Config{CgroupMode: "off"}, func(s *Supervisor) {

@@ -67,13 +67,7 @@ func TestExecsStartInSpawnThreadCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx, time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	}()
+	defer shutdown(t, s)
 
 	for range 3 {
 		res := run(t, s, runbox.ExecSpec{Argv: []string{"cat", filepath.Join(group, "tasks")}})

@@ -42,14 +42,18 @@ func newSup(t *testing.T, mode string) *Supervisor {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := s.Shutdown(ctx, time.Second); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-	})
+	t.Cleanup(func() { shutdown(t, s) })
 	return s
+}
+
+// shutdown shuts s down, stopping what still runs.
+func shutdown(t testing.TB, s *Supervisor) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx, time.Second); err != nil {
+		t.Errorf("shutdown: %v", err)
+	}
 }
 
 func run(t *testing.T, s *Supervisor, spec runbox.ExecSpec) runbox.Result {
