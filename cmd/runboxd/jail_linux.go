@@ -9,10 +9,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/jail"
@@ -23,24 +21,6 @@ import (
 // configuration (JSON), and closes it, once it has put the process in the
 // sandbox's cgroups, so no command can start outside them.
 const configFD = 3
-
-// ignoredInJail are the signals a jailed runboxd catches and drops. The
-// kernel already keeps a pid namespace's init from signals sent inside it
-// that it does not handle, but the Go runtime handles most of them (and
-// would exit on SIGTERM, say). Catching them keeps the sandbox alive
-// whatever its commands send; the provider stops runboxd with the Shutdown
-// RPC, or SIGKILL from outside. They are caught, not ignored: an ignored
-// signal stays ignored in every command runboxd starts, and a command that
-// ignores SIGTERM could not be stopped gracefully.
-var ignoredInJail = []os.Signal{
-	syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGTERM, syscall.SIGUSR1,
-	syscall.SIGUSR2, syscall.SIGALRM, syscall.SIGVTALRM, syscall.SIGPROF, syscall.SIGXCPU,
-	syscall.SIGXFSZ, syscall.SIGIO, syscall.SIGPWR, syscall.SIGSTKFLT, syscall.SIGTRAP,
-	syscall.SIGABRT, syscall.SIGSYS, syscall.SIGPIPE, syscall.SIGTSTP, syscall.SIGTTIN, syscall.SIGTTOU,
-	// Sent by kill(2) these are not faults: caught, they are dropped, while
-	// a real fault still crashes as it should.
-	syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL,
-}
 
 // jailServe is `runboxd jail`: PID 1 of a local sandbox. Its configuration
 // arrives on fd 3.
@@ -59,12 +39,7 @@ func jailServe(args []string, stderr io.Writer) error {
 	if os.Getpid() != 1 {
 		return jail.ErrNotPID1
 	}
-	dropped := make(chan os.Signal, 16)
-	signal.Notify(dropped, ignoredInJail...)
-	go func() {
-		for range dropped {
-		}
-	}()
+	dropSignalsFromInside()
 	jc, err := readConfig()
 	if err != nil {
 		return err

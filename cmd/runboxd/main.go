@@ -95,7 +95,13 @@ func serve(args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("serve: --socket is required and takes no arguments")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	stopSignals := []os.Signal{syscall.SIGTERM, syscall.SIGINT}
+	if os.Getpid() == 1 {
+		// A container's PID 1: its commands can signal it.
+		dropSignalsFromInside()
+		stopSignals = []os.Signal{stopSignalAsPID1}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), stopSignals...)
 	defer stop()
 	mode, err := strconv.ParseUint(*socketMode, 8, 32)
 	if err != nil || mode > 0o777 {

@@ -339,9 +339,10 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		Entrypoint: append(entrypoint, spec.DaemonArgs...),
 		Cmd:        []string{},
 		Labels:     labels,
-		// runboxd stops every exec with the stop protocol on SIGTERM,
-		// whatever STOPSIGNAL the image asks for.
-		StopSignal: "SIGTERM",
+		// runboxd as PID 1 stops every exec with the stop protocol on
+		// SIGRTMIN+3 (not SIGTERM, which its commands could send it with
+		// `kill 1`), whatever STOPSIGNAL the image asks for.
+		StopSignal: "SIGRTMIN+3",
 	}
 	if workdir != "" {
 		cfg.WorkingDir = ctrWorkspace

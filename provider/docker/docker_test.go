@@ -574,3 +574,45 @@ func TestEngineUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestSignalsFromInside: runboxd is the container's PID 1, which its
+// commands can signal: `kill 1`, `pkill runboxd`, every signal but the
+// container's stop signal, leave the sandbox serving, and commands start
+// with no signal ignored. `docker stop` still stops a running exec with the
+// stop protocol (its TERM trap runs) before the container ends.
+func TestSignalsFromInside(t *testing.T) {
+	needEngine(t)
+	p := newProvider(t, false)
+	cli := engine(t)
+	work := t.TempDir()
+	sb := create(t, p, runbox.SandboxSpec{Workdir: work})
+	c := dial(t, p, sb)
+	run(t, c, "kill 1; pkill runboxd; for s in $(seq 1 64); do [ $s = 37 ] || kill -$s 1 2>/dev/null; done; sleep 0.2")
+	got := run(t, c, "echo still here; grep SigIgn /proc/self/status")
+	if !strings.Contains(string(got.Stdout), "still here") || !strings.Contains(string(got.Stdout), "0000000000000000") {
+		t.Fatalf("after signals to PID 1: %q (exit %d); want the sandbox serving, nothing ignored", got.Stdout, got.ExitCode)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.Start(ctx, "trap 'echo stopped > /workspace/trapped; exit 0' TERM; echo ready > /workspace/ready; while :; do sleep 0.1; done"); err != nil {
+		t.Fatal(err)
+	}
+	for !exists(filepath.Join(work, "ready")) {
+		if ctx.Err() != nil {
+			t.Fatal("the exec never got ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := cli.ContainerStop(ctx, sb.Detail["container"], moby.ContainerStopOptions{}); err != nil {
+		t.Fatalf("docker stop: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(work, "trapped")); err != nil || string(b) != "stopped\n" {
+		t.Errorf("docker stop: the exec's TERM trap left %q, %v; want it run before the container stopped", b, err)
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
