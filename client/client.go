@@ -53,6 +53,10 @@ const (
 	// ended, on top of the exec's grace; then the stream gets as long again
 	// to deliver the exit event before the sandbox is declared lost.
 	cancelHeadroom = 5 * time.Second
+	// maxOverdue bounds how long past those deadlines a client waits for an
+	// exec's result while the daemon still answers and still has the exec
+	// (busy stopping a fork bomb on a loaded machine, say).
+	maxOverdue = time.Minute
 	// minBackoff and maxBackoff space reconnect attempts.
 	minBackoff = 50 * time.Millisecond
 	maxBackoff = 400 * time.Millisecond
@@ -80,6 +84,8 @@ type Client struct {
 	transport *http.Transport
 	sandbox   string
 	window    time.Duration
+	headroom  time.Duration   // streamHeadroom, shorter in tests
+	overdue   time.Duration   // maxOverdue, shorter in tests
 	base      context.Context // ended by Close; every stream derives from it
 	closeBase context.CancelCauseFunc
 }
@@ -91,6 +97,7 @@ type options struct {
 	sandbox                string
 	window                 time.Duration
 	pingAfter, pingTimeout time.Duration
+	headroom, maxOverdue   time.Duration
 }
 
 // WithSandboxName names the sandbox in errors.
@@ -111,7 +118,8 @@ func WithReconnectWindow(d time.Duration) Option {
 // speaking the Connect protocol over HTTP/2 cleartext. It dials lazily, and
 // again whenever a connection breaks. dial's context bounds the dial only.
 func New(dial runbox.Dialer, opts ...Option) *Client {
-	o := options{window: DefaultReconnectWindow, pingAfter: pingAfter, pingTimeout: pingTimeout}
+	o := options{window: DefaultReconnectWindow, pingAfter: pingAfter, pingTimeout: pingTimeout,
+		headroom: streamHeadroom, maxOverdue: maxOverdue}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -139,6 +147,8 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 		transport: t,
 		sandbox:   o.sandbox,
 		window:    o.window,
+		headroom:  o.headroom,
+		overdue:   o.maxOverdue,
 		base:      base,
 		closeBase: closeBase,
 	}

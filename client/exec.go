@@ -9,6 +9,7 @@ import (
 	"io"
 	"iter"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -262,11 +263,15 @@ type Process struct {
 	finished bool
 	result   runbox.Result
 	err      error
-	limit    *time.Timer // set once a cancel was sent: the exit event's deadline
+
+	overdueMu sync.Mutex
+	overdue   *time.Timer // when the daemon should have reported the exec's end
+	done      bool        // the outcome is in: no more overdue checks
 }
 
-// errNoResult is why a stream is abandoned when the daemon, alive or not,
-// has not reported an exec's end well after its deadline.
+// errNoResult is why a stream is abandoned when the daemon has not
+// reported an exec's end well after its deadline, and no longer answers, no
+// longer knows the exec, or has kept it past maxOverdue.
 var errNoResult = fmt.Errorf("%w: no result from the daemon after the exec's deadline", runbox.ErrSandboxLost)
 
 // errNoResultAfterCancel is the same after a cancel.
@@ -277,22 +282,69 @@ func (c *Client) newProcess(o execOptions) *Process {
 		o.spec.ID = newExecID()
 	}
 	ctx, cancel := context.WithCancelCause(c.base)
-	if o.spec.Timeout > 0 {
-		grace := o.spec.Grace
-		if grace <= 0 {
-			grace = runbox.DefaultGrace
-		}
-		var stop context.CancelFunc
-		ctx, stop = context.WithTimeoutCause(ctx, o.spec.Timeout+grace+streamHeadroom, errNoResult)
-		outer := cancel
-		cancel = func(cause error) { stop(); outer(cause) }
-	}
 	p := &Process{c: c, id: o.spec.ID, opts: o, cancelStream: cancel}
 	p.f = &follower{
 		c: c, id: o.spec.ID, ctx: ctx, streamOutput: o.streaming(),
 		run: &runboxv1.RunRequest{Spec: wire.SpecToProto(o.spec), StreamOutput: o.streaming()},
 	}
+	if o.spec.Timeout > 0 {
+		p.watchOverdue(o.spec.Timeout+p.grace()+c.headroom, errNoResult)
+	}
 	return p
+}
+
+func (p *Process) grace() time.Duration {
+	if p.opts.spec.Grace > 0 {
+		return p.opts.spec.Grace
+	}
+	return runbox.DefaultGrace
+}
+
+// watchOverdue arms the exec's deadline: by then the daemon should have
+// reported its end. Past it the client asks the daemon about the exec.
+// While the daemon answers and still has it, the daemon is busy, not gone
+// (stopping a fork bomb on a loaded machine can take it seconds), and the
+// client waits on, up to maxOverdue; a daemon that no longer answers, or no
+// longer knows the exec, is lost, and the stream ends with cause.
+func (p *Process) watchOverdue(after time.Duration, cause error) {
+	p.overdueMu.Lock()
+	defer p.overdueMu.Unlock()
+	if p.done {
+		return
+	}
+	if p.overdue != nil {
+		p.overdue.Stop()
+	}
+	var waited time.Duration
+	var check func()
+	check = func() {
+		ctx, cancel := context.WithTimeout(p.c.base, p.c.headroom)
+		infos, err := p.c.List(ctx)
+		cancel()
+		busy := err == nil && slices.ContainsFunc(infos, func(e runbox.ExecInfo) bool { return e.ID == p.id })
+		p.overdueMu.Lock()
+		defer p.overdueMu.Unlock()
+		if p.done {
+			return
+		}
+		if busy && waited < p.c.overdue {
+			waited += p.c.headroom
+			p.overdue = time.AfterFunc(p.c.headroom, check)
+			return
+		}
+		p.cancelStream(cause)
+	}
+	p.overdue = time.AfterFunc(after, check)
+}
+
+// stopOverdue ends the deadline watch once the outcome is in.
+func (p *Process) stopOverdue() {
+	p.overdueMu.Lock()
+	defer p.overdueMu.Unlock()
+	p.done = true
+	if p.overdue != nil {
+		p.overdue.Stop()
+	}
 }
 
 // ID returns the exec's id.
@@ -319,9 +371,7 @@ func (p *Process) Wait(ctx context.Context) (runbox.Result, error) {
 // finish records the outcome and releases the stream. Called with p.mu held.
 func (p *Process) finish(res runbox.Result, err error) {
 	p.finished, p.result, p.err = true, res, err
-	if p.limit != nil {
-		p.limit.Stop()
-	}
+	p.stopOverdue()
 	p.f.close()
 	p.cancelStream(context.Canceled)
 }
@@ -386,14 +436,10 @@ func (p *Process) drive(ctx context.Context, untilStarted bool) (res runbox.Resu
 // fresh context bounded by the exec's grace, then gives the stream as long
 // again to deliver the exit event.
 func (p *Process) cancelOnDaemon() {
-	grace := p.opts.spec.Grace
-	if grace <= 0 {
-		grace = runbox.DefaultGrace
-	}
-	ctx, cancel := context.WithTimeout(p.c.base, grace+cancelHeadroom)
+	ctx, cancel := context.WithTimeout(p.c.base, p.grace()+cancelHeadroom)
 	defer cancel()
 	_ = p.c.Cancel(ctx, p.id, 0) // the stream reports the outcome
-	p.limit = time.AfterFunc(grace+cancelHeadroom, func() { p.cancelStream(errNoResultAfterCancel) })
+	p.watchOverdue(p.grace()+cancelHeadroom, errNoResultAfterCancel)
 }
 
 // Cancel stops the exec through the stop protocol and returns once it has

@@ -1,0 +1,113 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+)
+
+// slowDaemon starts every exec, then holds its result until release is
+// closed, as a daemon busy stopping a fork bomb on a loaded machine does.
+// List reports the exec as stopping while known is set.
+type slowDaemon struct {
+	runboxv1connect.UnimplementedRunboxServiceHandler
+	release chan struct{}
+	known   atomic.Bool
+	id      atomic.Value
+}
+
+func (d *slowDaemon) Run(ctx context.Context, req *connect.Request[runboxv1.RunRequest], stream *connect.ServerStream[runboxv1.ExecEvent]) error {
+	id := req.Msg.GetSpec().GetId()
+	d.id.Store(id)
+	if err := stream.Send(&runboxv1.ExecEvent{Event: &runboxv1.ExecEvent_Started{Started: &runboxv1.Started{Id: id, Pid: 42}}}); err != nil {
+		return err
+	}
+	select {
+	case <-d.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return stream.Send(&runboxv1.ExecEvent{Event: &runboxv1.ExecEvent_Exited{Exited: &runboxv1.Exited{
+		Result: &runboxv1.Result{Id: id, ExitCode: 143, Signal: "TERM", TimedOut: true},
+	}}})
+}
+
+func (d *slowDaemon) List(context.Context, *connect.Request[runboxv1.ListRequest]) (*connect.Response[runboxv1.ListResponse], error) {
+	resp := &runboxv1.ListResponse{}
+	if id, _ := d.id.Load().(string); id != "" && d.known.Load() {
+		resp.Execs = append(resp.Execs, &runboxv1.ExecInfo{Id: id, Pid: 42, State: runboxv1.ExecState_EXEC_STATE_STOPPING})
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// serveSlow serves d on a unix socket for the test's life.
+func serveSlow(t *testing.T, d *slowDaemon) string {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "slow.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle(runboxv1connect.NewRunboxServiceHandler(d))
+	var protocols http.Protocols
+	protocols.SetUnencryptedHTTP2(true)
+	hs := &http.Server{Handler: mux, Protocols: &protocols}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return socket
+}
+
+// TestOverdueButBusyWaitsForResult: a result the daemon delivers well past
+// the exec's timeout + grace + headroom is still the result, not
+// ErrSandboxLost, while the daemon answers and still has the exec; a daemon
+// that no longer knows the exec, or keeps it past the most the client
+// waits, is lost.
+func TestOverdueButBusyWaitsForResult(t *testing.T) {
+	const headroom = 200 * time.Millisecond
+	opts := []client.ExecOption{client.WithTimeout(100 * time.Millisecond), client.WithGrace(100 * time.Millisecond)}
+
+	t.Run("busy", func(t *testing.T) {
+		d := &slowDaemon{release: make(chan struct{})}
+		d.known.Store(true)
+		c := client.DialUnix(serveSlow(t, d), client.WithOverdue(headroom, 10*time.Second))
+		defer c.Close()
+		// Released after several overdue checks have found it busy.
+		time.AfterFunc(1500*time.Millisecond, func() { close(d.release) })
+		res, err := c.Exec(testCtx(t), "sleep 300", opts...)
+		if err != nil || !res.TimedOut || res.ExitCode != 143 {
+			t.Errorf("result past the deadline from a busy daemon: %+v, %v; want timed out, no error", res, err)
+		}
+	})
+	t.Run("forgotten", func(t *testing.T) {
+		d := &slowDaemon{release: make(chan struct{})}
+		defer close(d.release)
+		c := client.DialUnix(serveSlow(t, d), client.WithOverdue(headroom, 10*time.Second))
+		defer c.Close()
+		if _, err := c.Exec(testCtx(t), "sleep 300", opts...); !errors.Is(err, runbox.ErrSandboxLost) {
+			t.Errorf("a daemon that no longer knows the exec: %v, want ErrSandboxLost", err)
+		}
+	})
+	t.Run("past-max", func(t *testing.T) {
+		d := &slowDaemon{release: make(chan struct{})}
+		defer close(d.release)
+		d.known.Store(true)
+		c := client.DialUnix(serveSlow(t, d), client.WithOverdue(headroom, 600*time.Millisecond))
+		defer c.Close()
+		if _, err := c.Exec(testCtx(t), "sleep 300", opts...); !errors.Is(err, runbox.ErrSandboxLost) {
+			t.Errorf("a daemon that keeps the exec past the most the client waits: %v, want ErrSandboxLost", err)
+		}
+	})
+}
