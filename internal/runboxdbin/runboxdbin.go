@@ -16,9 +16,13 @@ import (
 // keeps (`runboxd serve --threads`, jail.Config.Threads) where it shares a
 // pids limit with the commands: the Go runtime aborts when it cannot make a
 // thread it needs, so runboxd makes them before the commands can have filled
-// the limit. A provider adds them to the limit it sets, so the commands
-// still get theirs.
+// the limit.
 const SharedLimitThreads = 48
+
+// SharedLimitAllowance is what a provider adds to the commands' pids limit
+// where runboxd shares it: the threads runboxd keeps, and a few the runtime
+// may still add, so the commands still get theirs.
+const SharedLimitAllowance = SharedLimitThreads + 4
 
 var (
 	// ErrNotFound means the runboxd binary could not be found.

@@ -3,7 +3,9 @@ package docker_test
 import (
 	"context"
 	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 
 	"github.com/runbox/runbox"
 	rbclient "github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/providertest"
 )
 
 // BenchmarkDockerExecTrue measures running `true` in one container four
@@ -20,6 +23,7 @@ import (
 //   - runbox-socket: Client.Exec through runboxd's bind-mounted socket;
 //   - runbox-exec-stream: Client.Exec through one long-lived docker exec of
 //     runboxd proxy (the remote-engine path);
+//   - runbox-cli: one `runbox exec SANDBOX -- true` process per command;
 //   - engine-api: one docker exec per command through the Engine API
 //     (ExecCreate, ExecAttach, read to EOF, ExecInspect for the status), what
 //     agent frameworks' Docker backends do today;
@@ -48,6 +52,20 @@ func BenchmarkDockerExecTrue(b *testing.B) {
 	}
 	b.Run("runbox-socket", func(b *testing.B) { runbox(b, p.Dialer(sb)) })
 	b.Run("runbox-exec-stream", func(b *testing.B) { runbox(b, newProvider(b, true).Dialer(sb)) })
+	b.Run("runbox-cli", func(b *testing.B) {
+		// A fresh `runbox exec` process per command, as a shell script or
+		// an agent shelling out would run it: it finds the sandbox through
+		// the engine's labels and connects to runboxd's socket.
+		runboxCLI := filepath.Join(providertest.BuildForAnyUser(b), "runbox")
+		env := append(os.Environ(), "RUNBOX_HOME="+p.Home, "RUNBOX_PROVIDER=docker")
+		for b.Loop() {
+			cmd := exec.Command(runboxCLI, "exec", sb.ID, "--", "true")
+			cmd.Env = env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("runbox exec true: %v: %s", err, out)
+			}
+		}
+	})
 	b.Run("engine-api", func(b *testing.B) {
 		for b.Loop() {
 			if code := engineExec(b, cli, ctr, "true"); code != 0 {

@@ -330,8 +330,8 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	}
 	if spec.Pids > 0 {
 		// The container's limit counts runboxd's threads too: the commands
-		// get their Pids beside the threads runboxd keeps.
-		pids := spec.Pids + runboxdbin.SharedLimitThreads
+		// get their Pids beside the threads runboxd keeps, and a few more.
+		pids := spec.Pids + runboxdbin.SharedLimitAllowance
 		hc.Resources.PidsLimit = &pids
 	}
 	cfg := &container.Config{

@@ -412,7 +412,7 @@ func TestSpecLimits(t *testing.T) {
 	}
 	c := dial(t, p, sb)
 	// The container's pids limit counts runboxd's threads: the commands get
-	// their 100 beside those runboxd keeps, and not much more.
+	// their 100 beside those runboxd keeps, and not many more.
 	threads, err := strconv.ParseInt(strings.TrimSpace(string(run(t, c, "ls /proc/1/task | wc -l").Stdout)), 10, 64)
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 		if spec.Pids > 0 {
 			// runboxd shares the limit, and keeps its threads from the
 			// start (cgroup v2 has no thread-level pids group).
-			res.Pids = &cgroup2.Pids{Max: spec.Pids + runboxdbin.SharedLimitThreads}
+			res.Pids = &cgroup2.Pids{Max: spec.Pids + runboxdbin.SharedLimitAllowance}
 			c.keepThreads = runboxdbin.SharedLimitThreads
 		}
 		if spec.CPUs > 0 {
