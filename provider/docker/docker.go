@@ -389,7 +389,78 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		cleanup()
 		return fail(id, err)
 	}
+	if stateDir != "" {
+		if err := c.save(stateDir); err != nil {
+			cleanup()
+			return fail(id, err)
+		}
+	}
 	return p.toSandbox(c, true), nil
+}
+
+// listening reports whether a unix socket accepts a connection.
+func listening(ctx context.Context, socket string) bool {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return false
+	}
+	conn.Close()
+	return true
+}
+
+// containerFile, in a socket-stream sandbox's state directory, describes
+// its container as the engine did at creation, so a process on this
+// machine (a `runbox exec`) reaches the sandbox without asking the engine.
+const containerFile = "container.json"
+
+// save writes c to dir's containerFile.
+func (c ctr) save(dir string) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("record container: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, containerFile), b, 0o600); err != nil {
+		return fmt.Errorf("record container: %w", err)
+	}
+	return nil
+}
+
+// getHere finds a sandbox this machine's engine runs, by exact id or exact
+// name, from the records in the runbox home, and returns it if something
+// listens on its socket: the socket is in the sandbox's own state
+// directory, where only its runboxd listens, and nothing listens once the
+// container has stopped. The engine is not asked, so a `runbox exec` costs a
+// process start and the exec. Anything less (no record, a prefix, a socket
+// nothing listens on) is left to the engine.
+func (p *Provider) getHere(ctx context.Context, key string) (runbox.Sandbox, bool) {
+	if p.execForced() {
+		return runbox.Sandbox{}, false
+	}
+	home, err := p.home()
+	if err != nil {
+		return runbox.Sandbox{}, false
+	}
+	dirs, _ := os.ReadDir(filepath.Join(home, "docker"))
+	for _, d := range dirs {
+		b, err := os.ReadFile(filepath.Join(home, "docker", d.Name(), containerFile))
+		if err != nil {
+			continue
+		}
+		var c ctr
+		if json.Unmarshal(b, &c) != nil || c.Labels[LabelSandbox] != d.Name() {
+			continue
+		}
+		if key != c.Labels[LabelSandbox] && key != c.Labels[LabelName] {
+			continue
+		}
+		if c.stateDir() == "" || !listening(ctx, c.Labels[LabelSocket]) {
+			return runbox.Sandbox{}, false
+		}
+		c.State = container.StateRunning
+		return p.toSandbox(c, true), true
+	}
+	return runbox.Sandbox{}, false
 }
 
 // checkSpec refuses what a docker sandbox cannot be made from.
@@ -670,10 +741,14 @@ func (p *Provider) alive(ctx context.Context, c ctr) bool {
 
 // Get finds a sandbox by exact id, exact name, or unique id prefix, among
 // the engine's containers labelled by runbox, and probes whether its
-// runboxd answers.
+// runboxd answers. A sandbox this machine made, named exactly, whose
+// runboxd answers on its socket, is found without asking the engine.
 func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error) {
 	fail := func(err error) (runbox.Sandbox, error) {
 		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
+	}
+	if sb, ok := p.getHere(ctx, idOrName); ok {
+		return sb, nil
 	}
 	cli, err := p.engine()
 	if err != nil {
