@@ -3,11 +3,14 @@
 // internal/supervisor and internal/daemon.
 //
 //	runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D]
-//	              [--drain D] [--ring BYTES] [--dir D] [--threads N]
-//	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]
+//	              [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
+//	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]
 //	              (PID 1 of a local sandbox; configuration on fd 3)
 //	runboxd proxy --socket PATH
 //	runboxd version
+//
+// As a container's PID 1, serve drops the signals its commands can send it
+// and stops on SIGRTMIN+3 instead of SIGTERM.
 package main
 
 import (
@@ -42,8 +45,8 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--dir D] [--threads N]
-  runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES]   (config on fd 3)
+  runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
+  runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`
 
