@@ -136,13 +136,23 @@ func (p *procTracker) pids() []int {
 	return pids
 }
 
+// killAll freezes the exec's processes, then kills them. SIGKILL alone
+// chases a fork bomb: under a pids limit each kill frees a slot a survivor
+// forks into, and on a loaded machine the bomb can outpace the scans for
+// seconds. A stopped process cannot fork, so scans that stop every process
+// they find run out of new ones; then everything found is killed. Processes
+// forked between a scan and the signals are caught by the next scan; two
+// scans in a row with nothing new end each phase.
 func (p *procTracker) killAll() {
-	// Repeat until a scan finds nothing new to kill, so processes forked
-	// between a scan and the signals are caught by the next scan.
-	killed := make(map[int]struct{})
-	for range 50 {
-		if signalPids(p.pids(), syscall.SIGKILL, killed) == 0 {
-			return
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
+		signalled := make(map[int]struct{})
+		quiet := 0
+		for range 50 {
+			if signalPids(p.pids(), sig, signalled) > 0 {
+				quiet = 0
+			} else if quiet++; quiet == 2 {
+				break
+			}
 		}
 	}
 }
