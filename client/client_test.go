@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -158,6 +159,42 @@ func TestCallerCancelCancelsTheExec(t *testing.T) {
 	res, err = c.Exec(done, "echo must-not-run")
 	if !errors.Is(err, context.Canceled) || !res.Cancelled || len(res.Stdout) != 0 {
 		t.Errorf("exec with a cancelled ctx: %+v, %v", res, err)
+	}
+}
+
+// TestCancelledContextNeverRuns gives Exec, Start and StartSpec a context
+// that has already ended, many times: the command must never run (it would
+// leave its file), not even a quick one that could finish before a cancel.
+func TestCancelledContextNeverRuns(t *testing.T) {
+	c := newClient(t)
+	dir := t.TempDir()
+	done, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	for i := range 100 {
+		marker := filepath.Join(dir, fmt.Sprintf("ran-%d", i))
+		var err error
+		var res runbox.Result
+		switch i % 3 {
+		case 0:
+			res, err = c.Exec(done, "touch "+marker)
+		case 1:
+			_, err = c.Start(done, "touch "+marker)
+			res.Cancelled = true
+		case 2:
+			_, err = c.StartSpec(done, runbox.ExecSpec{Argv: []string{"touch", marker}})
+			res.Cancelled = true
+		}
+		if !errors.Is(err, context.Canceled) || !res.Cancelled {
+			t.Fatalf("run %d: %+v, %v; want cancelled", i, res, err)
+		}
+	}
+	// Each call returns only once its exec, had it started, has ended.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		t.Errorf("%s exists: a command given an ended context ran", e.Name())
 	}
 }
 

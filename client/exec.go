@@ -381,6 +381,15 @@ func (p *Process) finish(res runbox.Result, err error) {
 // reads on to the exited event. started reports whether drive stopped at the
 // started event. Called with p.mu held.
 func (p *Process) drive(ctx context.Context, untilStarted bool) (res runbox.Result, started bool, err error) {
+	if ctx.Err() != nil && !p.f.opened {
+		// The caller gave up before the Run was sent: never send it (a
+		// Cancel racing it could arrive after a quick command had run),
+		// and leave a tombstone so that the id never runs.
+		cctx, cancel := context.WithTimeout(p.c.base, p.grace()+cancelHeadroom)
+		_ = p.c.Cancel(cctx, p.id, 0)
+		cancel()
+		return runbox.Result{ID: p.id, Cancelled: true}, false, p.c.opError("exec", p.id, context.Background(), ctx.Err())
+	}
 	cancelled := make(chan struct{})
 	watch := context.AfterFunc(ctx, func() {
 		defer close(cancelled)

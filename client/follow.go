@@ -29,6 +29,9 @@ type follower struct {
 	// seen is set once a started event arrived: from then on the exec is
 	// known to exist, so the daemon forgetting it means it restarted.
 	seen bool
+	// opened is set once a stream was first asked for: the Run may have
+	// reached the daemon.
+	opened bool
 	// lastSeq is the sequence number of the last chunk delivered (or the
 	// end of the last gap).
 	lastSeq uint64
@@ -37,6 +40,7 @@ type follower struct {
 
 // open starts a stream: Run until the exec is seen, Attach after.
 func (f *follower) open() (*connect.ServerStreamForClient[runboxv1.ExecEvent], error) {
+	f.opened = true
 	if f.run != nil && !f.seen {
 		return f.c.rpc.Run(f.ctx, connect.NewRequest(f.run))
 	}
