@@ -284,12 +284,16 @@ func (c *Client) Info(ctx context.Context) (runbox.DaemonInfo, error) {
 func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.rpc.Shutdown(ctx, connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wire.DurationToMs(grace)}))
+	req := connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wire.DurationToMs(grace)})
+	// The daemon is going away: the connection closes as soon as its last
+	// stream ends. (Closing idle connections after the answer can come a
+	// moment too early for this one, and the daemon would then wait a
+	// second for it before exiting.)
+	req.Header().Set("Connection", "close")
+	_, err := c.rpc.Shutdown(ctx, req)
 	if err != nil {
 		return c.opError("shutdown", "", ctx, err)
 	}
-	// The daemon is going away: drop the connection rather than keep it
-	// for reuse.
 	c.transport.CloseIdleConnections()
 	return nil
 }

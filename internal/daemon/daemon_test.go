@@ -95,6 +95,70 @@ func TestShutdownRPCStopsExecsAndServer(t *testing.T) {
 	}
 }
 
+// TestShutdownWithIdleClient stops a daemon while another client keeps an
+// idle connection open (Go's client keeps it after the server's GOAWAY): the
+// daemon closes it itself once every answer is out, instead of waiting for
+// the HTTP/2 server's GOAWAY timeout, and an exec's stream still gets its
+// result. How long Serve took to return is logged; BenchmarkLifecycleHost
+// in provider/local measures it.
+func TestShutdownWithIdleClient(t *testing.T) {
+	dir := t.TempDir()
+	sup, err := supervisor.New(supervisor.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "d.sock")
+	ln, err := daemon.Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- daemon.NewServer(sup, nil).Serve(context.Background(), ln) }()
+
+	ctx := testCtx(t)
+	idle := client.DialUnix(socket)
+	defer idle.Close()
+	if _, err := idle.Info(ctx); err != nil {
+		t.Fatal(err)
+	}
+	runner := client.DialUnix(socket)
+	defer runner.Close()
+	p, err := runner.Start(ctx, "sleep 31337")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan runbox.Result, 1)
+	go func() {
+		res, err := p.Wait(ctx)
+		if err != nil {
+			t.Errorf("wait: %v", err)
+		}
+		waited <- res
+	}()
+
+	c := client.DialUnix(socket)
+	defer c.Close()
+	if err := c.Shutdown(ctx, 200*time.Millisecond); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	answered := time.Now()
+	if res := <-waited; !res.Cancelled || res.Survivors != 0 {
+		t.Errorf("result = %+v, want cancelled, no survivors", res)
+	}
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		t.Logf("Serve returned %v after the Shutdown answer", time.Since(answered))
+	case <-ctx.Done():
+		t.Fatal("Serve did not return after the Shutdown RPC")
+	}
+	if _, err := idle.Info(ctx); !errors.Is(err, runbox.ErrSandboxLost) {
+		t.Errorf("idle client after shutdown: %v, want ErrSandboxLost", err)
+	}
+}
+
 func isClosed(ch <-chan struct{}) bool {
 	select {
 	case <-ch:

@@ -29,6 +29,12 @@ const (
 	// drainBound is how long open streams get to deliver their final events
 	// after every exec has stopped, before connections are closed.
 	drainBound = 5 * time.Second
+	// lingerAfterLastAnswer is how long connections stay open once every
+	// handler has returned, for their last frames to be written, before the
+	// server closes them. Without it, a client that keeps an idle
+	// connection after the server's GOAWAY (Go's own client does) would
+	// hold the daemon for the HTTP/2 server's GOAWAY timeout, a second.
+	lingerAfterLastAnswer = 100 * time.Millisecond
 )
 
 // Server implements runboxv1connect.RunboxServiceHandler on top of a
@@ -73,8 +79,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
+	var handlers inFlight
 	hs := &http.Server{
-		Handler:           s.Handler(),
+		Handler:           handlers.wrap(s.Handler()),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
@@ -113,12 +120,23 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.log.Error("stopping execs", "err", err)
 	}
 
-	select {
-	case <-httpDone:
-	case <-time.After(drainBound):
+	closeAll := func() {
 		cancelDrain()
 		<-httpDone
 		hs.Close()
+	}
+	select {
+	case <-httpDone:
+	case <-handlers.idle():
+		// Every answer, exit events included, has been handed to its
+		// connection: what is still open is idle.
+		select {
+		case <-httpDone:
+		case <-time.After(lingerAfterLastAnswer):
+			closeAll()
+		}
+	case <-time.After(drainBound):
+		closeAll()
 	}
 	if served != nil {
 		<-served

@@ -38,6 +38,19 @@ func BenchmarkLifecycleHost(b *testing.B) {
 	benchLifecycle(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{})
 }
 
+// BenchmarkLifecycleHostClientOpen removes the host sandbox while the
+// client of its first exec is still open (and idle), as an agent that
+// removes its sandbox before closing its client does.
+func BenchmarkLifecycleHostClientOpen(b *testing.B) {
+	p := newProvider(b)
+	benchLifecycleWith(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{}, true)
+}
+
+// BenchmarkLifecycleLocalClientOpen is the same on a local sandbox.
+func BenchmarkLifecycleLocalClientOpen(b *testing.B) {
+	benchLifecycleWith(b, newProvider(b), runbox.SandboxSpec{}, true)
+}
+
 // lifecycle is the part of runbox.Provider the benchmark uses.
 type lifecycle interface {
 	Create(context.Context, runbox.SandboxSpec) (runbox.Sandbox, error)
@@ -46,6 +59,12 @@ type lifecycle interface {
 }
 
 func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec) {
+	benchLifecycleWith(b, p, spec, false)
+}
+
+// benchLifecycleWith closes the first exec's client after the removal
+// instead of before it when clientOpen.
+func benchLifecycleWith(b *testing.B, p lifecycle, spec runbox.SandboxSpec, clientOpen bool) {
 	spec.Workdir = b.TempDir()
 	ctx := context.Background()
 	var create, remove time.Duration
@@ -59,10 +78,15 @@ func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec) {
 		if res, err := c.Exec(ctx, "true"); err != nil || res.ExitCode != 0 {
 			b.Fatalf("first exec: %+v %v", res, err)
 		}
-		c.Close()
+		if !clientOpen {
+			c.Close()
+		}
 		t1 := time.Now()
 		if err := p.Remove(ctx, sb, false); err != nil {
 			b.Fatal(err)
+		}
+		if clientOpen {
+			c.Close()
 		}
 		create += t1.Sub(t0)
 		remove += time.Since(t1)
