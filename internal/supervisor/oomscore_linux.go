@@ -13,11 +13,13 @@ import (
 // the daemon's would.
 const DefaultCommandOOMScoreAdj = 1000
 
-// setOOMScoreAdj gives a command its oom_score_adj as soon as it has started.
-// A process it forked in the microseconds before (a child inherits its
-// parent's value) keeps the daemon's value, so it competes with the daemon
-// on size alone, as every process did without this; the daemon itself never
-// changes its own value.
+// setOOMScoreAdj gives a command its oom_score_adj as soon as it has started
+// (Go's fork offers no hook between fork and exec). A process it forked
+// before that (a child inherits its parent's value) keeps the daemon's value,
+// so it competes with the daemon on size alone, as every process did without
+// this. The window is microseconds on an idle machine and can reach
+// milliseconds on a loaded one (CI saw a shell's first child fork inside it).
+// The daemon itself never changes its own value.
 func setOOMScoreAdj(pid, value int) {
 	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
 )
@@ -25,9 +26,30 @@ func TestCommandOOMScoreAdj(t *testing.T) {
 	if daemon == "1000" {
 		t.Skip("this process is already at oom_score_adj 1000")
 	}
-	// The child is forked after a moment: one forked in the instant
-	// before the daemon sets the value keeps the daemon's.
-	const command = "cat /proc/self/oom_score_adj; sleep 0.05; sh -c 'cat /proc/self/oom_score_adj'"
+	// The command waits for a line on stdin, sent once Start has returned,
+	// when the daemon has set the value: then it reads its own (a builtin,
+	// no fork) and forks a child that reads its. (A process it forked in
+	// the instant before the daemon set the value would keep the daemon's.)
+	const command = "read go; read v < /proc/self/oom_score_adj; echo $v; sh -c 'cat /proc/self/oom_score_adj'"
+	runAfterStart := func(s *Supervisor) runbox.Result {
+		t.Helper()
+		e, _, err := s.Start(runbox.ExecSpec{Command: command, StdinStream: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.WriteStdin([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.CloseStdin(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-e.Done():
+		case <-time.After(60 * time.Second):
+			t.Fatal("exec did not finish")
+		}
+		return e.Result()
+	}
 	// One supervisor at a time: each reaps every child of the process.
 	withSup := func(cfg Config, f func(s *Supervisor)) {
 		s, err := New(cfg)
@@ -39,7 +61,7 @@ func TestCommandOOMScoreAdj(t *testing.T) {
 	}
 	withSup(Config{CgroupMode: "off"}, func(s *Supervisor) {
 		for range 10 {
-			res := run(t, s, runbox.ExecSpec{Command: command})
+			res := runAfterStart(s)
 			if got := string(res.Stdout); got != "1000\n1000\n" || res.ExitCode != 0 {
 				t.Fatalf("a command and its child: %q (exit %d, stderr %q), want 1000 and 1000", got, res.ExitCode, res.Stderr)
 			}
@@ -49,7 +71,7 @@ func TestCommandOOMScoreAdj(t *testing.T) {
 		t.Errorf("the daemon's own oom_score_adj changed from %s to %s", daemon, got)
 	}
 	withSup(Config{CgroupMode: "off", CommandOOMScoreAdj: -1}, func(s *Supervisor) {
-		if got := string(run(t, s, runbox.ExecSpec{Command: command}).Stdout); got != daemon+"\n"+daemon+"\n" {
+		if got := string(runAfterStart(s).Stdout); got != daemon+"\n"+daemon+"\n" {
 			t.Errorf("with CommandOOMScoreAdj -1: %q, want the daemon's %s twice", got, daemon)
 		}
 	})
