@@ -31,20 +31,41 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-func TestShutdownRPCStopsExecsAndServer(t *testing.T) {
+// serve starts a server with a fresh supervisor on a socket in a temporary
+// directory; served receives what Serve returns.
+func serve(t *testing.T) (srv *daemon.Server, socket string, served <-chan error) {
+	t.Helper()
 	dir := t.TempDir()
 	sup, err := supervisor.New(supervisor.Config{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	socket := filepath.Join(dir, "d.sock")
+	socket = filepath.Join(dir, "d.sock")
 	ln, err := daemon.Listen(socket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := daemon.NewServer(sup, nil)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(context.Background(), ln) }()
+	srv = daemon.NewServer(sup, nil)
+	ch := make(chan error, 1)
+	go func() { ch <- srv.Serve(context.Background(), ln) }()
+	return srv, socket, ch
+}
+
+// waitInBackground waits for p and sends its result.
+func waitInBackground(t *testing.T, ctx context.Context, p *client.Process) <-chan runbox.Result {
+	waited := make(chan runbox.Result, 1)
+	go func() {
+		res, err := p.Wait(ctx)
+		if err != nil {
+			t.Errorf("wait: %v", err)
+		}
+		waited <- res
+	}()
+	return waited
+}
+
+func TestShutdownRPCStopsExecsAndServer(t *testing.T) {
+	srv, socket, served := serve(t)
 
 	ctx := testCtx(t)
 	c := client.DialUnix(socket)
@@ -55,14 +76,7 @@ func TestShutdownRPCStopsExecsAndServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan runbox.Result, 1)
-	go func() {
-		res, err := p.Wait(ctx)
-		if err != nil {
-			t.Errorf("wait: %v", err)
-		}
-		waited <- res
-	}()
+	waited := waitInBackground(t, ctx, p)
 	time.Sleep(100 * time.Millisecond) // let the shell set its trap
 
 	if err := c.Shutdown(ctx, 200*time.Millisecond); err != nil {
@@ -102,18 +116,7 @@ func TestShutdownRPCStopsExecsAndServer(t *testing.T) {
 // result. How long Serve took to return is logged; BenchmarkLifecycleHost
 // in provider/local measures it.
 func TestShutdownWithIdleClient(t *testing.T) {
-	dir := t.TempDir()
-	sup, err := supervisor.New(supervisor.Config{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(dir, "d.sock")
-	ln, err := daemon.Listen(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- daemon.NewServer(sup, nil).Serve(context.Background(), ln) }()
+	_, socket, served := serve(t)
 
 	ctx := testCtx(t)
 	idle := client.DialUnix(socket)
@@ -127,14 +130,7 @@ func TestShutdownWithIdleClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waited := make(chan runbox.Result, 1)
-	go func() {
-		res, err := p.Wait(ctx)
-		if err != nil {
-			t.Errorf("wait: %v", err)
-		}
-		waited <- res
-	}()
+	waited := waitInBackground(t, ctx, p)
 
 	c := client.DialUnix(socket)
 	defer c.Close()
