@@ -285,10 +285,10 @@ func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	req := connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wire.DurationToMs(grace)})
-	// The daemon is going away: the connection closes as soon as its last
-	// stream ends. (Closing idle connections after the answer can come a
-	// moment too early for this one, and the daemon would then wait a
-	// second for it before exiting.)
+	// The daemon is going away: this call's connection closes as soon as
+	// its last stream ends, and the client's idle ones after the answer.
+	// (Closing idle connections alone can come a moment too early for this
+	// one, and the daemon would then wait a second for it before exiting.)
 	req.Header().Set("Connection", "close")
 	_, err := c.rpc.Shutdown(ctx, req)
 	if err != nil {

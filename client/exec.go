@@ -385,9 +385,7 @@ func (p *Process) drive(ctx context.Context, untilStarted bool) (res runbox.Resu
 		// The caller gave up before the Run was sent: never send it (a
 		// Cancel racing it could arrive after a quick command had run),
 		// and leave a tombstone so that the id never runs.
-		cctx, cancel := context.WithTimeout(p.c.base, p.grace()+cancelHeadroom)
-		_ = p.c.Cancel(cctx, p.id, 0)
-		cancel()
+		p.cancelWithinGrace()
 		return runbox.Result{ID: p.id, Cancelled: true}, false, p.c.opError("exec", p.id, context.Background(), ctx.Err())
 	}
 	cancelled := make(chan struct{})
@@ -445,10 +443,17 @@ func (p *Process) drive(ctx context.Context, untilStarted bool) (res runbox.Resu
 // fresh context bounded by the exec's grace, then gives the stream as long
 // again to deliver the exit event.
 func (p *Process) cancelOnDaemon() {
+	p.cancelWithinGrace() // the stream reports the outcome
+	p.watchOverdue(p.grace()+cancelHeadroom, errNoResultAfterCancel)
+}
+
+// cancelWithinGrace asks the daemon to cancel the exec (or to leave a
+// tombstone for its id), on a context independent of the caller's and
+// bounded by the exec's grace.
+func (p *Process) cancelWithinGrace() {
 	ctx, cancel := context.WithTimeout(p.c.base, p.grace()+cancelHeadroom)
 	defer cancel()
-	_ = p.c.Cancel(ctx, p.id, 0) // the stream reports the outcome
-	p.watchOverdue(p.grace()+cancelHeadroom, errNoResultAfterCancel)
+	_ = p.c.Cancel(ctx, p.id, 0)
 }
 
 // Cancel stops the exec through the stop protocol and returns once it has

@@ -62,10 +62,16 @@ func run(t *testing.T, s *Supervisor, spec runbox.ExecSpec) runbox.Result {
 	if err != nil {
 		t.Fatalf("start %q: %v", spec.Command, err)
 	}
+	return waitResult(t, e)
+}
+
+// waitResult waits for e to end (a minute at most) and returns its result.
+func waitResult(t *testing.T, e *Exec) runbox.Result {
+	t.Helper()
 	select {
 	case <-e.Done():
 	case <-time.After(60 * time.Second):
-		t.Fatalf("exec %q did not finish", spec.Command)
+		t.Fatalf("exec %q did not finish", e.command())
 	}
 	return e.Result()
 }

@@ -23,19 +23,19 @@ import (
 // BenchmarkLifecycleLocal is a local sandbox: namespaces, overlay root,
 // cgroups, runboxd as PID 1.
 func BenchmarkLifecycleLocal(b *testing.B) {
-	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{})
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{}, false)
 }
 
 // BenchmarkLifecycleLocalLimits adds memory and pids limits (cgroup v1
 // directories on a hybrid host) and a network namespace.
 func BenchmarkLifecycleLocalLimits(b *testing.B) {
-	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{Memory: 512 << 20, Pids: 512, Network: "none"})
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{Memory: 512 << 20, Pids: 512, Network: "none"}, false)
 }
 
 // BenchmarkLifecycleHost is the baseline: a host sandbox.
 func BenchmarkLifecycleHost(b *testing.B) {
 	p := newProvider(b)
-	benchLifecycle(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{})
+	benchLifecycle(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{}, false)
 }
 
 // BenchmarkLifecycleHostClientOpen removes the host sandbox while the
@@ -43,12 +43,12 @@ func BenchmarkLifecycleHost(b *testing.B) {
 // removes its sandbox before closing its client does.
 func BenchmarkLifecycleHostClientOpen(b *testing.B) {
 	p := newProvider(b)
-	benchLifecycleWith(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{}, true)
+	benchLifecycle(b, &host.Provider{Home: p.Home, Runboxd: p.Runboxd}, runbox.SandboxSpec{}, true)
 }
 
 // BenchmarkLifecycleLocalClientOpen is the same on a local sandbox.
 func BenchmarkLifecycleLocalClientOpen(b *testing.B) {
-	benchLifecycleWith(b, newProvider(b), runbox.SandboxSpec{}, true)
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{}, true)
 }
 
 // lifecycle is the part of runbox.Provider the benchmark uses.
@@ -58,13 +58,9 @@ type lifecycle interface {
 	Remove(context.Context, runbox.Sandbox, bool) error
 }
 
-func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec) {
-	benchLifecycleWith(b, p, spec, false)
-}
-
-// benchLifecycleWith closes the first exec's client after the removal
-// instead of before it when clientOpen.
-func benchLifecycleWith(b *testing.B, p lifecycle, spec runbox.SandboxSpec, clientOpen bool) {
+// benchLifecycle closes the first exec's client after the removal instead
+// of before it when clientOpen.
+func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec, clientOpen bool) {
 	spec.Workdir = b.TempDir()
 	ctx := context.Background()
 	var create, remove time.Duration
