@@ -8,6 +8,10 @@ var (
 	// ErrSandboxLost means runboxd cannot be reached or the sandbox is gone.
 	// It is never reported as an exit code.
 	ErrSandboxLost = errors.New("sandbox lost")
+	// ErrUnauthenticated means runboxd refused the connection because it
+	// did not carry the sandbox's secret (a missing, wrong or damaged
+	// secret): the sandbox is there, but this caller may not use it.
+	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrSandboxNotFound means no sandbox has the given id or name.
 	ErrSandboxNotFound = errors.New("no such sandbox")
 	// ErrExecNotFound means the daemon knows no exec with the given id
@@ -51,6 +55,16 @@ var (
 	// is empty, has a NUL byte or an over-long component, or names an
 	// entry type runbox does not write (devices, fifos).
 	ErrInvalidPath = errors.New("invalid path")
+	// ErrTooLarge means a request, or a part of it, is over its size limit
+	// (see MaxCommandBytes and the limits beside it). The error is a
+	// *SizeError naming the limit when the client caught it; the daemon's
+	// carries the same message. Nothing was run.
+	ErrTooLarge = errors.New("request too large")
+	// ErrExecIDConflict means an exec with the given id exists and was
+	// started with a different spec. An exec id is an idempotency key: the
+	// same id with the same spec attaches to the exec instead of running it
+	// again, and the same id with another spec is refused.
+	ErrExecIDConflict = errors.New("exec id already in use by a different spec")
 )
 
 // Error is an error from an operation on a sandbox, carrying which operation,

@@ -271,9 +271,14 @@ type SandboxSpec struct {
 	// tree, an unpacked image), for the local provider; empty means the
 	// host's own root, read-only under a writable overlay.
 	Rootfs string
-	// UserNS runs the sandbox in a user namespace even as root (the local
-	// provider always uses one when not root).
+	// UserNS is kept for compatibility: the local provider now always runs
+	// a sandbox in a user namespace (see HostRoot).
 	UserNS bool
+	// HostRoot makes a local sandbox's root the host's root, as before
+	// runbox mapped it to an unprivileged host uid range: weaker (a
+	// command that escapes the sandbox's view is host root), for what cannot
+	// run mapped. Only root can ask for it.
+	HostRoot bool
 	// Workdir is a host directory made available in the sandbox.
 	Workdir string
 	// Memory (bytes), Pids and CPUs are resource limits; zero means none.

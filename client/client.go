@@ -141,9 +141,9 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 		rpc: runboxv1connect.NewRunboxServiceClient(&http.Client{Transport: t}, baseURL,
 			// Output is mostly small chunks on a local stream: compressing
 			// it costs more than it saves.
-			connect.WithAcceptCompression("gzip", nil, nil)),
+			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{})),
 		files: runboxv1connect.NewFilesServiceClient(&http.Client{Transport: t}, baseURL,
-			connect.WithAcceptCompression("gzip", nil, nil)),
+			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{})),
 		transport: t,
 		sandbox:   o.sandbox,
 		window:    o.window,
@@ -203,11 +203,22 @@ func (c *Client) Signal(ctx context.Context, id string, sig syscall.Signal) (int
 
 // WriteStdin writes p to the stdin of the exec with id, which must have been
 // started WithStdinStream or WithPTY.
+//
+// p may be of any size: it is sent in messages of at most
+// runbox.MaxStdinChunkBytes.
 func (c *Client) WriteStdin(ctx context.Context, id string, p []byte) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.rpc.WriteStdin(ctx, connect.NewRequest(&runboxv1.WriteStdinRequest{Id: id, Data: p}))
-	return c.opError("write stdin", id, ctx, err)
+	for {
+		chunk := p[:min(len(p), runbox.MaxStdinChunkBytes)]
+		_, err := c.rpc.WriteStdin(ctx, connect.NewRequest(&runboxv1.WriteStdinRequest{Id: id, Data: chunk}))
+		if err != nil {
+			return c.opError("write stdin", id, ctx, err)
+		}
+		if p = p[len(chunk):]; len(p) == 0 {
+			return nil
+		}
+	}
 }
 
 // CloseStdin closes the stdin of the exec with id.

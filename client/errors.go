@@ -27,16 +27,27 @@ func (e *remoteError) Unwrap() error { return e.sentinel }
 
 // cause maps a call's error to what a *runbox.Error carries:
 //   - an error the daemon tagged: its sentinel (with the daemon's message);
+//   - a request the client could not encode: runbox.ErrInvalidSpec (nothing
+//     was sent);
+//   - a message the daemon refused for its size before reading it:
+//     runbox.ErrTooLarge;
 //   - ctx ended (the caller gave up): ctx's error;
 //   - a transport failure (connection refused or broken, unavailable):
 //     runbox.ErrSandboxLost with the failure as cause;
-//   - anything else unchanged.
+//   - anything else unchanged (an untagged error the daemon itself sent
+//     among them: it answered, so it is not lost).
 func cause(ctx context.Context, err error) error {
 	if sentinel, msg, tagged := wire.FromConnectError(err); tagged {
 		if sentinel == nil {
 			return errors.New(msg)
 		}
 		return &remoteError{sentinel: sentinel, msg: msg}
+	}
+	if errors.Is(err, errUnencodable) {
+		return fmt.Errorf("%w: %v", runbox.ErrInvalidSpec, err)
+	}
+	if connect.CodeOf(err) == connect.CodeResourceExhausted {
+		return fmt.Errorf("%w: %v (the limit is runbox.MaxMessageBytes)", runbox.ErrTooLarge, err)
 	}
 	if ctx != nil && ctx.Err() != nil {
 		if c := context.Cause(ctx); errors.Is(c, errClientClosed) {
@@ -57,14 +68,27 @@ func cause(ctx context.Context, err error) error {
 // an answer from the daemon, so the call may be retried on a new one. It is
 // only consulted while the call's own context is live, so Canceled and
 // DeadlineExceeded here come from the other side or the transport.
+//
+// An answer is never transient: a tagged error, a request the client could
+// not encode, or an error the daemon sent (connect.IsWireError) with a code
+// other than Unavailable (which a stopping daemon sends). Untagged Internal
+// and Unknown errors the client made itself are transient: they are how
+// connect reports a connection that broke mid-message.
 func transient(err error) bool {
 	if _, _, tagged := wire.FromConnectError(err); tagged {
+		return false
+	}
+	if errors.Is(err, errUnencodable) {
 		return false
 	}
 	if errors.Is(err, errStreamEnded) {
 		return true
 	}
-	switch connect.CodeOf(err) { // CodeUnknown for errors that are not connect's
+	code := connect.CodeOf(err) // CodeUnknown for errors that are not connect's
+	if connect.IsWireError(err) && code != connect.CodeUnavailable {
+		return false
+	}
+	switch code {
 	case connect.CodeUnavailable, connect.CodeUnknown, connect.CodeInternal,
 		connect.CodeAborted, connect.CodeCanceled, connect.CodeDeadlineExceeded:
 		return true

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
@@ -185,7 +186,25 @@ func (c *Client) ExecArgv(ctx context.Context, argv []string, opts ...ExecOption
 
 // ExecSpec runs spec, with opts applied over it, like Exec.
 func (c *Client) ExecSpec(ctx context.Context, spec runbox.ExecSpec, opts ...ExecOption) (runbox.Result, error) {
-	return c.newProcess(newExecOptions(spec, opts)).Wait(ctx)
+	o := newExecOptions(spec, opts)
+	if err := checkSpec(o.spec); err != nil {
+		return runbox.Result{}, c.opError("exec", o.spec.ID, nil, err)
+	}
+	return c.newProcess(o).Wait(ctx)
+}
+
+// checkSpec refuses, before anything is sent, a spec the daemon would
+// refuse for its size or its NUL bytes (runbox.ExecSpec.CheckInput), or
+// whose id or session name cannot be sent (they must be UTF-8; the daemon
+// then checks their characters).
+func checkSpec(spec runbox.ExecSpec) error {
+	switch {
+	case !utf8.ValidString(spec.ID):
+		return fmt.Errorf("%w: exec id %q is not valid UTF-8", runbox.ErrInvalidSpec, spec.ID)
+	case !utf8.ValidString(spec.Session):
+		return fmt.Errorf("%w: session name %q is not valid UTF-8", runbox.ErrInvalidSpec, spec.Session)
+	}
+	return spec.CheckInput()
 }
 
 // Start runs a shell command and returns once it has started. Call Wait for
@@ -199,7 +218,11 @@ func (c *Client) Start(ctx context.Context, command string, opts ...ExecOption) 
 
 // StartSpec runs spec, with opts applied over it, like Start.
 func (c *Client) StartSpec(ctx context.Context, spec runbox.ExecSpec, opts ...ExecOption) (*Process, error) {
-	p := c.newProcess(newExecOptions(spec, opts))
+	o := newExecOptions(spec, opts)
+	if err := checkSpec(o.spec); err != nil {
+		return nil, c.opError("exec", o.spec.ID, nil, err)
+	}
+	p := c.newProcess(o)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	res, started, err := p.drive(ctx, true)
@@ -320,8 +343,11 @@ func (p *Process) watchOverdue(after time.Duration, cause error) {
 	check = func() {
 		ctx, cancel := context.WithTimeout(p.c.base, p.c.headroom)
 		infos, err := p.c.List(ctx)
+		answered := err == nil || ctx.Err() == nil && !errors.Is(err, runbox.ErrSandboxLost)
 		cancel()
-		busy := err == nil && slices.ContainsFunc(infos, func(e runbox.ExecInfo) bool { return e.ID == p.id })
+		// The daemon still has the exec, or answered with an error (it is
+		// there, though it did not say whether it has the exec).
+		busy := answered && (err != nil || slices.ContainsFunc(infos, func(e runbox.ExecInfo) bool { return e.ID == p.id }))
 		p.overdueMu.Lock()
 		defer p.overdueMu.Unlock()
 		if p.done {

@@ -12,8 +12,11 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/seccomp"
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
@@ -62,13 +65,30 @@ func jailServe(args []string, stderr io.Writer) error {
 		}
 		cfg.ExecCgroupsV1 = append(cfg.ExecCgroupsV1, f)
 	}
-	entered, err := jail.Enter(jc, daemon.Listen)
+	entered, err := jail.Enter(jc, func(path string) (net.Listener, error) {
+		if jc.ListenerFD == 0 {
+			return daemon.Listen(path)
+		}
+		f := os.NewFile(uintptr(jc.ListenerFD), "listener")
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("jail: inherited listener: %w", err)
+		}
+		return ln, nil
+	})
 	if err != nil {
 		return err
 	}
 	ln := entered.Listener
 	cfg.CgroupDir = entered.CgroupDir
 	if err := jail.DropCapabilities(); err != nil {
+		ln.Close()
+		return err
+	}
+	// Last: from here on neither runboxd nor anything it starts may mount,
+	// load modules, touch the keyring, bpf, perf, ... (see seccomp).
+	if err := seccomp.Install(); err != nil {
 		ln.Close()
 		return err
 	}
@@ -80,7 +100,7 @@ func jailServe(args []string, stderr io.Writer) error {
 			return fmt.Errorf("jail: %w", err)
 		}
 	}
-	return serveOn(context.Background(), cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil })
+	return serveOn(context.Background(), cfg, authConfig{sum: jc.AuthSHA256}, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil })
 }
 
 // oomKills reads the oom_kill counter of a memory.oom_control file.
@@ -98,23 +118,72 @@ func oomKills(f *os.File) (uint64, error) {
 	return 0, errors.New("no oom_kill counter in memory.oom_control")
 }
 
-// readConfig reads the jail configuration from configFD, to its end.
+// maxConfig bounds the configuration the provider sends.
+const maxConfig = 1 << 20
+
+// readConfig reads the jail configuration from configFD (a unix socket), to
+// its end, with the descriptors sent along with it (SCM_RIGHTS): the
+// layers, the id-mapped root and the workspace trees, in that order, where the
+// configuration says there are.
 func readConfig() (jail.Config, error) {
 	var jc jail.Config
-	f := os.NewFile(configFD, "config")
-	if f == nil {
-		return jc, errors.New("jail: no configuration descriptor (fd 3)")
+	var b []byte
+	var fds []int
+	buf := make([]byte, 64<<10)
+	oob := make([]byte, unix.CmsgSpace(4*4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(configFD, buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return jc, fmt.Errorf("jail: read configuration (fd %d): %w", configFD, err)
+		}
+		if oobn > 0 {
+			msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+			if err != nil {
+				return jc, fmt.Errorf("jail: configuration descriptors: %w", err)
+			}
+			for _, m := range msgs {
+				if rights, err := unix.ParseUnixRights(&m); err == nil {
+					fds = append(fds, rights...)
+				}
+			}
+		}
+		if n == 0 {
+			break
+		}
+		if b = append(b, buf[:n]...); len(b) > maxConfig {
+			return jc, fmt.Errorf("jail: configuration larger than %d bytes", maxConfig)
+		}
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, 1<<20))
-	if err != nil {
-		return jc, fmt.Errorf("jail: read configuration: %w", err)
-	}
+	unix.Close(configFD)
 	if len(b) == 0 {
 		return jc, errors.New("jail: the provider sent no configuration")
 	}
 	if err := json.Unmarshal(b, &jc); err != nil {
 		return jc, fmt.Errorf("jail: configuration: %w", err)
+	}
+	want := 0
+	for _, b := range []bool{jc.LayersTree, jc.LowerTree, jc.WorkspaceTree} {
+		if b {
+			want++
+		}
+	}
+	if len(fds) != want {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return jc, fmt.Errorf("jail: expected %d mount descriptors with the configuration, got %d", want, len(fds))
+	}
+	if jc.LayersTree {
+		jc.LayersTreeFD, fds = fds[0], fds[1:]
+	}
+	if jc.LowerTree {
+		jc.LowerTreeFD, fds = fds[0], fds[1:]
+	}
+	if jc.WorkspaceTree {
+		jc.WorkspaceTreeFD = fds[0]
 	}
 	return jc, nil
 }

@@ -2,12 +2,17 @@
 // sandbox. It only parses flags and wires packages; the behaviour lives in
 // internal/supervisor and internal/daemon.
 //
-//	runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D]
-//	              [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
+//	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off]
+//	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]
-//	              (PID 1 of a local sandbox; configuration on fd 3)
+//	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
 //	runboxd proxy --socket PATH
 //	runboxd version
+//
+// Every connection is authenticated (internal/daemonauth): runboxd is given
+// only the SHA-256 of the sandbox's secret (--auth-sha256, or the jail's
+// configuration), and refuses to serve without it unless --insecure-no-auth
+// says so, which is for tests only.
 //
 // As a container's PID 1, serve drops the signals its commands can send it
 // and stops on SIGRTMIN+3 instead of SIGTERM.
@@ -15,6 +20,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
@@ -28,6 +34,7 @@ import (
 	"syscall"
 
 	"github.com/runbox/runbox/internal/daemon"
+	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
@@ -45,7 +52,7 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
+  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`
@@ -90,6 +97,7 @@ func serve(args []string, stderr io.Writer) error {
 	var cfg supervisor.Config
 	supervisorFlags(fs, &cfg)
 	fs.StringVar(&cfg.Dir, "dir", "", "default working directory for execs (default: the daemon's)")
+	auth := authFlags(fs)
 	threads := fs.Int("threads", 0, "OS threads to make at start and keep, so that commands filling a pids limit the daemon shares cannot stop it making one")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -114,16 +122,47 @@ func serve(args []string, stderr io.Writer) error {
 		return fmt.Errorf("serve: --threads %d: want 0 to 1000", *threads)
 	}
 	keepThreads(*threads)
-	return serveOn(ctx, cfg, stderr, func(*supervisor.Supervisor) (net.Listener, error) {
+	return serveOn(ctx, cfg, *auth, stderr, func(*supervisor.Supervisor) (net.Listener, error) {
 		return daemon.ListenMode(*socket, os.FileMode(mode))
 	})
 }
 
+// authConfig is how runboxd authenticates its connections.
+type authConfig struct {
+	// sum is the SHA-256 of the sandbox's secret, in hex.
+	sum string
+	// insecure serves every connection unauthenticated (tests only).
+	insecure bool
+}
+
+// authFlags adds the authentication flags of serve to fs.
+func authFlags(fs *flag.FlagSet) *authConfig {
+	var a authConfig
+	fs.StringVar(&a.sum, "auth-sha256", "", "SHA-256 (hex) of the sandbox's secret: every connection must start with the secret (required)")
+	fs.BoolVar(&a.insecure, "insecure-no-auth", false, "serve connections without authentication: any process that reaches the socket controls the sandbox (tests only)")
+	return &a
+}
+
 // serveOn starts the supervisor, opens the listener and serves until ctx ends
-// or a Shutdown RPC arrives.
-func serveOn(ctx context.Context, cfg supervisor.Config, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error)) error {
+// or a Shutdown RPC arrives. Every connection is authenticated with auth,
+// whatever opened the listener, so serve, jail and container modes all are.
+func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error)) error {
 	cfg.Version = versionString()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	var sum [sha256.Size]byte
+	switch {
+	case auth.insecure && auth.sum != "":
+		return errors.New("--insecure-no-auth and --auth-sha256 exclude each other")
+	case auth.insecure:
+		log.Warn("serving WITHOUT authentication (--insecure-no-auth, for tests only): any process that reaches the socket controls the sandbox")
+	case auth.sum == "":
+		return errors.New("no hash of the sandbox's secret (--auth-sha256, or auth_sha256 in a jail's configuration): runboxd does not serve unauthenticated connections; --insecure-no-auth is for tests only")
+	default:
+		var err error
+		if sum, err = daemonauth.ParseSum(auth.sum); err != nil {
+			return fmt.Errorf("--auth-sha256: %w", err)
+		}
+	}
 	sup, err := supervisor.New(cfg)
 	if err != nil {
 		return err
@@ -133,7 +172,10 @@ func serveOn(ctx context.Context, cfg supervisor.Config, stderr io.Writer, liste
 		sup.Shutdown(context.Background(), 0)
 		return err
 	}
-	log.Info("serving", "socket", ln.Addr().String(), "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
+	if !auth.insecure {
+		ln = daemonauth.Listen(ln, sum, log)
+	}
+	log.Info("serving", "socket", ln.Addr().String(), "authenticated", !auth.insecure, "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
 	if err := daemon.NewServer(sup, log).Serve(ctx, ln); err != nil {
 		return err
 	}

@@ -237,6 +237,9 @@ func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
 	if res.Survivors > 0 {
 		fmt.Fprintf(a.stderr, "runbox: warning: %d processes survived SIGKILL\n", res.Survivors)
 	}
+	if res.SpillTruncated {
+		fmt.Fprintln(a.stderr, "runbox: warning: a spill file holds only the start of its stream, or none of it (the sandbox's spill budget ran out, or a write failed)")
+	}
 	if res.StreamGaps > 0 {
 		where := "the sandbox's replay ring no longer had it"
 		if res.StdoutSpill != "" || res.StderrSpill != "" {
@@ -251,7 +254,8 @@ func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
 // output as text; when a stream is not valid UTF-8, its text has each invalid
 // byte replaced by U+FFFD and StdoutBase64/StderrBase64 carry the exact bytes.
 // StdoutSpill/StderrSpill appear only when the daemon wrote a stream's full
-// output to a file in the sandbox.
+// output to a file in the sandbox, and SpillTruncated only when such a file
+// holds less than the whole stream.
 type execResult struct {
 	ID            string `json:"id"`
 	ExitCode      int    `json:"exit_code"`
@@ -271,24 +275,29 @@ type execResult struct {
 	OOMKilled     bool   `json:"oom_killed"`
 	StdoutSpill   string `json:"stdout_spill,omitempty"`
 	StderrSpill   string `json:"stderr_spill,omitempty"`
+	// SpillTruncated says a spill file holds less than the whole stream
+	// (the spill budget ran out, the disk filled, a write failed): it holds
+	// the stream's first bytes, or was removed to make room.
+	SpillTruncated bool `json:"spill_truncated,omitempty"`
 }
 
 func resultJSON(r runbox.Result, cwd string) execResult {
 	out := execResult{
-		ID:            r.ID,
-		ExitCode:      r.ExitCode,
-		Signal:        r.Signal,
-		TimedOut:      r.TimedOut,
-		Cancelled:     r.Cancelled,
-		IdleTimedOut:  r.IdleTimedOut,
-		DurationMS:    r.Duration.Milliseconds(),
-		StdoutDropped: r.StdoutDropped,
-		StderrDropped: r.StderrDropped,
-		Cwd:           cwd,
-		Killed:        r.Killed,
-		OOMKilled:     r.OOMKilled,
-		StdoutSpill:   r.StdoutSpill,
-		StderrSpill:   r.StderrSpill,
+		ID:             r.ID,
+		ExitCode:       r.ExitCode,
+		Signal:         r.Signal,
+		TimedOut:       r.TimedOut,
+		Cancelled:      r.Cancelled,
+		IdleTimedOut:   r.IdleTimedOut,
+		DurationMS:     r.Duration.Milliseconds(),
+		StdoutDropped:  r.StdoutDropped,
+		StderrDropped:  r.StderrDropped,
+		Cwd:            cwd,
+		Killed:         r.Killed,
+		OOMKilled:      r.OOMKilled,
+		StdoutSpill:    r.StdoutSpill,
+		StderrSpill:    r.StderrSpill,
+		SpillTruncated: r.SpillTruncated,
 	}
 	out.Stdout, out.StdoutBase64 = text(r.Stdout)
 	out.Stderr, out.StderrBase64 = text(r.Stderr)

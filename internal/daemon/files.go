@@ -6,6 +6,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/runbox/runbox"
+
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/files"
 )
@@ -86,7 +88,11 @@ func dataReader[M any, PM interface {
 }](stream *connect.ClientStream[M]) io.Reader {
 	return &msgReader{next: func() ([]byte, error) {
 		if stream.Receive() {
-			return PM(stream.Msg()).GetData(), nil
+			data := PM(stream.Msg()).GetData()
+			if err := runbox.CheckSize("file data message", int64(len(data)), runbox.MaxFileChunkBytes, "runbox.MaxFileChunkBytes"); err != nil {
+				return nil, err
+			}
+			return data, nil
 		}
 		if err := stream.Err(); err != nil {
 			return nil, err

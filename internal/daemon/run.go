@@ -17,7 +17,10 @@ import (
 // started, output when asked, and exited. If the client goes away the
 // handler returns; the exec keeps running.
 func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunRequest], stream *connect.ServerStream[runboxv1.ExecEvent]) error {
-	spec := wire.SpecFromProto(req.Msg.GetSpec())
+	spec, err := wire.SpecFromProto(req.Msg.GetSpec())
+	if err != nil {
+		return s.rpcError("run", err)
+	}
 	if !req.Msg.GetStreamOutput() {
 		e, attached, err := s.sup.Start(spec)
 		if err != nil {
@@ -36,10 +39,12 @@ func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunReque
 }
 
 // follow sends the started event, then (when r is not nil) every output
-// event r reads, then the exited event once the result is final.
+// event r reads, then the exited event once the result is final. A failed
+// send returns a tagged error (see sendFailed), so a client that can still
+// read it knows the daemon answered.
 func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *supervisor.OutputReader, stream *connect.ServerStream[runboxv1.ExecEvent]) error {
 	if err := stream.Send(startedEvent(e, attached)); err != nil {
-		return err
+		return sendFailed(ctx, e, "started event", err)
 	}
 	if r != nil {
 		for {
@@ -51,7 +56,7 @@ func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *superviso
 				return err
 			}
 			if err := stream.Send(outputEvent(ev)); err != nil {
-				return err
+				return sendFailed(ctx, e, "output", err)
 			}
 		}
 	}
@@ -61,7 +66,22 @@ func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *superviso
 		return ctx.Err()
 	}
 	if err := stream.Send(exitedEvent(e)); err != nil {
-		return fmt.Errorf("exec %s: send result: %w", e.ID(), err)
+		return sendFailed(ctx, e, "result", err)
 	}
 	return nil
+}
+
+// sendFailed is the error a stream handler returns when it could not send
+// an event. A broken connection or a gone client leaves no one to read it;
+// anything else (an event that cannot be encoded) would be read by the
+// client, and connect's untagged Internal code would look like a transport
+// failure to retry until the sandbox is declared lost. So it goes back
+// tagged: an internal error of a daemon that answered.
+func sendFailed(ctx context.Context, e *supervisor.Exec, what string, err error) error {
+	if ctx.Err() != nil {
+		return err
+	}
+	ce := connect.NewError(connect.CodeInternal, fmt.Errorf("exec %s: send %s: %w", e.ID(), what, err))
+	ce.Meta().Set(wire.ErrorKey, wire.TagInternal)
+	return ce
 }

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/supervisor"
@@ -60,8 +62,11 @@ func NewServer(sup *supervisor.Supervisor, log *slog.Logger) *Server {
 // Handler returns the HTTP handler serving the API.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(runboxv1connect.NewRunboxServiceHandler(s))
-	mux.Handle(runboxv1connect.NewFilesServiceHandler(newFilesServer(s)))
+	// A message over the limit is refused from its length prefix, before
+	// it is read into memory (see runbox.MaxMessageBytes).
+	limit := connect.WithReadMaxBytes(runbox.MaxMessageBytes)
+	mux.Handle(runboxv1connect.NewRunboxServiceHandler(s, limit))
+	mux.Handle(runboxv1connect.NewFilesServiceHandler(newFilesServer(s), limit))
 	return mux
 }
 

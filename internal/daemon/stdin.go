@@ -5,11 +5,16 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/runbox/runbox"
+
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 )
 
 // WriteStdin writes to the stdin of an exec started with stdin_stream.
 func (s *Server) WriteStdin(_ context.Context, req *connect.Request[runboxv1.WriteStdinRequest]) (*connect.Response[runboxv1.WriteStdinResponse], error) {
+	if err := runbox.CheckSize("stdin chunk", int64(len(req.Msg.GetData())), runbox.MaxStdinChunkBytes, "runbox.MaxStdinChunkBytes"); err != nil {
+		return nil, s.rpcError("write stdin", err)
+	}
 	e, err := s.sup.Get(req.Msg.GetId())
 	if err != nil {
 		return nil, s.rpcError("write stdin", err)

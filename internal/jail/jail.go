@@ -15,6 +15,20 @@ type Config struct {
 	// Lower is the read-only base of the root filesystem: "/" for the
 	// host's root, or a root filesystem directory (--rootfs).
 	Lower string `json:"lower"`
+	// LowerTree says the provider sent, with the configuration, a detached
+	// id-mapped mount of Lower's own filesystem (first of the descriptors
+	// sent), to be the overlay's lower layer: host uid N's files are then
+	// sandbox uid N's, though sandbox root is an unprivileged host uid.
+	LowerTree   bool `json:"lower_tree,omitempty"`
+	LowerTreeFD int  `json:"-"`
+	// LayersTree says the provider sent, first of the descriptors, a
+	// detached mount of the sandbox's layers directory, to be attached at
+	// LayersPath: the directories above it on the host are closed to a
+	// mapped root, and a path through a descriptor opened in the host's
+	// mount namespace cannot be mounted on. Upper, Work, Merged and
+	// PrivateDir then lie under LayersPath.
+	LayersTree   bool `json:"layers_tree,omitempty"`
+	LayersTreeFD int  `json:"-"`
 	// Upper and Work are the overlay's upper and work directories (in the
 	// sandbox's state directory on the host); Merged is where the overlay
 	// is mounted before the pivot.
@@ -24,8 +38,24 @@ type Config struct {
 	// Workspace is a host directory bind-mounted read-write at
 	// WorkspacePath; "" for none.
 	Workspace string `json:"workspace,omitempty"`
+	// WorkspaceTree says the provider sent, with the configuration, a
+	// detached mount of Workspace (open_tree) already id-mapped to the
+	// sandbox's user namespace: it is attached at WorkspacePath instead of
+	// a plain bind, so sandbox uid N owns what host uid N owns there.
+	WorkspaceTree bool `json:"workspace_tree,omitempty"`
+	// WorkspaceTreeFD is that mount's descriptor in this process, once
+	// received (never part of the JSON).
+	WorkspaceTreeFD int `json:"-"`
 	// Socket is the host path of runboxd's unix socket.
 	Socket string `json:"socket"`
+	// ListenerFD, when not 0, is an inherited descriptor of the API socket
+	// already listening (made by the provider, which can write where a
+	// sandbox's mapped root cannot); Socket is then only informative.
+	ListenerFD int `json:"listener_fd,omitempty"`
+	// UserNS says runboxd runs in a user namespace of its own: it then
+	// caps the namespace's count of nested user namespaces at zero, so no
+	// command can make one (and with it a mount namespace it owns).
+	UserNS bool `json:"userns,omitempty"`
 	// Hostname is the sandbox's hostname (its UTS namespace is its own).
 	Hostname string `json:"hostname"`
 	// NetworkNone brings up loopback in the sandbox's own, otherwise empty,
@@ -33,8 +63,21 @@ type Config struct {
 	NetworkNone bool `json:"network_none,omitempty"`
 	// Mask lists host directories that must not be visible in the sandbox
 	// (the runbox home, with every sandbox's state): each gets an empty
-	// read-only tmpfs over it.
+	// read-only tmpfs over it, at its own path and, when it lies inside
+	// Workspace, at its path under WorkspacePath too.
 	Mask []string `json:"mask,omitempty"`
+	// MaskFiles lists host files the sandbox must not read (SSH host
+	// keys): each gets an empty read-only file over it.
+	MaskFiles []string `json:"mask_files,omitempty"`
+	// Private lists host directories replaced in the sandbox by an empty
+	// directory of its own, on disk under PrivateDir, owned by the
+	// sandbox's root and writable (/root, /home: the host's are not the
+	// sandbox's business, but its root needs a home).
+	Private    []string `json:"private,omitempty"`
+	PrivateDir string   `json:"private_dir,omitempty"`
+	// Fresh lists directories that get a fresh, empty, writable tmpfs
+	// (/run: the host's holds its daemons' sockets).
+	Fresh []string `json:"fresh,omitempty"`
 	// Env is the environment commands start with (the host's is not
 	// inherited).
 	Env []string `json:"env"`
@@ -49,7 +92,19 @@ type Config struct {
 	// Threads is how many OS threads runboxd makes at start and keeps,
 	// where its pids limit is shared with the commands (a cgroup v2 host).
 	Threads int `json:"threads,omitempty"`
+	// AuthSHA256 is the SHA-256 (hex) of the sandbox's secret: runboxd
+	// serves only connections that start with the secret
+	// (internal/daemonauth), and refuses to start without it.
+	AuthSHA256 string `json:"auth_sha256"`
 }
+
+// Scratch is the directory of runboxd's mount namespace that gets a
+// private tmpfs before anything else is mounted, to attach what the
+// provider sent (LayersPath, the lower tree); it vanishes with the pivot.
+const Scratch = "/tmp"
+
+// LayersPath is where a LayersTree is attached.
+const LayersPath = Scratch + "/layers"
 
 // WorkspacePath is where the workspace appears inside the sandbox; it is the
 // default working directory of every exec.

@@ -39,6 +39,9 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 		return nil, fmt.Errorf("jail: make mounts private: %w", err)
 	}
 	root := cfg.Merged
+	if err := attachTrees(&cfg); err != nil {
+		return nil, err
+	}
 	if err := mountRoot(cfg); err != nil {
 		return nil, err
 	}
@@ -53,20 +56,34 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("jail: make runboxd non-dumpable: %w", err)
 	}
+	if cfg.UserNS {
+		// Written before /proc/sys turns read-only; the count is checked at
+		// every level up, so nothing in the sandbox can make a user
+		// namespace (clone3's flags are beyond a seccomp filter's sight).
+		if err := os.WriteFile(filepath.Join(root, "proc/sys/user/max_user_namespaces"), []byte("0\n"), 0); err != nil {
+			return nil, fmt.Errorf("jail: cap nested user namespaces: %w", err)
+		}
+	}
 	if err := maskProc(filepath.Join(root, "proc")); err != nil {
 		return nil, err
 	}
 	if !cfg.NetworkNone && cfg.Lower == "/" {
 		copyResolvConf("/etc/resolv.conf", root)
 	}
-	if cfg.Workspace != "" {
-		if err := bind(cfg.Workspace, filepath.Join(root, WorkspacePath), 0); err != nil {
-			return nil, fmt.Errorf("jail: workspace: %w", err)
-		}
+	if err := hideHost(cfg, root); err != nil {
+		return nil, err
+	}
+	if err := mountWorkspace(cfg, root); err != nil {
+		return nil, err
 	}
 	for _, m := range cfg.Mask {
 		if err := mask(filepath.Join(root, m)); err != nil {
 			return nil, fmt.Errorf("jail: hide %s: %w", m, err)
+		}
+		if rel, ok := under(cfg.Workspace, m); ok {
+			if err := mask(filepath.Join(root, WorkspacePath, rel)); err != nil {
+				return nil, fmt.Errorf("jail: hide %s in the workspace: %w", m, err)
+			}
 		}
 	}
 	ln, err := listen(cfg.Socket)
@@ -106,7 +123,17 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 // root always has. Then the root is a tmpfs holding one overlay per
 // top-level directory that has none (/usr, /etc, ... stay writable), and a
 // read-only bind of each one that does.
+//
+// With a LowerTree (the provider's id-mapped clone of the lower's own
+// mount, without the mounts under it), that tree is attached beside the
+// upper layer and is the overlay's one lower layer.
 func mountRoot(cfg Config) error {
+	if cfg.LowerTree {
+		if err := overlay(scratchLower, cfg.Upper, cfg.Work, cfg.Merged, cfg.UserNS); err != nil {
+			return fmt.Errorf("jail: overlay %s (lower %s, upper %s): %w", cfg.Merged, cfg.Lower, cfg.Upper, err)
+		}
+		return nil
+	}
 	err := overlay(cfg.Lower, cfg.Upper, cfg.Work, cfg.Merged, false)
 	if err == nil {
 		return nil
@@ -215,13 +242,18 @@ func mountSystem(root string) (int, error) {
 	if err := mountDir("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 		return -1, fmt.Errorf("jail: /tmp: %w", err)
 	}
-	// A fresh sysfs needs its own network namespace or real root; without
-	// one the sandbox simply has an empty /sys.
-	if err := mountDir("sysfs", at("/sys"), "sysfs", noSuidDevExec|unix.MS_RDONLY, ""); err != nil {
-		return -1, nil
+	// A fresh sysfs needs a network namespace of the sandbox's own, or
+	// real root; without one /sys is an empty tmpfs, read-only once the
+	// cgroup tree is in it.
+	sys := at("/sys")
+	if err := mountDir("sysfs", sys, "sysfs", noSuidDevExec|unix.MS_RDONLY, ""); err != nil {
+		if err := unix.Mount("tmpfs", sys, "tmpfs", noSuidDevExec, "mode=755,size=64k"); err != nil {
+			return -1, nil
+		}
+		defer unix.Mount("", sys, "", unix.MS_REMOUNT|unix.MS_RDONLY|noSuidDevExec, "mode=755,size=64k")
 	}
-	cg := at("/sys/fs/cgroup")
-	if err := unix.Mount("tmpfs", cg, "tmpfs", noSuidDevExec, "mode=755"); err != nil {
+	cg := filepath.Join(sys, "fs/cgroup")
+	if err := mountDir("tmpfs", cg, "tmpfs", noSuidDevExec, "mode=755"); err != nil {
 		return -1, nil
 	}
 	fd, err := mountCgroup2(filepath.Join(cg, "unified"))

@@ -10,6 +10,8 @@
 //	$HOME/sandboxes/<id>/sandbox.json   the record: id, provider, name, pid, start time, socket
 //	$HOME/sandboxes/<id>/runboxd.sock   runboxd's API socket
 //	$HOME/sandboxes/<id>/runboxd.log    runboxd's stdout and stderr
+//	$HOME/sandboxes/<id>/secret         the sandbox's secret (0600): every connection to
+//	                                    runboxd starts with it; runboxd holds only its SHA-256
 //
 // A record stores runboxd's pid together with the process start time from
 // /proc/<pid>/stat, so a recycled pid is never mistaken for the sandbox's
@@ -35,6 +37,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
@@ -104,6 +107,10 @@ type Launch struct {
 	Spec runbox.SandboxSpec
 	// Log is where runboxd's stdout and stderr go.
 	Log *os.File
+	// AuthSHA256 is the SHA-256 (hex) of the sandbox's secret, which
+	// runboxd must be given (never the secret itself) so that it serves
+	// only connections that start with the secret.
+	AuthSHA256 string
 }
 
 // Store creates and finds the sandboxes of one Kind under a runbox home.
@@ -273,6 +280,10 @@ func (p *Store) reserve(dir, name, workdir, bin string) (Record, error) {
 		} else if err != nil {
 			return Record{}, fmt.Errorf("sandbox dir: %w", err)
 		}
+		if err := writeSecret(sbDir); err != nil {
+			os.RemoveAll(sbDir)
+			return Record{}, err
+		}
 		rec := Record{
 			ID:       id,
 			Name:     name,
@@ -310,7 +321,13 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 		return fmt.Errorf("runboxd log: %w", err)
 	}
 	home := filepath.Dir(filepath.Dir(sbDir)) // <home>/sandboxes/<id>
-	proc, err := p.Launch(ctx, Launch{Dir: sbDir, Home: home, Record: rec, Spec: spec, Log: logf})
+	secret, err := readSecret(sbDir)
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	proc, err := p.Launch(ctx, Launch{Dir: sbDir, Home: home, Record: rec, Spec: spec, Log: logf,
+		AuthSHA256: daemonauth.Sum(secret)})
 	logf.Close() // runboxd holds its own copy
 	if err != nil {
 		return fmt.Errorf("start runboxd %s: %w%s", rec.Runboxd, err, logTail(logPath))
@@ -328,7 +345,7 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	if err := waitReady(ctx, rec.Socket, proc.Exited); err != nil {
+	if err := waitReady(ctx, rec.Socket, dialer(rec.Socket, sbDir), proc.Exited); err != nil {
 		proc.Kill()
 		<-proc.Exited
 		return fmt.Errorf("runboxd did not start: %w%s", err, logTail(logPath))
@@ -336,8 +353,8 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 	return nil
 }
 
-// waitReady polls until runboxd answers Info, it exits, or ctx ends.
-func waitReady(ctx context.Context, socket string, exited <-chan struct{}) error {
+// waitReady polls until runboxd answers Info on dial, it exits, or ctx ends.
+func waitReady(ctx context.Context, socket string, dial runbox.Dialer, exited <-chan struct{}) error {
 	t := time.NewTicker(pollInterval)
 	defer t.Stop()
 	for {
@@ -345,7 +362,7 @@ func waitReady(ctx context.Context, socket string, exited <-chan struct{}) error
 		// logic would otherwise retry a socket that does not exist yet.
 		if c, err := net.Dial("unix", socket); err == nil {
 			c.Close()
-			if err := probe(ctx, socket); err == nil {
+			if err := probe(ctx, dial); err == nil {
 				return nil
 			} else if ctx.Err() != nil {
 				return err
@@ -361,11 +378,11 @@ func waitReady(ctx context.Context, socket string, exited <-chan struct{}) error
 	}
 }
 
-// probe asks runboxd at socket for Info, bounded by aliveTimeout.
-func probe(ctx context.Context, socket string) error {
+// probe asks the runboxd dial reaches for Info, bounded by aliveTimeout.
+func probe(ctx context.Context, dial runbox.Dialer) error {
 	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
 	defer cancel()
-	c := client.DialUnix(socket)
+	c := client.New(dial)
 	defer c.Close()
 	_, err := c.Info(ctx)
 	return err
@@ -405,7 +422,7 @@ func (p *Store) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error
 		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
 	}
 	sbDir := filepath.Join(dir, rec.ID)
-	return p.toSandbox(rec, sbDir, isAlive(ctx, rec)), nil
+	return p.toSandbox(rec, sbDir, isAlive(ctx, rec, sbDir)), nil
 }
 
 // match picks the record named by key (see sandboxkey.Match).
@@ -426,22 +443,39 @@ func (p *Store) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	}
 	out := make([]runbox.Sandbox, 0, len(recs))
 	for _, r := range recs {
-		out = append(out, p.toSandbox(r, filepath.Join(dir, r.ID), isAlive(ctx, r)))
+		out = append(out, p.toSandbox(r, filepath.Join(dir, r.ID), isAlive(ctx, r, filepath.Join(dir, r.ID))))
 	}
 	return out, nil
 }
 
-// Dialer returns a dialer for the sandbox's unix socket.
+// Dialer returns a dialer for the sandbox's unix socket, which opens every
+// connection with the sandbox's secret (read from its state directory at
+// each dial).
 func (p *Store) Dialer(sb runbox.Sandbox) runbox.Dialer {
-	socket := sb.Detail["socket"]
-	if socket == "" {
-		if dir, err := p.sandboxesDir(); err == nil {
+	socket, sbDir := sb.Detail["socket"], sb.Detail["dir"]
+	if dir, err := p.sandboxesDir(); err == nil && sb.ID == filepath.Base(sb.ID) {
+		if socket == "" {
 			socket = filepath.Join(dir, sb.ID, "runboxd.sock")
 		}
+		if sbDir == "" {
+			sbDir = filepath.Join(dir, sb.ID)
+		}
 	}
+	return dialer(socket, sbDir)
+}
+
+// dialer dials socket and authenticates the connection with the secret in
+// sbDir.
+func dialer(socket, sbDir string) runbox.Dialer {
 	return func(ctx context.Context) (net.Conn, error) {
+		secret, err := readSecret(sbDir)
+		if err != nil {
+			return nil, err
+		}
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", socket)
+		return daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", socket)
+		}, secret)(ctx)
 	}
 }
 
@@ -468,7 +502,7 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 		return fail(err)
 	}
 	if procAlive(rec) {
-		if err := stop(ctx, rec); err != nil {
+		if err := stop(ctx, rec, sbDir); err != nil {
 			return fail(err)
 		}
 	} else if !force && !p.EndsWithDaemon {
@@ -487,14 +521,14 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 
 // stop shuts runboxd down through its API, then makes sure the process is
 // gone.
-func stop(ctx context.Context, rec Record) error {
+func stop(ctx context.Context, rec Record, sbDir string) error {
 	sctx := ctx
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		sctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
 		defer cancel()
 	}
-	c := client.DialUnix(rec.Socket, client.WithSandboxName(rec.ID))
+	c := client.New(dialer(rec.Socket, sbDir), client.WithSandboxName(rec.ID))
 	// An error here is expected when runboxd exits before answering; whether
 	// it stopped is decided by watching the process below.
 	_ = c.Shutdown(sctx, 0)
@@ -533,8 +567,8 @@ func waitExit(ctx context.Context, rec Record, d time.Duration) bool {
 
 // isAlive reports whether the record's runboxd is the process it recorded
 // and answers Info.
-func isAlive(ctx context.Context, rec Record) bool {
-	return procAlive(rec) && probe(ctx, rec.Socket) == nil
+func isAlive(ctx context.Context, rec Record, sbDir string) bool {
+	return procAlive(rec) && probe(ctx, dialer(rec.Socket, sbDir)) == nil
 }
 
 // procAlive reports whether the recorded runboxd process is still running:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -33,6 +34,9 @@ type Exec struct {
 	spec  runbox.ExecSpec
 	grace time.Duration
 	out   *outputStore
+	// digest identifies spec: a Start with this id and another spec is
+	// refused (see specDigest).
+	digest specDigest
 
 	done       chan struct{}        // closed when the Result is final
 	leaderGone chan struct{}        // closed when the leader has been reaped
@@ -45,6 +49,7 @@ type Exec struct {
 	stdinFeed  sync.WaitGroup       // the goroutine writing spec.Stdin
 	signalled  map[int]struct{}     // pids the stop protocol signalled (under stopMu)
 	cont       containment          // set before the leader is spawned
+	escapees   *procTracker         // cgroup2 mode: finds by marker the processes that left the cgroup
 	session    *sessionSnapshot     // the session state the exec started from
 	spills     [2]*spillFile        // written only by the stream's reader
 
@@ -290,8 +295,12 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		time.Sleep(poll)
 		poll = min(poll*2, 50*time.Millisecond)
 	}
+	// In cgroup2 mode, processes that left the cgroup are looked for by
+	// their markers once the cgroup is done with (the look reads every
+	// process's environment).
+	over := func() bool { return e.gone() && (e.escapees == nil || e.escapees.empty()) }
 	termBy := time.Now().Add(grace)
-	for !e.gone() {
+	for !over() {
 		if time.Now().After(termBy) {
 			break
 		}
@@ -300,25 +309,40 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		wait()
 	}
 	killBy := time.Now().Add(killConfirmTimeout)
-	for !e.gone() && time.Now().Before(killBy) {
+	for !over() && time.Now().Before(killBy) {
 		for _, pid := range e.livePids() {
 			e.signalled[pid] = struct{}{}
 		}
 		e.cont.killAll()
+		if e.escapees != nil {
+			e.escapees.killAll()
+		}
 		e.signalLeaderGroup(syscall.SIGKILL)
 		wait()
 	}
 	survivors := 0
-	if !e.gone() {
-		survivors = len(e.cont.pids())
+	if !over() {
+		survivors = len(e.livePids())
 	}
 	e.mu.Lock()
 	e.survivors = survivors
 	e.mu.Unlock()
 }
 
-// livePids lists the exec's live processes.
-func (e *Exec) livePids() []int { return e.cont.pids() }
+// livePids lists the exec's live processes: in cgroup2 mode, those in its
+// cgroup and those that left it but carry its markers.
+func (e *Exec) livePids() []int {
+	pids := e.cont.pids()
+	if e.escapees == nil {
+		return pids
+	}
+	for _, pid := range e.escapees.pids() {
+		if !slices.Contains(pids, pid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
 
 // signalLeaderGroup signals the leader's process group while the leader is
 // unreaped: in proc mode it reaches a freshly forked child before a /proc

@@ -9,24 +9,41 @@ import (
 	"syscall"
 )
 
-// execMarkerVar is set in every exec's environment. Processes inherit it
-// through fork and exec, so the proc tracker can find an exec's processes
-// after they setsid, double-fork and are re-parented to the daemon.
-const execMarkerVar = "RUNBOX_EXEC_ID"
+// execMarkerVar and daemonMarkerVar are set in every exec's environment:
+// the exec's id, and a random value of the daemon's own, so that two
+// daemons sharing a /proc (host sandboxes) never take each other's
+// processes for their own, whatever exec ids their callers choose.
+// Processes inherit them through fork and exec, so the proc tracker can
+// find an exec's processes after they setsid, double-fork, are re-parented
+// to the daemon or leave the exec's cgroup.
+const (
+	execMarkerVar   = "RUNBOX_EXEC_ID"
+	daemonMarkerVar = "RUNBOX_DAEMON"
+)
 
-// procTracker finds an exec's processes through /proc when there is no
-// cgroup: the processes whose initial environment carries the exec's
-// marker, the leader while it is unreaped, and every descendant of either.
+// procTracker finds an exec's processes through /proc: the processes whose
+// initial environment carries the exec's markers, the leader while it is
+// unreaped, and every descendant of either. It is the containment where
+// there is no cgroup, and the search for escapees where there is one.
 type procTracker struct {
-	needle []byte // "\x00RUNBOX_EXEC_ID=<id>\x00"
-	self   int
+	needles [][]byte // "\x00RUNBOX_EXEC_ID=<id>\x00", "\x00RUNBOX_DAEMON=<mark>\x00"; all must match
+	self    int
 
 	mu     sync.Mutex
 	leader int // 0 once reaped (the pid may be reused)
 }
 
-func newProcTracker(execID string) *procTracker {
-	return &procTracker{needle: []byte("\x00" + execMarkerVar + "=" + execID + "\x00"), self: os.Getpid()}
+// newProcTracker tracks the processes marked with execID (none when it is
+// "": every process of the daemon) and daemonMark (any daemon when "").
+func newProcTracker(execID, daemonMark string) *procTracker {
+	p := &procTracker{self: os.Getpid()}
+	if execID != "" {
+		p.needles = append(p.needles, []byte("\x00"+execMarkerVar+"="+execID+"\x00"))
+	}
+	if daemonMark != "" {
+		p.needles = append(p.needles, []byte("\x00"+daemonMarkerVar+"="+daemonMark+"\x00"))
+	}
+	return p
 }
 
 func (p *procTracker) leaderStarted(pid int) {
@@ -93,7 +110,13 @@ func (p *procTracker) hasMarker(pid int) bool {
 		return false
 	}
 	// Prefix a NUL so the first variable matches like every other one.
-	return bytes.Contains(append([]byte{0}, env...), p.needle)
+	env = append([]byte{0}, env...)
+	for _, n := range p.needles {
+		if !bytes.Contains(env, n) {
+			return false
+		}
+	}
+	return len(p.needles) > 0
 }
 
 func (p *procTracker) pids() []int {

@@ -33,7 +33,7 @@ const (
 // sessionEnvSkip are variables the shell or runboxd manages; they are not
 // carried from one exec of a session to the next.
 var sessionEnvSkip = map[string]bool{
-	execMarkerVar: true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true,
+	execMarkerVar: true, daemonMarkerVar: true, "PWD": true, "OLDPWD": true, "SHLVL": true, "_": true,
 }
 
 // session is one named shell session.

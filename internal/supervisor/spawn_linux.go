@@ -40,7 +40,8 @@ func environMap(environ []string) map[string]string {
 // execEnv is the environment an exec starts with: the session's saved
 // environment, or the daemon's with the non-interactive defaults (none on a
 // pty, where TERM is xterm-256color); then the request's variables; then the
-// exec marker.
+// exec's markers (its id and the daemon's mark), which the request cannot
+// override.
 func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[string]string) map[string]string {
 	env := make(map[string]string, len(s.baseEnv)+len(nonInteractiveEnv)+len(spec.Env)+1)
 	if sessionEnv != nil {
@@ -69,6 +70,7 @@ func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[str
 		env[k] = v
 	}
 	env[execMarkerVar] = id
+	env[daemonMarkerVar] = s.daemonMark
 	return env
 }
 
@@ -230,9 +232,12 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 			}
 		}()
 		e.cont = c
+		// A process can leave the cgroup (root writes its pid elsewhere):
+		// the stop protocol also looks for the exec's markers.
+		e.escapees = newProcTracker(e.id, s.daemonMark)
 		sys.UseCgroupFD, sys.CgroupFD = true, fd
 	} else {
-		e.cont = newProcTracker(e.id)
+		e.cont = newProcTracker(e.id, s.daemonMark)
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,

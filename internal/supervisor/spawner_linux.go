@@ -11,7 +11,8 @@ import (
 )
 
 // spawnThread forks every exec from one OS thread of its own, which has
-// joined cgroup v1 groups the rest of the daemon is not in. A child starts
+// joined cgroup v1 groups the rest of the daemon is not in, or entered a
+// view of the system of the commands' own (Config.SpawnSetup), or both. A child starts
 // in its forking thread's cgroups, so each exec starts inside those groups
 // from its first instruction, while the daemon's other threads stay out of
 // them: a fork bomb that exhausts the groups' pids limit cannot take from
@@ -39,15 +40,15 @@ type spawnResult struct {
 }
 
 // startSpawnThread locks a goroutine to a thread other than the main one,
-// writes "0" (the writing thread itself) to each cgroup v1 tasks file, and
-// serves forks there until stop.
-func startSpawnThread(tasksFiles []*os.File) (*spawnThread, error) {
+// writes "0" (the writing thread itself) to each cgroup v1 tasks file, runs
+// setup (if any) there, and serves forks there until stop.
+func startSpawnThread(tasksFiles []*os.File, setup func() error) (*spawnThread, error) {
 	t := &spawnThread{requests: make(chan spawnRequest), quit: make(chan struct{})}
 	joined := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() != unix.Getpid() {
-			t.serve(tasksFiles, joined)
+			t.serve(tasksFiles, setup, joined)
 			return
 		}
 		// The main thread: the runtime never ends it, so it would stay in
@@ -57,7 +58,7 @@ func startSpawnThread(tasksFiles []*os.File) (*spawnThread, error) {
 		go func() {
 			runtime.LockOSThread()
 			close(locked)
-			t.serve(tasksFiles, joined)
+			t.serve(tasksFiles, setup, joined)
 		}()
 		<-locked
 		runtime.UnlockOSThread()
@@ -70,11 +71,17 @@ func startSpawnThread(tasksFiles []*os.File) (*spawnThread, error) {
 
 // serve runs on the spawn thread, locked to it and never unlocked: when it
 // returns, the thread ends with it rather than serving other goroutines from
-// inside the groups.
-func (t *spawnThread) serve(tasksFiles []*os.File, joined chan<- error) {
+// inside the groups (or the commands' view that setup made).
+func (t *spawnThread) serve(tasksFiles []*os.File, setup func() error, joined chan<- error) {
 	for _, f := range tasksFiles {
 		if _, err := f.WriteString("0"); err != nil {
 			joined <- fmt.Errorf("spawn thread: join cgroup %s: %w", f.Name(), err)
+			return
+		}
+	}
+	if setup != nil {
+		if err := setup(); err != nil {
+			joined <- fmt.Errorf("spawn thread: %w", err)
 			return
 		}
 	}

@@ -1,7 +1,6 @@
 package supervisor
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,7 +12,13 @@ const DefaultSpillBytes = 1 << 30
 // spillDir holds spill files: the full output of streams that outgrew a
 // Result's head and tail. Their total size is bounded; when a write would
 // exceed the bound, the oldest other files are removed first, and a single
-// stream larger than the whole budget is truncated.
+// stream larger than the whole budget is truncated: its file keeps the
+// stream's first bytes, exactly, and the Result says SpillTruncated. A file
+// that cannot be created or written (disk full) is truncated the same way.
+//
+// The directory should be on disk: on a RAM-backed tmpfs (a local sandbox's
+// /tmp) spilled output would take memory outside the sandbox's limits.
+// Config.SpillDir (runboxd --spill-dir) chooses it.
 type spillDir struct {
 	dir   string
 	limit int64
@@ -26,33 +31,37 @@ type spillDir struct {
 // spillFile is one stream's spill file, written by that stream's reader.
 type spillFile struct {
 	path      string
-	f         *os.File
+	f         *os.File // nil when it could not be created
 	size      int64
 	removed   bool // evicted to make room
 	truncated bool // the budget ran out before the stream did
 }
 
-func newSpillDir(stateDir string, limit int64) *spillDir {
+// newSpillDir makes the spill files' directory dir (created when the first
+// file is), with a budget of limit bytes (0: DefaultSpillBytes).
+func newSpillDir(dir string, limit int64) *spillDir {
 	if limit <= 0 {
 		limit = DefaultSpillBytes
 	}
-	return &spillDir{dir: filepath.Join(stateDir, "spill"), limit: limit}
+	return &spillDir{dir: dir, limit: limit}
 }
 
-func (d *spillDir) create(name string) (*spillFile, error) {
-	if err := os.MkdirAll(d.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("spill: %w", err)
-	}
+// create starts a spill file. One that cannot be created is returned
+// truncated, with no path: writes to it are dropped and finish reports it.
+func (d *spillDir) create(name string) *spillFile {
 	path := filepath.Join(d.dir, name)
+	if err := os.MkdirAll(d.dir, 0o700); err != nil {
+		return &spillFile{truncated: true, removed: true}
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("spill: %w", err)
+		return &spillFile{truncated: true, removed: true}
 	}
 	sf := &spillFile{path: path, f: f}
 	d.mu.Lock()
 	d.files = append(d.files, sf)
 	d.mu.Unlock()
-	return sf, nil
+	return sf
 }
 
 // write appends p to sf, evicting older files to stay within the budget.
@@ -83,22 +92,28 @@ func (d *spillDir) write(sf *spillFile, p []byte) {
 		p = p[:max(room, 0)]
 		sf.truncated = true
 	}
-	d.used += int64(len(p))
-	sf.size += int64(len(p))
 	d.mu.Unlock()
-	if len(p) > 0 {
-		if _, err := sf.f.Write(p); err != nil {
-			d.mu.Lock()
-			sf.truncated = true
-			d.mu.Unlock()
-		}
+	if len(p) == 0 {
+		return
 	}
+	n, err := sf.f.Write(p)
+	d.mu.Lock()
+	d.used += int64(n)
+	sf.size += int64(n)
+	if err != nil {
+		// Disk full or a write error: the file keeps what was written, a
+		// prefix of the stream, and takes no more.
+		sf.truncated = true
+	}
+	d.mu.Unlock()
 }
 
 // finish closes sf's file and returns its path ("" when it was evicted) and
 // whether it holds less than the whole stream.
 func (d *spillDir) finish(sf *spillFile) (string, bool) {
-	sf.f.Close()
+	if sf.f != nil {
+		sf.f.Close()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if sf.removed {

@@ -52,6 +52,12 @@ type Config struct {
 	// thread that joins them, so its other threads stay outside: however
 	// many processes the commands make, the daemon can still make threads.
 	ExecCgroupsV1 []*os.File
+	// SpawnSetup, when set, runs once on the OS thread every exec is
+	// forked from, before the first fork, with the containment mode
+	// (ModeCgroup2 forks with clone3). What it changes in that thread (a
+	// mount namespace, capability sets, a seccomp filter) every command
+	// inherits, and nothing else in the daemon does. An error fails New.
+	SpawnSetup func(mode string) error
 	// CommandOOMScoreAdj is the oom_score_adj each command is given as it
 	// starts, 1 to 1000; 0 means DefaultCommandOOMScoreAdj (the OOM
 	// killer's first choice, and the daemon not); negative leaves commands
@@ -70,7 +76,7 @@ type Supervisor struct {
 	cfg       Config
 	mode      string
 	cgroups   *cgroupParent // nil in proc mode
-	spawner   *spawnThread  // nil unless ExecCgroupsV1 are given
+	spawner   *spawnThread  // nil unless ExecCgroupsV1 or SpawnSetup are given
 	shell     string        // bash, or sh where bash is absent
 	baseEnv   map[string]string
 	devNull   *os.File
@@ -78,6 +84,10 @@ type Supervisor struct {
 	stateDir  string
 	spills    *spillDir
 	ownsState bool // stateDir was created by New and is removed at Shutdown
+
+	// daemonMark is set in every exec's environment (daemonMarkerVar), so
+	// the daemon finds its commands' processes among a shared /proc's.
+	daemonMark string
 
 	// spawnMu is the barrier between spawning and reaping: spawns hold it
 	// shared from fork until the leader is registered; the reaper takes it
@@ -129,6 +139,7 @@ func New(cfg Config) (*Supervisor, error) {
 		sessions:   make(map[string]*session),
 		quit:       make(chan struct{}),
 		startedAt:  time.Now(),
+		daemonMark: newDaemonMark(),
 	}
 	s.shell = "/bin/sh"
 	if p, err := lookPath("bash", s.baseEnv["PATH"]); err == nil {
@@ -170,8 +181,12 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
 	}
-	if len(cfg.ExecCgroupsV1) > 0 {
-		if s.spawner, err = startSpawnThread(cfg.ExecCgroupsV1); err != nil {
+	if len(cfg.ExecCgroupsV1) > 0 || cfg.SpawnSetup != nil {
+		var setup func() error
+		if cfg.SpawnSetup != nil {
+			setup = func() error { return cfg.SpawnSetup(s.mode) }
+		}
+		if s.spawner, err = startSpawnThread(cfg.ExecCgroupsV1, setup); err != nil {
 			devNull.Close()
 			return nil, fmt.Errorf("supervisor: %w", err)
 		}
@@ -199,6 +214,13 @@ func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr
 
 // Mode reports the containment mode: ModeCgroup2 or ModeProc.
 func (s *Supervisor) Mode() string { return s.mode }
+
+// newDaemonMark returns a random value for daemonMarkerVar.
+func newDaemonMark() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
 
 func newExecID() string {
 	var b [6]byte
@@ -237,7 +259,8 @@ func validate(spec runbox.ExecSpec) error {
 	case spec.Session != "" && !validID(spec.Session):
 		return fmt.Errorf("%w: session %q: use 1-%d characters of A-Z a-z 0-9 - _ . :", runbox.ErrInvalidSpec, spec.Session, maxIDLength)
 	}
-	return nil
+	// Sizes and NUL bytes: the same check the client makes before sending.
+	return spec.CheckInput()
 }
 
 // Start runs spec, or attaches to the exec with spec.ID if it exists.
@@ -260,6 +283,7 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 	if err := validate(spec); err != nil {
 		return nil, nil, false, err
 	}
+	digest := digestSpec(spec) // before the lock: it reads all of stdin
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -270,6 +294,9 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 	}
 	if e, ok := s.execs[spec.ID]; ok {
 		s.mu.Unlock()
+		if err := e.digest.conflict(spec.ID, digest); err != nil {
+			return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
+		}
 		var r *OutputReader
 		if follow {
 			r = e.Output(1)
@@ -282,6 +309,7 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 	}
 	s.total++
 	e := newExec(s, spec, s.total)
+	e.digest = digest
 	var r *OutputReader
 	if follow {
 		r = e.Output(1)
@@ -420,6 +448,10 @@ func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
 		err = fmt.Errorf("shutdown: %w", ctx.Err())
 	}
 	s.shutdown.Do(func() {
+		// What is left of execs that ended by themselves and were let go
+		// (a process that moved out of its exec's cgroup) still carries
+		// the daemon's mark.
+		newProcTracker("", s.daemonMark).killAll()
 		close(s.quit)
 		s.loopDone.Wait()
 		if s.spawner != nil {

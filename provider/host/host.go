@@ -107,9 +107,11 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	return nil
 }
 
-// launch starts `runboxd serve` in a new session, in the workdir.
+// launch starts `runboxd serve` in a new session, in the workdir, with the
+// hash of the sandbox's secret (never the secret: its argv is readable by
+// any process on the host).
 func launch(_ context.Context, l procbox.Launch) (*procbox.Detached, error) {
 	rec := l.Record
-	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir}, l.Spec.DaemonArgs...)
+	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir, "--auth-sha256", l.AuthSHA256}, l.Spec.DaemonArgs...)
 	return procbox.SpawnDetached(rec.Runboxd, args, rec.Workdir, l.Log)
 }

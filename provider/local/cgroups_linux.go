@@ -202,6 +202,30 @@ func (c *sandboxCgroups) place(pid int) error {
 	return nil
 }
 
+// delegate gives the sandbox's mapped root what runboxd, running as it,
+// writes: its cgroup v2 directory (where it makes one cgroup per exec, and
+// moves processes) and the v1 tasks files its spawn thread joins, as
+// systemd and runc delegate a subtree.
+func (c *sandboxCgroups) delegate(ids idMap) error {
+	if !ids.mapped() {
+		return nil
+	}
+	var paths []string
+	if c.v2Dir != "" {
+		paths = append(paths, c.v2Dir)
+		for _, f := range []string{"cgroup.procs", "cgroup.threads", "cgroup.subtree_control"} {
+			paths = append(paths, filepath.Join(c.v2Dir, f))
+		}
+	}
+	paths = append(paths, c.execTasks...)
+	for _, p := range paths {
+		if err := ids.chown(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("delegate cgroup %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
 // record notes the cgroups in a record's Extra.
 func (c *sandboxCgroups) record(extra map[string]string) {
 	if c.v2Dir != "" {

@@ -2,18 +2,14 @@ package local
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"syscall"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/procbox"
-	"github.com/runbox/runbox/internal/runboxdbin"
 )
 
 // ProviderName is the name the CLI and Sandbox.Provider use for this provider.
@@ -43,6 +39,10 @@ type Provider struct {
 	// $RUNBOX_RUNBOXD, else a runboxd beside the running executable, else
 	// runboxd in PATH.
 	Runboxd string
+	// UIDBase is the host uid and gid that a sandbox's root is, as root
+	// (MappedIDs ids from there); 0 means $RUNBOX_LOCAL_UID_BASE, else
+	// DefaultUIDBase. Rootless, a sandbox's root is the caller.
+	UIDBase uint32
 }
 
 var _ runbox.Provider = (*Provider)(nil)
@@ -53,13 +53,14 @@ var kind = procbox.Kind{
 	CreateWorkdir: true,
 	// runboxd is PID 1: when it dies, the kernel kills the rest.
 	EndsWithDaemon: true,
-	Launch:         launch,
 	Cleanup:        cleanup,
 	Describe:       describe,
 }
 
 func (p *Provider) store() *procbox.Store {
-	return &procbox.Store{Kind: kind, Home: p.Home, Runboxd: p.Runboxd}
+	k := kind
+	k.Launch = p.launch
+	return &procbox.Store{Kind: k, Home: p.Home, Runboxd: p.Runboxd}
 }
 
 // Name returns "local".
@@ -129,138 +130,6 @@ const (
 	mergedDir = "rootfs" // where the sandbox's root is put together
 )
 
-// launch builds the sandbox's directories and cgroups and starts runboxd
-// as PID 1 of new namespaces, in its cgroups from its first instruction.
-func launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
-	rec, spec := l.Record, l.Spec
-	bin, err := os.ReadFile(rec.Runboxd)
-	if err != nil {
-		return nil, fmt.Errorf("read runboxd: %w", err)
-	}
-	if spec.Rootfs != "" {
-		// The binary runs in the host's root until it pivots, but a
-		// dynamic one would then find its libraries gone for good.
-		if err := runboxdbin.CheckStatic(bin, rec.Runboxd); err != nil {
-			return nil, err
-		}
-	}
-	rootless := os.Geteuid() != 0
-	userns := rootless || spec.UserNS
-	for _, d := range []string{upperDir, workDir, mergedDir} {
-		if err := os.Mkdir(filepath.Join(l.Dir, d), 0o755); err != nil {
-			return nil, fmt.Errorf("state dir: %w", err)
-		}
-	}
-	cg, err := newCgroups(rec.ID, spec, rootless)
-	if err != nil {
-		return nil, err
-	}
-	if rec.Extra == nil {
-		rec.Extra = map[string]string{}
-	}
-	cg.record(rec.Extra)
-	lower := "/"
-	if spec.Rootfs != "" {
-		if lower, err = filepath.Abs(spec.Rootfs); err != nil {
-			return nil, fmt.Errorf("rootfs: %w", err)
-		}
-		rec.Extra["rootfs"] = lower
-	}
-	network := spec.Network
-	if network == "" {
-		network = NetworkHost
-	}
-	rec.Extra["network"] = network
-	if userns {
-		rec.Extra["userns"] = "true"
-	}
-	cfg := jail.Config{
-		Lower:       lower,
-		Upper:       filepath.Join(l.Dir, upperDir),
-		Work:        filepath.Join(l.Dir, workDir),
-		Merged:      filepath.Join(l.Dir, mergedDir),
-		Workspace:   rec.Workdir,
-		Socket:      rec.Socket,
-		Hostname:    hostname(rec),
-		NetworkNone: network == NetworkNone,
-		Mask:        []string{l.Home},
-		Env:         jail.DefaultEnv,
-		OOMControl:  cg.oomControl,
-		ExecTasks:   cg.execTasks,
-		Threads:     cg.keepThreads,
-	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		cg.remove()
-		return nil, fmt.Errorf("jail config: %w", err)
-	}
-
-	syncR, syncW, err := os.Pipe()
-	if err != nil {
-		cg.remove()
-		return nil, fmt.Errorf("sync pipe: %w", err)
-	}
-	defer syncR.Close()
-	defer syncW.Close()
-	args := append([]string{"jail"}, spec.DaemonArgs...)
-	cmd := exec.Command(rec.Runboxd, args...)
-	cmd.Dir = "/"
-	cmd.Env = jail.DefaultEnv
-	cmd.Stdout, cmd.Stderr = l.Log, l.Log
-	cmd.ExtraFiles = []*os.File{syncR} // fd 3: the configuration
-	attr := &syscall.SysProcAttr{
-		Setsid: true,
-		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS |
-			syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
-	}
-	if network == NetworkNone {
-		attr.Cloneflags |= syscall.CLONE_NEWNET
-	}
-	if userns {
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-		attr.GidMappingsEnableSetgroups = false
-	}
-	if cg.v2Dir != "" {
-		dir, err := os.Open(cg.v2Dir)
-		if err != nil {
-			cg.remove()
-			return nil, fmt.Errorf("cgroup %s: %w", cg.v2Dir, err)
-		}
-		defer dir.Close()
-		attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
-	}
-	cmd.SysProcAttr = attr
-	proc, err := procbox.StartDetached(cmd)
-	if err != nil {
-		cg.remove()
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
-			return nil, fmt.Errorf("%w (%v): run as root, enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces), or use --provider host or --provider docker",
-				ErrNoNamespaces, err)
-		}
-		return nil, err
-	}
-	if err := cg.place(proc.Pid); err != nil {
-		proc.Kill()
-		<-proc.Exited
-		cg.remove()
-		return nil, err
-	}
-	// The configuration, then EOF, is runboxd's go-ahead.
-	_, err = syncW.Write(cfgJSON)
-	if cerr := syncW.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		proc.Kill()
-		<-proc.Exited
-		cg.remove()
-		return nil, fmt.Errorf("start runboxd: %w", err)
-	}
-	return proc, nil
-}
-
 // hostname is the sandbox's hostname: its name, else "runbox-" and its id.
 func hostname(rec *procbox.Record) string {
 	if rec.Name != "" {
@@ -295,5 +164,5 @@ func describe(rec procbox.Record, detail map[string]string) {
 		}
 	}
 	detail["workspace"] = jail.WorkspacePath
-	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), upperDir) // the socket is in the state dir
+	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), layersDir, upperDir) // the socket is in the state dir
 }

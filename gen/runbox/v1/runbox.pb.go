@@ -200,7 +200,16 @@ type ExecSpec struct {
 	Spill         SpillMode              `protobuf:"varint,15,opt,name=spill,proto3,enum=runbox.v1.SpillMode" json:"spill,omitempty"`
 	// pty runs the command on a pseudo-terminal of this size: stdin, stdout and
 	// stderr are the terminal, and all output arrives as stdout.
-	Pty           *PtySize `protobuf:"bytes,16,opt,name=pty,proto3" json:"pty,omitempty"`
+	Pty *PtySize `protobuf:"bytes,16,opt,name=pty,proto3" json:"pty,omitempty"`
+	// The _raw fields carry what is not valid UTF-8 (a Linux command line,
+	// argument, variable or path need not be), as the exact bytes. Each is the
+	// alternative of the string field it is named after: a request sets one
+	// or the other, never both (InvalidArgument). The Go client uses them only
+	// for values that are not valid UTF-8, so JSON callers can ignore them.
+	CommandRaw    []byte    `protobuf:"bytes,17,opt,name=command_raw,json=commandRaw,proto3" json:"command_raw,omitempty"`
+	ArgvRaw       [][]byte  `protobuf:"bytes,18,rep,name=argv_raw,json=argvRaw,proto3" json:"argv_raw,omitempty"`
+	EnvRaw        []*EnvVar `protobuf:"bytes,19,rep,name=env_raw,json=envRaw,proto3" json:"env_raw,omitempty"`
+	CwdRaw        []byte    `protobuf:"bytes,20,opt,name=cwd_raw,json=cwdRaw,proto3" json:"cwd_raw,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -347,6 +356,87 @@ func (x *ExecSpec) GetPty() *PtySize {
 	return nil
 }
 
+func (x *ExecSpec) GetCommandRaw() []byte {
+	if x != nil {
+		return x.CommandRaw
+	}
+	return nil
+}
+
+func (x *ExecSpec) GetArgvRaw() [][]byte {
+	if x != nil {
+		return x.ArgvRaw
+	}
+	return nil
+}
+
+func (x *ExecSpec) GetEnvRaw() []*EnvVar {
+	if x != nil {
+		return x.EnvRaw
+	}
+	return nil
+}
+
+func (x *ExecSpec) GetCwdRaw() []byte {
+	if x != nil {
+		return x.CwdRaw
+	}
+	return nil
+}
+
+// EnvVar is one environment variable, as bytes (ExecSpec.env_raw).
+type EnvVar struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnvVar) Reset() {
+	*x = EnvVar{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnvVar) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnvVar) ProtoMessage() {}
+
+func (x *EnvVar) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnvVar.ProtoReflect.Descriptor instead.
+func (*EnvVar) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EnvVar) GetName() []byte {
+	if x != nil {
+		return x.Name
+	}
+	return nil
+}
+
+func (x *EnvVar) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // PtySize is a terminal size in character cells.
 type PtySize struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -358,7 +448,7 @@ type PtySize struct {
 
 func (x *PtySize) Reset() {
 	*x = PtySize{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +460,7 @@ func (x *PtySize) String() string {
 func (*PtySize) ProtoMessage() {}
 
 func (x *PtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[1]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +473,7 @@ func (x *PtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PtySize.ProtoReflect.Descriptor instead.
 func (*PtySize) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{1}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PtySize) GetRows() uint32 {
@@ -412,7 +502,7 @@ type RunRequest struct {
 
 func (x *RunRequest) Reset() {
 	*x = RunRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +514,7 @@ func (x *RunRequest) String() string {
 func (*RunRequest) ProtoMessage() {}
 
 func (x *RunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[2]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +527,7 @@ func (x *RunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunRequest.ProtoReflect.Descriptor instead.
 func (*RunRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{2}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RunRequest) GetSpec() *ExecSpec {
@@ -466,7 +556,7 @@ type AttachRequest struct {
 
 func (x *AttachRequest) Reset() {
 	*x = AttachRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +568,7 @@ func (x *AttachRequest) String() string {
 func (*AttachRequest) ProtoMessage() {}
 
 func (x *AttachRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[3]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +581,7 @@ func (x *AttachRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttachRequest.ProtoReflect.Descriptor instead.
 func (*AttachRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{3}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AttachRequest) GetId() string {
@@ -530,7 +620,7 @@ type ExecEvent struct {
 
 func (x *ExecEvent) Reset() {
 	*x = ExecEvent{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -542,7 +632,7 @@ func (x *ExecEvent) String() string {
 func (*ExecEvent) ProtoMessage() {}
 
 func (x *ExecEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[4]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -555,7 +645,7 @@ func (x *ExecEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecEvent.ProtoReflect.Descriptor instead.
 func (*ExecEvent) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{4}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecEvent) GetEvent() isExecEvent_Event {
@@ -641,7 +731,7 @@ type Started struct {
 
 func (x *Started) Reset() {
 	*x = Started{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -653,7 +743,7 @@ func (x *Started) String() string {
 func (*Started) ProtoMessage() {}
 
 func (x *Started) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[5]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -666,7 +756,7 @@ func (x *Started) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Started.ProtoReflect.Descriptor instead.
 func (*Started) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{5}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Started) GetId() string {
@@ -701,7 +791,7 @@ type Output struct {
 
 func (x *Output) Reset() {
 	*x = Output{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -713,7 +803,7 @@ func (x *Output) String() string {
 func (*Output) ProtoMessage() {}
 
 func (x *Output) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[6]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -726,7 +816,7 @@ func (x *Output) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Output.ProtoReflect.Descriptor instead.
 func (*Output) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{6}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Output) GetStream() Stream {
@@ -763,7 +853,7 @@ type Gap struct {
 
 func (x *Gap) Reset() {
 	*x = Gap{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +865,7 @@ func (x *Gap) String() string {
 func (*Gap) ProtoMessage() {}
 
 func (x *Gap) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[7]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +878,7 @@ func (x *Gap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Gap.ProtoReflect.Descriptor instead.
 func (*Gap) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{7}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Gap) GetFromSeq() uint64 {
@@ -821,7 +911,7 @@ type Exited struct {
 
 func (x *Exited) Reset() {
 	*x = Exited{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +923,7 @@ func (x *Exited) String() string {
 func (*Exited) ProtoMessage() {}
 
 func (x *Exited) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[8]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +936,7 @@ func (x *Exited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exited.ProtoReflect.Descriptor instead.
 func (*Exited) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{8}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Exited) GetResult() *Result {
@@ -880,14 +970,18 @@ type Result struct {
 	Cwd             string                 `protobuf:"bytes,20,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	CwdFallbackFrom string                 `protobuf:"bytes,21,opt,name=cwd_fallback_from,json=cwdFallbackFrom,proto3" json:"cwd_fallback_from,omitempty"`
 	// oom_killed: the sandbox's memory limit killed a process of this exec.
-	OomKilled     bool `protobuf:"varint,22,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	OomKilled bool `protobuf:"varint,22,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	// cwd and cwd_fallback_from as bytes, set instead of them when the path is
+	// not valid UTF-8.
+	CwdRaw             []byte `protobuf:"bytes,23,opt,name=cwd_raw,json=cwdRaw,proto3" json:"cwd_raw,omitempty"`
+	CwdFallbackFromRaw []byte `protobuf:"bytes,24,opt,name=cwd_fallback_from_raw,json=cwdFallbackFromRaw,proto3" json:"cwd_fallback_from_raw,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +993,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[9]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +1006,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{9}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Result) GetId() string {
@@ -1069,6 +1163,20 @@ func (x *Result) GetOomKilled() bool {
 	return false
 }
 
+func (x *Result) GetCwdRaw() []byte {
+	if x != nil {
+		return x.CwdRaw
+	}
+	return nil
+}
+
+func (x *Result) GetCwdFallbackFromRaw() []byte {
+	if x != nil {
+		return x.CwdFallbackFromRaw
+	}
+	return nil
+}
+
 type CancelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1079,7 +1187,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1199,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[10]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1212,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{10}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CancelRequest) GetId() string {
@@ -1131,7 +1239,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1251,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[11]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1264,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{11}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CancelResponse) GetKnown() bool {
@@ -1176,7 +1284,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1296,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[12]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1309,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{12}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SignalRequest) GetId() string {
@@ -1227,7 +1335,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1347,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[13]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1360,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{13}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SignalResponse) GetSignalled() int32 {
@@ -1272,7 +1380,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1392,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[14]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1405,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{14}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WriteStdinRequest) GetId() string {
@@ -1322,7 +1430,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1334,7 +1442,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[15]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1347,7 +1455,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{15}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{16}
 }
 
 type CloseStdinRequest struct {
@@ -1359,7 +1467,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1479,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[16]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1492,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{16}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CloseStdinRequest) GetId() string {
@@ -1402,7 +1510,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1522,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[17]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1535,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{17}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{18}
 }
 
 type ResizeRequest struct {
@@ -1441,7 +1549,7 @@ type ResizeRequest struct {
 
 func (x *ResizeRequest) Reset() {
 	*x = ResizeRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1561,7 @@ func (x *ResizeRequest) String() string {
 func (*ResizeRequest) ProtoMessage() {}
 
 func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[18]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1574,7 @@ func (x *ResizeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeRequest.ProtoReflect.Descriptor instead.
 func (*ResizeRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{18}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ResizeRequest) GetId() string {
@@ -1498,7 +1606,7 @@ type ResizeResponse struct {
 
 func (x *ResizeResponse) Reset() {
 	*x = ResizeResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1618,7 @@ func (x *ResizeResponse) String() string {
 func (*ResizeResponse) ProtoMessage() {}
 
 func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[19]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1631,7 @@ func (x *ResizeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeResponse.ProtoReflect.Descriptor instead.
 func (*ResizeResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{19}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{20}
 }
 
 type ListRequest struct {
@@ -1534,7 +1642,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1546,7 +1654,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[20]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1559,7 +1667,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{20}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{21}
 }
 
 type ListResponse struct {
@@ -1571,7 +1679,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1583,7 +1691,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[21]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1596,7 +1704,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{21}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListResponse) GetExecs() []*ExecInfo {
@@ -1615,13 +1723,15 @@ type ExecInfo struct {
 	StartedAtUnixMs int64                  `protobuf:"varint,5,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"`
 	Result          *Result                `protobuf:"bytes,6,opt,name=result,proto3" json:"result,omitempty"`
 	LiveProcesses   int32                  `protobuf:"varint,7,opt,name=live_processes,json=liveProcesses,proto3" json:"live_processes,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// command as bytes, set instead of it when it is not valid UTF-8.
+	CommandRaw    []byte `protobuf:"bytes,8,opt,name=command_raw,json=commandRaw,proto3" json:"command_raw,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecInfo) Reset() {
 	*x = ExecInfo{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1633,7 +1743,7 @@ func (x *ExecInfo) String() string {
 func (*ExecInfo) ProtoMessage() {}
 
 func (x *ExecInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[22]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1646,7 +1756,7 @@ func (x *ExecInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInfo.ProtoReflect.Descriptor instead.
 func (*ExecInfo) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{22}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecInfo) GetId() string {
@@ -1698,6 +1808,13 @@ func (x *ExecInfo) GetLiveProcesses() int32 {
 	return 0
 }
 
+func (x *ExecInfo) GetCommandRaw() []byte {
+	if x != nil {
+		return x.CommandRaw
+	}
+	return nil
+}
+
 type InfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1706,7 +1823,7 @@ type InfoRequest struct {
 
 func (x *InfoRequest) Reset() {
 	*x = InfoRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1835,7 @@ func (x *InfoRequest) String() string {
 func (*InfoRequest) ProtoMessage() {}
 
 func (x *InfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[23]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1848,7 @@ func (x *InfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoRequest.ProtoReflect.Descriptor instead.
 func (*InfoRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{23}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{24}
 }
 
 type InfoResponse struct {
@@ -1752,7 +1869,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1764,7 +1881,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[24]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1777,7 +1894,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{24}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InfoResponse) GetVersion() string {
@@ -1852,7 +1969,7 @@ type ShutdownRequest struct {
 
 func (x *ShutdownRequest) Reset() {
 	*x = ShutdownRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1981,7 @@ func (x *ShutdownRequest) String() string {
 func (*ShutdownRequest) ProtoMessage() {}
 
 func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[25]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1994,7 @@ func (x *ShutdownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownRequest.ProtoReflect.Descriptor instead.
 func (*ShutdownRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{25}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ShutdownRequest) GetGraceMs() int64 {
@@ -1895,7 +2012,7 @@ type ShutdownResponse struct {
 
 func (x *ShutdownResponse) Reset() {
 	*x = ShutdownResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1907,7 +2024,7 @@ func (x *ShutdownResponse) String() string {
 func (*ShutdownResponse) ProtoMessage() {}
 
 func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[26]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1920,22 +2037,24 @@ func (x *ShutdownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownResponse.ProtoReflect.Descriptor instead.
 func (*ShutdownResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{26}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{27}
 }
 
 type Session struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Cwd           string                 `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
-	EnvVars       int32                  `protobuf:"varint,3,opt,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
-	Execs         int32                  `protobuf:"varint,4,opt,name=execs,proto3" json:"execs,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Name    string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Cwd     string                 `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	EnvVars int32                  `protobuf:"varint,3,opt,name=env_vars,json=envVars,proto3" json:"env_vars,omitempty"`
+	Execs   int32                  `protobuf:"varint,4,opt,name=execs,proto3" json:"execs,omitempty"`
+	// cwd as bytes, set instead of it when it is not valid UTF-8.
+	CwdRaw        []byte `protobuf:"bytes,5,opt,name=cwd_raw,json=cwdRaw,proto3" json:"cwd_raw,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1947,7 +2066,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[27]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1960,7 +2079,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{27}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Session) GetName() string {
@@ -1991,6 +2110,13 @@ func (x *Session) GetExecs() int32 {
 	return 0
 }
 
+func (x *Session) GetCwdRaw() []byte {
+	if x != nil {
+		return x.CwdRaw
+	}
+	return nil
+}
+
 type ListSessionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1999,7 +2125,7 @@ type ListSessionsRequest struct {
 
 func (x *ListSessionsRequest) Reset() {
 	*x = ListSessionsRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2137,7 @@ func (x *ListSessionsRequest) String() string {
 func (*ListSessionsRequest) ProtoMessage() {}
 
 func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[28]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2150,7 @@ func (x *ListSessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsRequest.ProtoReflect.Descriptor instead.
 func (*ListSessionsRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{28}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{29}
 }
 
 type ListSessionsResponse struct {
@@ -2036,7 +2162,7 @@ type ListSessionsResponse struct {
 
 func (x *ListSessionsResponse) Reset() {
 	*x = ListSessionsResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[29]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2174,7 @@ func (x *ListSessionsResponse) String() string {
 func (*ListSessionsResponse) ProtoMessage() {}
 
 func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[29]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2187,7 @@ func (x *ListSessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessionsResponse.ProtoReflect.Descriptor instead.
 func (*ListSessionsResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{29}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSessionsResponse) GetSessions() []*Session {
@@ -2080,7 +2206,7 @@ type DeleteSessionRequest struct {
 
 func (x *DeleteSessionRequest) Reset() {
 	*x = DeleteSessionRequest{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[30]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2092,7 +2218,7 @@ func (x *DeleteSessionRequest) String() string {
 func (*DeleteSessionRequest) ProtoMessage() {}
 
 func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[30]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2105,7 +2231,7 @@ func (x *DeleteSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSessionRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{30}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DeleteSessionRequest) GetName() string {
@@ -2123,7 +2249,7 @@ type DeleteSessionResponse struct {
 
 func (x *DeleteSessionResponse) Reset() {
 	*x = DeleteSessionResponse{}
-	mi := &file_runbox_v1_runbox_proto_msgTypes[31]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2261,7 @@ func (x *DeleteSessionResponse) String() string {
 func (*DeleteSessionResponse) ProtoMessage() {}
 
 func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_runbox_proto_msgTypes[31]
+	mi := &file_runbox_v1_runbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,14 +2274,14 @@ func (x *DeleteSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSessionResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{31}
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{32}
 }
 
 var File_runbox_v1_runbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
-	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\x9d\x04\n" +
+	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\x9e\x05\n" +
 	"\bExecSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
@@ -2176,10 +2302,18 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"tail_bytes\x18\r \x01(\x03R\ttailBytes\x12\x18\n" +
 	"\asession\x18\x0e \x01(\tR\asession\x12*\n" +
 	"\x05spill\x18\x0f \x01(\x0e2\x14.runbox.v1.SpillModeR\x05spill\x12$\n" +
-	"\x03pty\x18\x10 \x01(\v2\x12.runbox.v1.PtySizeR\x03pty\x1a6\n" +
+	"\x03pty\x18\x10 \x01(\v2\x12.runbox.v1.PtySizeR\x03pty\x12\x1f\n" +
+	"\vcommand_raw\x18\x11 \x01(\fR\n" +
+	"commandRaw\x12\x19\n" +
+	"\bargv_raw\x18\x12 \x03(\fR\aargvRaw\x12*\n" +
+	"\aenv_raw\x18\x13 \x03(\v2\x11.runbox.v1.EnvVarR\x06envRaw\x12\x17\n" +
+	"\acwd_raw\x18\x14 \x01(\fR\x06cwdRaw\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"1\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
+	"\x06EnvVar\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"1\n" +
 	"\aPtySize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\"Z\n" +
@@ -2210,7 +2344,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"3\n" +
 	"\x06Exited\x12)\n" +
-	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\xa7\x05\n" +
+	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\xf3\x05\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -2236,7 +2370,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x03cwd\x18\x14 \x01(\tR\x03cwd\x12*\n" +
 	"\x11cwd_fallback_from\x18\x15 \x01(\tR\x0fcwdFallbackFrom\x12\x1d\n" +
 	"\n" +
-	"oom_killed\x18\x16 \x01(\bR\toomKilled\":\n" +
+	"oom_killed\x18\x16 \x01(\bR\toomKilled\x12\x17\n" +
+	"\acwd_raw\x18\x17 \x01(\fR\x06cwdRaw\x121\n" +
+	"\x15cwd_fallback_from_raw\x18\x18 \x01(\fR\x12cwdFallbackFromRaw\":\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"&\n" +
@@ -2261,7 +2397,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x0eResizeResponse\"\r\n" +
 	"\vListRequest\"9\n" +
 	"\fListResponse\x12)\n" +
-	"\x05execs\x18\x01 \x03(\v2\x13.runbox.v1.ExecInfoR\x05execs\"\xf1\x01\n" +
+	"\x05execs\x18\x01 \x03(\v2\x13.runbox.v1.ExecInfoR\x05execs\"\x92\x02\n" +
 	"\bExecInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12*\n" +
@@ -2269,7 +2405,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\acommand\x18\x04 \x01(\tR\acommand\x12+\n" +
 	"\x12started_at_unix_ms\x18\x05 \x01(\x03R\x0fstartedAtUnixMs\x12)\n" +
 	"\x06result\x18\x06 \x01(\v2\x11.runbox.v1.ResultR\x06result\x12%\n" +
-	"\x0elive_processes\x18\a \x01(\x05R\rliveProcesses\"\r\n" +
+	"\x0elive_processes\x18\a \x01(\x05R\rliveProcesses\x12\x1f\n" +
+	"\vcommand_raw\x18\b \x01(\fR\n" +
+	"commandRaw\"\r\n" +
 	"\vInfoRequest\"\x8f\x02\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
@@ -2286,12 +2424,13 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\bopen_fds\x18\t \x01(\x05R\aopenFds\",\n" +
 	"\x0fShutdownRequest\x12\x19\n" +
 	"\bgrace_ms\x18\x01 \x01(\x03R\agraceMs\"\x12\n" +
-	"\x10ShutdownResponse\"`\n" +
+	"\x10ShutdownResponse\"y\n" +
 	"\aSession\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12\x19\n" +
 	"\benv_vars\x18\x03 \x01(\x05R\aenvVars\x12\x14\n" +
-	"\x05execs\x18\x04 \x01(\x05R\x05execs\"\x15\n" +
+	"\x05execs\x18\x04 \x01(\x05R\x05execs\x12\x17\n" +
+	"\acwd_raw\x18\x05 \x01(\fR\x06cwdRaw\"\x15\n" +
 	"\x13ListSessionsRequest\"F\n" +
 	"\x14ListSessionsResponse\x12.\n" +
 	"\bsessions\x18\x01 \x03(\v2\x12.runbox.v1.SessionR\bsessions\"*\n" +
@@ -2342,89 +2481,91 @@ func file_runbox_v1_runbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
+var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_runbox_v1_runbox_proto_goTypes = []any{
 	(Stream)(0),                   // 0: runbox.v1.Stream
 	(SpillMode)(0),                // 1: runbox.v1.SpillMode
 	(ExecState)(0),                // 2: runbox.v1.ExecState
 	(*ExecSpec)(nil),              // 3: runbox.v1.ExecSpec
-	(*PtySize)(nil),               // 4: runbox.v1.PtySize
-	(*RunRequest)(nil),            // 5: runbox.v1.RunRequest
-	(*AttachRequest)(nil),         // 6: runbox.v1.AttachRequest
-	(*ExecEvent)(nil),             // 7: runbox.v1.ExecEvent
-	(*Started)(nil),               // 8: runbox.v1.Started
-	(*Output)(nil),                // 9: runbox.v1.Output
-	(*Gap)(nil),                   // 10: runbox.v1.Gap
-	(*Exited)(nil),                // 11: runbox.v1.Exited
-	(*Result)(nil),                // 12: runbox.v1.Result
-	(*CancelRequest)(nil),         // 13: runbox.v1.CancelRequest
-	(*CancelResponse)(nil),        // 14: runbox.v1.CancelResponse
-	(*SignalRequest)(nil),         // 15: runbox.v1.SignalRequest
-	(*SignalResponse)(nil),        // 16: runbox.v1.SignalResponse
-	(*WriteStdinRequest)(nil),     // 17: runbox.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),    // 18: runbox.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),     // 19: runbox.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),    // 20: runbox.v1.CloseStdinResponse
-	(*ResizeRequest)(nil),         // 21: runbox.v1.ResizeRequest
-	(*ResizeResponse)(nil),        // 22: runbox.v1.ResizeResponse
-	(*ListRequest)(nil),           // 23: runbox.v1.ListRequest
-	(*ListResponse)(nil),          // 24: runbox.v1.ListResponse
-	(*ExecInfo)(nil),              // 25: runbox.v1.ExecInfo
-	(*InfoRequest)(nil),           // 26: runbox.v1.InfoRequest
-	(*InfoResponse)(nil),          // 27: runbox.v1.InfoResponse
-	(*ShutdownRequest)(nil),       // 28: runbox.v1.ShutdownRequest
-	(*ShutdownResponse)(nil),      // 29: runbox.v1.ShutdownResponse
-	(*Session)(nil),               // 30: runbox.v1.Session
-	(*ListSessionsRequest)(nil),   // 31: runbox.v1.ListSessionsRequest
-	(*ListSessionsResponse)(nil),  // 32: runbox.v1.ListSessionsResponse
-	(*DeleteSessionRequest)(nil),  // 33: runbox.v1.DeleteSessionRequest
-	(*DeleteSessionResponse)(nil), // 34: runbox.v1.DeleteSessionResponse
-	nil,                           // 35: runbox.v1.ExecSpec.EnvEntry
+	(*EnvVar)(nil),                // 4: runbox.v1.EnvVar
+	(*PtySize)(nil),               // 5: runbox.v1.PtySize
+	(*RunRequest)(nil),            // 6: runbox.v1.RunRequest
+	(*AttachRequest)(nil),         // 7: runbox.v1.AttachRequest
+	(*ExecEvent)(nil),             // 8: runbox.v1.ExecEvent
+	(*Started)(nil),               // 9: runbox.v1.Started
+	(*Output)(nil),                // 10: runbox.v1.Output
+	(*Gap)(nil),                   // 11: runbox.v1.Gap
+	(*Exited)(nil),                // 12: runbox.v1.Exited
+	(*Result)(nil),                // 13: runbox.v1.Result
+	(*CancelRequest)(nil),         // 14: runbox.v1.CancelRequest
+	(*CancelResponse)(nil),        // 15: runbox.v1.CancelResponse
+	(*SignalRequest)(nil),         // 16: runbox.v1.SignalRequest
+	(*SignalResponse)(nil),        // 17: runbox.v1.SignalResponse
+	(*WriteStdinRequest)(nil),     // 18: runbox.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),    // 19: runbox.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),     // 20: runbox.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),    // 21: runbox.v1.CloseStdinResponse
+	(*ResizeRequest)(nil),         // 22: runbox.v1.ResizeRequest
+	(*ResizeResponse)(nil),        // 23: runbox.v1.ResizeResponse
+	(*ListRequest)(nil),           // 24: runbox.v1.ListRequest
+	(*ListResponse)(nil),          // 25: runbox.v1.ListResponse
+	(*ExecInfo)(nil),              // 26: runbox.v1.ExecInfo
+	(*InfoRequest)(nil),           // 27: runbox.v1.InfoRequest
+	(*InfoResponse)(nil),          // 28: runbox.v1.InfoResponse
+	(*ShutdownRequest)(nil),       // 29: runbox.v1.ShutdownRequest
+	(*ShutdownResponse)(nil),      // 30: runbox.v1.ShutdownResponse
+	(*Session)(nil),               // 31: runbox.v1.Session
+	(*ListSessionsRequest)(nil),   // 32: runbox.v1.ListSessionsRequest
+	(*ListSessionsResponse)(nil),  // 33: runbox.v1.ListSessionsResponse
+	(*DeleteSessionRequest)(nil),  // 34: runbox.v1.DeleteSessionRequest
+	(*DeleteSessionResponse)(nil), // 35: runbox.v1.DeleteSessionResponse
+	nil,                           // 36: runbox.v1.ExecSpec.EnvEntry
 }
 var file_runbox_v1_runbox_proto_depIdxs = []int32{
-	35, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
+	36, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
 	1,  // 1: runbox.v1.ExecSpec.spill:type_name -> runbox.v1.SpillMode
-	4,  // 2: runbox.v1.ExecSpec.pty:type_name -> runbox.v1.PtySize
-	3,  // 3: runbox.v1.RunRequest.spec:type_name -> runbox.v1.ExecSpec
-	8,  // 4: runbox.v1.ExecEvent.started:type_name -> runbox.v1.Started
-	9,  // 5: runbox.v1.ExecEvent.output:type_name -> runbox.v1.Output
-	11, // 6: runbox.v1.ExecEvent.exited:type_name -> runbox.v1.Exited
-	10, // 7: runbox.v1.ExecEvent.gap:type_name -> runbox.v1.Gap
-	0,  // 8: runbox.v1.Output.stream:type_name -> runbox.v1.Stream
-	12, // 9: runbox.v1.Exited.result:type_name -> runbox.v1.Result
-	25, // 10: runbox.v1.ListResponse.execs:type_name -> runbox.v1.ExecInfo
-	2,  // 11: runbox.v1.ExecInfo.state:type_name -> runbox.v1.ExecState
-	12, // 12: runbox.v1.ExecInfo.result:type_name -> runbox.v1.Result
-	30, // 13: runbox.v1.ListSessionsResponse.sessions:type_name -> runbox.v1.Session
-	5,  // 14: runbox.v1.RunboxService.Run:input_type -> runbox.v1.RunRequest
-	6,  // 15: runbox.v1.RunboxService.Attach:input_type -> runbox.v1.AttachRequest
-	13, // 16: runbox.v1.RunboxService.Cancel:input_type -> runbox.v1.CancelRequest
-	15, // 17: runbox.v1.RunboxService.Signal:input_type -> runbox.v1.SignalRequest
-	17, // 18: runbox.v1.RunboxService.WriteStdin:input_type -> runbox.v1.WriteStdinRequest
-	19, // 19: runbox.v1.RunboxService.CloseStdin:input_type -> runbox.v1.CloseStdinRequest
-	21, // 20: runbox.v1.RunboxService.Resize:input_type -> runbox.v1.ResizeRequest
-	23, // 21: runbox.v1.RunboxService.List:input_type -> runbox.v1.ListRequest
-	26, // 22: runbox.v1.RunboxService.Info:input_type -> runbox.v1.InfoRequest
-	28, // 23: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
-	31, // 24: runbox.v1.RunboxService.ListSessions:input_type -> runbox.v1.ListSessionsRequest
-	33, // 25: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
-	7,  // 26: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
-	7,  // 27: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
-	14, // 28: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
-	16, // 29: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
-	18, // 30: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
-	20, // 31: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
-	22, // 32: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
-	24, // 33: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
-	27, // 34: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
-	29, // 35: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
-	32, // 36: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
-	34, // 37: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
-	26, // [26:38] is the sub-list for method output_type
-	14, // [14:26] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	5,  // 2: runbox.v1.ExecSpec.pty:type_name -> runbox.v1.PtySize
+	4,  // 3: runbox.v1.ExecSpec.env_raw:type_name -> runbox.v1.EnvVar
+	3,  // 4: runbox.v1.RunRequest.spec:type_name -> runbox.v1.ExecSpec
+	9,  // 5: runbox.v1.ExecEvent.started:type_name -> runbox.v1.Started
+	10, // 6: runbox.v1.ExecEvent.output:type_name -> runbox.v1.Output
+	12, // 7: runbox.v1.ExecEvent.exited:type_name -> runbox.v1.Exited
+	11, // 8: runbox.v1.ExecEvent.gap:type_name -> runbox.v1.Gap
+	0,  // 9: runbox.v1.Output.stream:type_name -> runbox.v1.Stream
+	13, // 10: runbox.v1.Exited.result:type_name -> runbox.v1.Result
+	26, // 11: runbox.v1.ListResponse.execs:type_name -> runbox.v1.ExecInfo
+	2,  // 12: runbox.v1.ExecInfo.state:type_name -> runbox.v1.ExecState
+	13, // 13: runbox.v1.ExecInfo.result:type_name -> runbox.v1.Result
+	31, // 14: runbox.v1.ListSessionsResponse.sessions:type_name -> runbox.v1.Session
+	6,  // 15: runbox.v1.RunboxService.Run:input_type -> runbox.v1.RunRequest
+	7,  // 16: runbox.v1.RunboxService.Attach:input_type -> runbox.v1.AttachRequest
+	14, // 17: runbox.v1.RunboxService.Cancel:input_type -> runbox.v1.CancelRequest
+	16, // 18: runbox.v1.RunboxService.Signal:input_type -> runbox.v1.SignalRequest
+	18, // 19: runbox.v1.RunboxService.WriteStdin:input_type -> runbox.v1.WriteStdinRequest
+	20, // 20: runbox.v1.RunboxService.CloseStdin:input_type -> runbox.v1.CloseStdinRequest
+	22, // 21: runbox.v1.RunboxService.Resize:input_type -> runbox.v1.ResizeRequest
+	24, // 22: runbox.v1.RunboxService.List:input_type -> runbox.v1.ListRequest
+	27, // 23: runbox.v1.RunboxService.Info:input_type -> runbox.v1.InfoRequest
+	29, // 24: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
+	32, // 25: runbox.v1.RunboxService.ListSessions:input_type -> runbox.v1.ListSessionsRequest
+	34, // 26: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
+	8,  // 27: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
+	8,  // 28: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
+	15, // 29: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
+	17, // 30: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
+	19, // 31: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
+	21, // 32: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
+	23, // 33: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
+	25, // 34: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
+	28, // 35: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
+	30, // 36: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
+	33, // 37: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
+	35, // 38: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
+	27, // [27:39] is the sub-list for method output_type
+	15, // [15:27] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_runbox_proto_init() }
@@ -2432,7 +2573,7 @@ func file_runbox_v1_runbox_proto_init() {
 	if File_runbox_v1_runbox_proto != nil {
 		return
 	}
-	file_runbox_v1_runbox_proto_msgTypes[4].OneofWrappers = []any{
+	file_runbox_v1_runbox_proto_msgTypes[5].OneofWrappers = []any{
 		(*ExecEvent_Started)(nil),
 		(*ExecEvent_Output)(nil),
 		(*ExecEvent_Exited)(nil),
@@ -2444,7 +2585,7 @@ func file_runbox_v1_runbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_runbox_proto_rawDesc), len(file_runbox_v1_runbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   33,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -9,7 +9,11 @@
 package wire
 
 import (
+	"fmt"
+	"maps"
+	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
@@ -117,15 +121,15 @@ func SpillFromProto(m runboxv1.SpillMode) runbox.SpillMode {
 	return runbox.SpillAuto
 }
 
-// SpecToProto converts an ExecSpec for the wire.
+// SpecToProto converts an ExecSpec for the wire. A command, argv,
+// environment or working directory that is not valid UTF-8 goes in the
+// spec's _raw field instead of its string field, as the exact bytes (proto3
+// strings must be UTF-8); the rest stays in the string fields, which JSON
+// callers use.
 func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
-	return &runboxv1.ExecSpec{
+	p := &runboxv1.ExecSpec{
 		Id:            s.ID,
-		Command:       s.Command,
-		Argv:          s.Argv,
 		Login:         s.Login,
-		Env:           s.Env,
-		Cwd:           s.Cwd,
 		Stdin:         s.Stdin,
 		StdinStream:   s.StdinStream,
 		TimeoutMs:     DurationToMs(s.Timeout),
@@ -137,6 +141,56 @@ func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
 		Spill:         SpillToProto(s.Spill),
 		Pty:           PTYToProto(s.PTY),
 	}
+	p.Command, p.CommandRaw = textOrRaw(s.Command)
+	p.Cwd, p.CwdRaw = textOrRaw(s.Cwd)
+	if allValid(s.Argv) {
+		p.Argv = s.Argv
+	} else {
+		p.ArgvRaw = make([][]byte, len(s.Argv))
+		for i, a := range s.Argv {
+			p.ArgvRaw[i] = []byte(a)
+		}
+	}
+	envValid := true
+	for k, v := range s.Env {
+		envValid = envValid && utf8.ValidString(k) && utf8.ValidString(v)
+	}
+	if envValid {
+		p.Env = s.Env
+	} else {
+		p.EnvRaw = make([]*runboxv1.EnvVar, 0, len(s.Env))
+		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+			p.EnvRaw = append(p.EnvRaw, &runboxv1.EnvVar{Name: []byte(k), Value: []byte(s.Env[k])})
+		}
+	}
+	return p
+}
+
+// textOrRaw returns s as the string field when it is valid UTF-8, else as
+// the raw field's bytes.
+func textOrRaw(s string) (string, []byte) {
+	if utf8.ValidString(s) {
+		return s, nil
+	}
+	return "", []byte(s)
+}
+
+// fromTextOrRaw is the inverse of textOrRaw: the raw bytes when set, else
+// the string.
+func fromTextOrRaw(s string, raw []byte) string {
+	if len(raw) > 0 {
+		return string(raw)
+	}
+	return s
+}
+
+func allValid(ss []string) bool {
+	for _, s := range ss {
+		if !utf8.ValidString(s) {
+			return false
+		}
+	}
+	return true
 }
 
 // PTYToProto converts a terminal size; nil (no pty) stays nil.
@@ -159,18 +213,32 @@ func PTYFromProto(p *runboxv1.PtySize) *runbox.PTYSize {
 // ClampSize fits a wire terminal dimension into a uint16.
 func ClampSize(n uint32) uint16 { return uint16(min(n, 0xffff)) }
 
-// SpecFromProto converts a wire ExecSpec; nil gives the zero spec.
-func SpecFromProto(p *runboxv1.ExecSpec) runbox.ExecSpec {
+// SpecFromProto converts a wire ExecSpec; nil gives the zero spec. A
+// string field and its _raw alternative both set is runbox.ErrInvalidSpec.
+func SpecFromProto(p *runboxv1.ExecSpec) (runbox.ExecSpec, error) {
 	if p == nil {
-		return runbox.ExecSpec{}
+		return runbox.ExecSpec{}, nil
 	}
-	return runbox.ExecSpec{
+	for _, f := range []struct {
+		name     string
+		text, ra bool
+	}{
+		{"command", p.GetCommand() != "", len(p.GetCommandRaw()) > 0},
+		{"argv", len(p.GetArgv()) > 0, len(p.GetArgvRaw()) > 0},
+		{"env", len(p.GetEnv()) > 0, len(p.GetEnvRaw()) > 0},
+		{"cwd", p.GetCwd() != "", len(p.GetCwdRaw()) > 0},
+	} {
+		if f.text && f.ra {
+			return runbox.ExecSpec{}, fmt.Errorf("%w: both %s and %s_raw are set: set one", runbox.ErrInvalidSpec, f.name, f.name)
+		}
+	}
+	s := runbox.ExecSpec{
 		ID:          p.GetId(),
-		Command:     p.GetCommand(),
+		Command:     fromTextOrRaw(p.GetCommand(), p.GetCommandRaw()),
 		Argv:        p.GetArgv(),
 		Login:       p.GetLogin(),
 		Env:         p.GetEnv(),
-		Cwd:         p.GetCwd(),
+		Cwd:         fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
 		Stdin:       p.GetStdin(),
 		StdinStream: p.GetStdinStream(),
 		Timeout:     MsToDuration(p.GetTimeoutMs()),
@@ -182,35 +250,49 @@ func SpecFromProto(p *runboxv1.ExecSpec) runbox.ExecSpec {
 		Spill:       SpillFromProto(p.GetSpill()),
 		PTY:         PTYFromProto(p.GetPty()),
 	}
+	if raw := p.GetArgvRaw(); len(raw) > 0 {
+		s.Argv = make([]string, len(raw))
+		for i, a := range raw {
+			s.Argv[i] = string(a)
+		}
+	}
+	if raw := p.GetEnvRaw(); len(raw) > 0 {
+		s.Env = make(map[string]string, len(raw))
+		for _, kv := range raw {
+			s.Env[string(kv.GetName())] = string(kv.GetValue())
+		}
+	}
+	return s, nil
 }
 
 // ResultToProto converts a Result for the wire. Duration travels in
 // microseconds.
 func ResultToProto(r runbox.Result) *runboxv1.Result {
-	return &runboxv1.Result{
-		Id:              r.ID,
-		ExitCode:        int32(r.ExitCode),
-		Signal:          r.Signal,
-		TimedOut:        r.TimedOut,
-		Cancelled:       r.Cancelled,
-		IdleTimedOut:    r.IdleTimedOut,
-		DurationUs:      r.Duration.Microseconds(),
-		Stdout:          r.Stdout,
-		Stderr:          r.Stderr,
-		StdoutDropped:   r.StdoutDropped,
-		StderrDropped:   r.StderrDropped,
-		StdoutBytes:     r.StdoutBytes,
-		StderrBytes:     r.StderrBytes,
-		Killed:          int32(r.Killed),
-		Survivors:       int32(r.Survivors),
-		Pid:             int64(r.Pid),
-		StdoutSpill:     r.StdoutSpill,
-		StderrSpill:     r.StderrSpill,
-		SpillTruncated:  r.SpillTruncated,
-		Cwd:             r.Cwd,
-		CwdFallbackFrom: r.CwdFallbackFrom,
-		OomKilled:       r.OOMKilled,
+	p := &runboxv1.Result{
+		Id:             r.ID,
+		ExitCode:       int32(r.ExitCode),
+		Signal:         r.Signal,
+		TimedOut:       r.TimedOut,
+		Cancelled:      r.Cancelled,
+		IdleTimedOut:   r.IdleTimedOut,
+		DurationUs:     r.Duration.Microseconds(),
+		Stdout:         r.Stdout,
+		Stderr:         r.Stderr,
+		StdoutDropped:  r.StdoutDropped,
+		StderrDropped:  r.StderrDropped,
+		StdoutBytes:    r.StdoutBytes,
+		StderrBytes:    r.StderrBytes,
+		Killed:         int32(r.Killed),
+		Survivors:      int32(r.Survivors),
+		Pid:            int64(r.Pid),
+		StdoutSpill:    r.StdoutSpill,
+		StderrSpill:    r.StderrSpill,
+		SpillTruncated: r.SpillTruncated,
+		OomKilled:      r.OOMKilled,
 	}
+	p.Cwd, p.CwdRaw = textOrRaw(r.Cwd)
+	p.CwdFallbackFrom, p.CwdFallbackFromRaw = textOrRaw(r.CwdFallbackFrom)
+	return p
 }
 
 // ResultFromProto converts a wire Result; nil gives the zero Result.
@@ -238,8 +320,8 @@ func ResultFromProto(p *runboxv1.Result) runbox.Result {
 		StdoutSpill:     p.GetStdoutSpill(),
 		StderrSpill:     p.GetStderrSpill(),
 		SpillTruncated:  p.GetSpillTruncated(),
-		Cwd:             p.GetCwd(),
-		CwdFallbackFrom: p.GetCwdFallbackFrom(),
+		Cwd:             fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
+		CwdFallbackFrom: fromTextOrRaw(p.GetCwdFallbackFrom(), p.GetCwdFallbackFromRaw()),
 		OOMKilled:       p.GetOomKilled(),
 	}
 }
@@ -250,10 +332,10 @@ func ExecInfoToProto(e runbox.ExecInfo) *runboxv1.ExecInfo {
 		Id:              e.ID,
 		Pid:             int64(e.Pid),
 		State:           StateToProto(e.State),
-		Command:         e.Command,
 		StartedAtUnixMs: timeToMs(e.StartedAt),
 		LiveProcesses:   int32(e.LiveProcesses),
 	}
+	p.Command, p.CommandRaw = textOrRaw(e.Command)
 	if e.Result != nil {
 		p.Result = ResultToProto(*e.Result)
 	}
@@ -269,7 +351,7 @@ func ExecInfoFromProto(p *runboxv1.ExecInfo) runbox.ExecInfo {
 		ID:            p.GetId(),
 		Pid:           int(p.GetPid()),
 		State:         StateFromProto(p.GetState()),
-		Command:       p.GetCommand(),
+		Command:       fromTextOrRaw(p.GetCommand(), p.GetCommandRaw()),
 		StartedAt:     msToTime(p.GetStartedAtUnixMs()),
 		LiveProcesses: int(p.GetLiveProcesses()),
 	}
@@ -339,7 +421,9 @@ func GapFromProto(p *runboxv1.Gap) runbox.OutputGap {
 
 // SessionToProto converts a SessionInfo for the wire.
 func SessionToProto(s runbox.SessionInfo) *runboxv1.Session {
-	return &runboxv1.Session{Name: s.Name, Cwd: s.Cwd, EnvVars: int32(s.EnvVars), Execs: int32(s.Execs)}
+	p := &runboxv1.Session{Name: s.Name, EnvVars: int32(s.EnvVars), Execs: int32(s.Execs)}
+	p.Cwd, p.CwdRaw = textOrRaw(s.Cwd)
+	return p
 }
 
 // SessionFromProto converts a wire Session; nil gives the zero SessionInfo.
@@ -347,5 +431,5 @@ func SessionFromProto(p *runboxv1.Session) runbox.SessionInfo {
 	if p == nil {
 		return runbox.SessionInfo{}
 	}
-	return runbox.SessionInfo{Name: p.GetName(), Cwd: p.GetCwd(), EnvVars: int(p.GetEnvVars()), Execs: int(p.GetExecs())}
+	return runbox.SessionInfo{Name: p.GetName(), Cwd: fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()), EnvVars: int(p.GetEnvVars()), Execs: int(p.GetExecs())}
 }

@@ -67,6 +67,9 @@ func assertProtoFilled(t *testing.T, m proto.Message) {
 		for i := range fields.Len() {
 			fd := fields.Get(i)
 			p := path + "." + string(fd.Name())
+			if strings.HasSuffix(p, "_raw") {
+				continue // the bytes alternative of a string field: TestRawFields
+			}
 			if !m.Has(fd) {
 				t.Errorf("%s is unset: fill it in the fixture (and convert it)", p)
 				continue
@@ -154,7 +157,7 @@ func TestRoundTripDomain(t *testing.T) {
 		in   any
 		out  any
 	}{
-		{"ExecSpec", spec, SpecFromProto(SpecToProto(spec))},
+		{"ExecSpec", spec, specFromProto(t, SpecToProto(spec))},
 		{"Result", res, ResultFromProto(ResultToProto(res))},
 		{"ExecInfo", info, ExecInfoFromProto(ExecInfoToProto(info))},
 		{"DaemonInfo", dinfo, DaemonInfoFromProto(DaemonInfoToProto(dinfo))},
@@ -200,7 +203,7 @@ func TestRoundTripProto(t *testing.T) {
 		name    string
 		in, out proto.Message
 	}{
-		{"ExecSpec", spec, SpecToProto(SpecFromProto(spec))},
+		{"ExecSpec", spec, SpecToProto(specFromProto(t, spec))},
 		{"Result", res, ResultToProto(ResultFromProto(res))},
 		{"ExecInfo", info, ExecInfoToProto(ExecInfoFromProto(info))},
 		{"InfoResponse", dinfo, DaemonInfoToProto(DaemonInfoFromProto(dinfo))},
@@ -251,7 +254,7 @@ func TestZeroValues(t *testing.T) {
 	if got := DaemonInfoFromProto(DaemonInfoToProto(runbox.DaemonInfo{})); !reflect.DeepEqual(got, runbox.DaemonInfo{}) {
 		t.Errorf("zero DaemonInfo came back as %+v", got)
 	}
-	if got := SpecFromProto(nil); !reflect.DeepEqual(got, runbox.ExecSpec{}) {
+	if got := specFromProto(t, nil); !reflect.DeepEqual(got, runbox.ExecSpec{}) {
 		t.Errorf("nil spec came back as %+v", got)
 	}
 }
@@ -321,6 +324,7 @@ func TestEverySentinelHasATag(t *testing.T) {
 			"ErrFileNotFound": runbox.ErrFileNotFound, "ErrPermission": runbox.ErrPermission,
 			"ErrIsDirectory": runbox.ErrIsDirectory, "ErrNotDirectory": runbox.ErrNotDirectory,
 			"ErrEscapesRoot": runbox.ErrEscapesRoot, "ErrInvalidPath": runbox.ErrInvalidPath,
+			"ErrTooLarge": runbox.ErrTooLarge, "ErrExecIDConflict": runbox.ErrExecIDConflict,
 		} {
 			if s.err == err {
 				tagged[name] = true
@@ -365,6 +369,72 @@ func TestFileInfoRoundTrip(t *testing.T) {
 		got := FileInfoFromProto(FileInfoToProto(fi))
 		if !reflect.DeepEqual(got, fi) {
 			t.Errorf("round trip:\n got %+v\nwant %+v", got, fi)
+		}
+	}
+}
+
+func specFromProto(t *testing.T, p *runboxv1.ExecSpec) runbox.ExecSpec {
+	t.Helper()
+	s, err := SpecFromProto(p)
+	if err != nil {
+		t.Fatalf("SpecFromProto: %v", err)
+	}
+	return s
+}
+
+// TestRawFields: values that are not valid UTF-8 (and some that are) cross
+// the wire, through a real proto encoding, byte for byte.
+func TestRawFields(t *testing.T) {
+	bad := "caf\xe9 \xff\xfe\x80 \x01\x7f"
+	for _, spec := range []runbox.ExecSpec{
+		{Command: "printf %s " + bad, Cwd: "/tmp/" + bad, Env: map[string]string{"OK": "é", "V": bad}},
+		{Argv: []string{"printf", "%s", bad, ""}, Env: map[string]string{bad: "x"}},
+		{Command: "echo é", Argv: nil, Env: map[string]string{"A": "b"}, Cwd: "/é"},
+	} {
+		b, err := proto.Marshal(SpecToProto(spec))
+		if err != nil {
+			t.Fatalf("marshal %+v: %v", spec, err)
+		}
+		var p runboxv1.ExecSpec
+		if err := proto.Unmarshal(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		if got := specFromProto(t, &p); !reflect.DeepEqual(got, spec) {
+			t.Errorf("round trip:\n got %#v\nwant %#v", got, spec)
+		}
+	}
+	res := runbox.Result{Cwd: "/w/" + bad, CwdFallbackFrom: "/w/" + bad + "/gone"}
+	b, err := proto.Marshal(ResultToProto(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr runboxv1.Result
+	if err := proto.Unmarshal(b, &pr); err != nil {
+		t.Fatal(err)
+	}
+	if got := ResultFromProto(&pr); got.Cwd != res.Cwd || got.CwdFallbackFrom != res.CwdFallbackFrom {
+		t.Errorf("result cwd %q, %q; want %q, %q", got.Cwd, got.CwdFallbackFrom, res.Cwd, res.CwdFallbackFrom)
+	}
+	info := ExecInfoFromProto(ExecInfoToProto(runbox.ExecInfo{Command: bad}))
+	if info.Command != bad {
+		t.Errorf("exec info command %q", info.Command)
+	}
+	if ss := SessionFromProto(SessionToProto(runbox.SessionInfo{Cwd: bad})); ss.Cwd != bad {
+		t.Errorf("session cwd %q", ss.Cwd)
+	}
+}
+
+// TestRawAndTextBothSet: a request with both alternatives of a field is
+// refused as an invalid spec.
+func TestRawAndTextBothSet(t *testing.T) {
+	for name, p := range map[string]*runboxv1.ExecSpec{
+		"command": {Command: "a", CommandRaw: []byte("b")},
+		"argv":    {Argv: []string{"a"}, ArgvRaw: [][]byte{[]byte("b")}},
+		"env":     {Env: map[string]string{"A": "1"}, EnvRaw: []*runboxv1.EnvVar{{Name: []byte("B")}}},
+		"cwd":     {Cwd: "/", CwdRaw: []byte("/x")},
+	} {
+		if _, err := SpecFromProto(p); !errors.Is(err, runbox.ErrInvalidSpec) {
+			t.Errorf("%s and %s_raw both set: %v; want ErrInvalidSpec", name, name, err)
 		}
 	}
 }

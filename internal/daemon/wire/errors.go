@@ -31,6 +31,11 @@ const (
 	TagNotDirectory = "not-directory"
 	TagEscapesRoot  = "escapes-root"
 	TagInvalidPath  = "invalid-path"
+	// TagTooLarge is runbox.ErrTooLarge: a request over a size limit.
+	TagTooLarge = "too-large"
+	// TagExecIDConflict is runbox.ErrExecIDConflict: an exec id reused with
+	// a different spec.
+	TagExecIDConflict = "exec-id-conflict"
 	// TagInternal marks a failure of the daemon that is none of the above.
 	// It tells the client the daemon answered (so this is not a transport
 	// failure to retry) without naming a sentinel.
@@ -55,6 +60,8 @@ var sentinels = []struct {
 	{runbox.ErrNotDirectory, TagNotDirectory, connect.CodeFailedPrecondition},
 	{runbox.ErrEscapesRoot, TagEscapesRoot, connect.CodePermissionDenied},
 	{runbox.ErrInvalidPath, TagInvalidPath, connect.CodeInvalidArgument},
+	{runbox.ErrTooLarge, TagTooLarge, connect.CodeResourceExhausted},
+	{runbox.ErrExecIDConflict, TagExecIDConflict, connect.CodeAlreadyExists},
 }
 
 // ToConnectError converts an error from the supervisor into the connect error

@@ -1,0 +1,16 @@
+package seccomp
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch = unix.AUDIT_ARCH_X86_64
+	// foreignSyscallBit marks x32 calls, which the filter refuses outright.
+	foreignSyscallBit = 0x40000000
+)
+
+// deniedArch are the amd64-only calls refused besides deniedCommon.
+var deniedArch = []uintptr{
+	unix.SYS_CREATE_MODULE, unix.SYS_GET_KERNEL_SYMS, unix.SYS_QUERY_MODULE,
+	unix.SYS_IOPERM, unix.SYS_IOPL,
+	unix.SYS_NFSSERVCTL, unix.SYS__SYSCTL, unix.SYS_SYSFS, unix.SYS_USELIB, unix.SYS_USTAT,
+}

@@ -1,0 +1,11 @@
+package seccomp
+
+import "golang.org/x/sys/unix"
+
+const (
+	auditArch         = unix.AUDIT_ARCH_AARCH64
+	foreignSyscallBit = 0
+)
+
+// deniedArch are the arm64-only calls refused besides deniedCommon (none).
+var deniedArch []uintptr

@@ -1,0 +1,306 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/procbox"
+	"github.com/runbox/runbox/internal/runboxdbin"
+)
+
+// Descriptors runboxd inherits (see cmd/runboxd's jail mode).
+const (
+	configFD   = 3 // a unix socket: the configuration, with mount descriptors
+	listenerFD = 4 // the API socket, listening
+)
+
+// layersDir is the directory, in a sandbox's state directory, holding its
+// overlay's layers and private directories. It belongs to the sandbox's
+// root; a mapped runboxd gets it as a detached mount (jail.LayersTree), as
+// the directories above it are closed to a mapped root.
+const layersDir = "fs"
+
+// Paths of the host that a sandbox on the host's root does not see (see
+// jail.Config): homes replaced by empty ones of its own, /run (daemons'
+// sockets, container engines among them) by a fresh tmpfs, SSH host keys
+// and container engines' state masked.
+var (
+	privateDirs = []string{"/root", "/home"}
+	freshDirs   = []string{"/run", "/var/run"}
+	maskedDirs  = []string{"/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet", "/etc/kubernetes"}
+	maskedGlobs = []string{"/etc/ssh/ssh_host_*_key"}
+)
+
+// launch builds the sandbox's directories and cgroups and starts runboxd
+// as PID 1 of new namespaces, in its cgroups from its first instruction.
+func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
+	rec, spec := l.Record, l.Spec
+	bin, err := os.ReadFile(rec.Runboxd)
+	if err != nil {
+		return nil, fmt.Errorf("read runboxd: %w", err)
+	}
+	if spec.Rootfs != "" {
+		// The binary runs in the host's root until it pivots, but a
+		// dynamic one would then find its libraries gone for good.
+		if err := runboxdbin.CheckStatic(bin, rec.Runboxd); err != nil {
+			return nil, err
+		}
+	}
+	ids, err := chooseIDMap(p.UIDBase, spec.HostRoot)
+	if err != nil {
+		return nil, err
+	}
+	lower := "/"
+	if spec.Rootfs != "" {
+		if lower, err = filepath.Abs(spec.Rootfs); err != nil {
+			return nil, fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	layers := filepath.Join(l.Dir, layersDir)
+	if err := makeLayers(layers, lower, ids); err != nil {
+		return nil, err
+	}
+	inLayers := func(name string) string { return filepath.Join(layers, name) }
+	if ids.mapped() {
+		inLayers = func(name string) string { return filepath.Join(jail.LayersPath, name) }
+	}
+
+	cg, err := newCgroups(rec.ID, spec, ids.userns && ids.size == 1)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*procbox.Detached, error) {
+		cg.remove()
+		return nil, err
+	}
+	if err := cg.delegate(ids); err != nil {
+		return fail(err)
+	}
+	if rec.Extra == nil {
+		rec.Extra = map[string]string{}
+	}
+	cg.record(rec.Extra)
+	if spec.Rootfs != "" {
+		rec.Extra["rootfs"] = lower
+	}
+	network := spec.Network
+	if network == "" {
+		network = NetworkHost
+	}
+	rec.Extra["network"] = network
+	switch {
+	case ids.mapped():
+		rec.Extra["userns"] = fmt.Sprintf("0-%d -> host %d-%d", ids.size-1, ids.hostUID, ids.hostUID+ids.size-1)
+	case ids.userns:
+		rec.Extra["userns"] = fmt.Sprintf("0 -> host %d", ids.hostUID)
+	default:
+		rec.Extra["userns"] = "none: sandbox root is host root (--host-root)"
+	}
+	cfg := jail.Config{
+		Lower:         lower,
+		LowerTree:     ids.mapped(),
+		LayersTree:    ids.mapped(),
+		Upper:         inLayers(upperDir),
+		Work:          inLayers(workDir),
+		Merged:        inLayers(mergedDir),
+		Workspace:     rec.Workdir,
+		WorkspaceTree: ids.mapped() && rec.Workdir != "",
+		Socket:        rec.Socket,
+		ListenerFD:    listenerFD,
+		UserNS:        ids.userns,
+		Hostname:      hostname(rec),
+		NetworkNone:   network == NetworkNone,
+		Mask:          []string{l.Home},
+		PrivateDir:    inLayers("private"),
+		Env:           jail.DefaultEnv,
+		OOMControl:    cg.oomControl,
+		ExecTasks:     cg.execTasks,
+		Threads:       cg.keepThreads,
+		AuthSHA256:    l.AuthSHA256,
+	}
+	if lower == "/" {
+		cfg.Private, cfg.Fresh = privateDirs, freshDirs
+		cfg.Mask = append(cfg.Mask, maskedDirs...)
+		for _, g := range maskedGlobs {
+			m, _ := filepath.Glob(g)
+			cfg.MaskFiles = append(cfg.MaskFiles, m...)
+		}
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return fail(fmt.Errorf("jail config: %w", err))
+	}
+	ln, err := listenSocket(rec.Socket)
+	if err != nil {
+		return fail(err)
+	}
+	defer ln.Close()
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return fail(fmt.Errorf("config socket: %w", err))
+	}
+	child := os.NewFile(uintptr(pair[1]), "config")
+	defer child.Close()
+	parent := os.NewFile(uintptr(pair[0]), "config")
+	defer parent.Close()
+
+	args := append([]string{"jail"}, spec.DaemonArgs...)
+	cmd := exec.Command(rec.Runboxd, args...)
+	cmd.Dir = "/"
+	cmd.Env = jail.DefaultEnv
+	cmd.Stdout, cmd.Stderr = l.Log, l.Log
+	cmd.ExtraFiles = []*os.File{child, ln} // configFD, listenerFD
+	attr := &syscall.SysProcAttr{
+		Setsid: true,
+		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS |
+			syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
+	}
+	if network == NetworkNone {
+		attr.Cloneflags |= syscall.CLONE_NEWNET
+	}
+	if ids.userns {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings, attr.GidMappings = ids.sysProcIDMaps()
+		// Unprivileged, setgroups must be denied to map a gid; mapped by
+		// root, the sandbox keeps it (apt drops to _apt with it).
+		attr.GidMappingsEnableSetgroups = ids.mapped()
+		if ids.mapped() {
+			// The caller's own uid is not in the map: become the
+			// sandbox's root before exec, or exec drops every capability.
+			attr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+		}
+	}
+	if cg.v2Dir != "" {
+		dir, err := os.Open(cg.v2Dir)
+		if err != nil {
+			return fail(fmt.Errorf("cgroup %s: %w", cg.v2Dir, err))
+		}
+		defer dir.Close()
+		attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
+	}
+	cmd.SysProcAttr = attr
+	proc, err := procbox.StartDetached(cmd)
+	if err != nil {
+		os.Remove(rec.Socket)
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
+			return fail(fmt.Errorf("%w (%v): run as root, enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces), or use --provider host or --provider docker",
+				ErrNoNamespaces, err))
+		}
+		return fail(err)
+	}
+	stopped := func(err error) (*procbox.Detached, error) {
+		proc.Kill()
+		<-proc.Exited
+		os.Remove(rec.Socket)
+		return fail(err)
+	}
+	if err := cg.place(proc.Pid); err != nil {
+		return stopped(err)
+	}
+	var trees []int
+	defer func() {
+		for _, fd := range trees {
+			unix.Close(fd)
+		}
+	}()
+	if cfg.LayersTree {
+		fd, err := unix.OpenTree(unix.AT_FDCWD, layers, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return stopped(fmt.Errorf("clone the mount of %s: %w", layers, err))
+		}
+		trees = append(trees, fd)
+	}
+	if cfg.LowerTree {
+		fd, err := idmappedTree(lower, proc.Pid)
+		if err != nil {
+			return stopped(err)
+		}
+		trees = append(trees, fd)
+	}
+	if cfg.WorkspaceTree {
+		fd, err := idmappedTree(rec.Workdir, proc.Pid)
+		if err != nil {
+			return stopped(fmt.Errorf("workspace: %w", err))
+		}
+		trees = append(trees, fd)
+	}
+	// The configuration with its descriptors, then EOF, is runboxd's
+	// go-ahead.
+	var rights []byte
+	if len(trees) > 0 {
+		rights = unix.UnixRights(trees...)
+	}
+	n, err := unix.SendmsgN(int(parent.Fd()), cfgJSON, rights, nil, 0)
+	if err == nil && n != len(cfgJSON) {
+		err = fmt.Errorf("sent %d of %d bytes", n, len(cfgJSON))
+	}
+	if cerr := parent.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return stopped(fmt.Errorf("start runboxd: configuration: %w", err))
+	}
+	return proc, nil
+}
+
+// makeLayers makes the layers directory (closed to everyone but the
+// sandbox's root) with the overlay's upper, work and mount point
+// directories in it, and, on the host's root, the sanitised copies of the
+// host's password files in the upper layer.
+func makeLayers(layers, lower string, ids idMap) error {
+	if err := os.Mkdir(layers, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := ids.chown(layers); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	for _, d := range []string{upperDir, workDir, mergedDir} {
+		p := filepath.Join(layers, d)
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		if err := ids.chown(p); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+	}
+	if lower == "/" {
+		if err := sanitizeSecrets(filepath.Join(layers, upperDir), ids); err != nil {
+			return fmt.Errorf("upper layer: %w", err)
+		}
+	}
+	return nil
+}
+
+// listenSocket listens on the unix socket at path, mode 0600, replacing a
+// file left there, and returns it as a file for runboxd to inherit; the
+// socket stays when this process lets go of it.
+func listenSocket(path string) (*os.File, error) {
+	os.Remove(path)
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	ul := ln.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	defer ul.Close()
+	if err := os.Chmod(path, 0o600); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	f, err := ul.File()
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	return f, nil
+}
