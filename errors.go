@@ -21,8 +21,9 @@ var (
 	// never ran.
 	ErrCancelled = errors.New("exec cancelled")
 	// ErrInvalidSpec means a request was malformed (no command, both
-	// command and argv, a negative timeout...).
-	ErrInvalidSpec = errors.New("invalid exec spec")
+	// command and argv, a negative timeout, a sandbox workdir inside the
+	// runbox home...).
+	ErrInvalidSpec = errors.New("invalid spec")
 	// ErrNotRunning means the exec has already exited, so it cannot take
 	// stdin or a signal.
 	ErrNotRunning = errors.New("exec not running")

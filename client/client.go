@@ -154,7 +154,11 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 	}
 }
 
-// DialUnix returns a Client for the runboxd listening on a unix socket.
+// DialUnix returns a Client for the runboxd listening on a unix socket,
+// without authentication: only a daemon run with --insecure-no-auth (tests)
+// or an in-process server answers it. A sandbox's runboxd serves only
+// connections that start with its secret: reach it through its provider's
+// Dialer, which holds the secret (auth).
 func DialUnix(socketPath string, opts ...Option) *Client {
 	return New(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer

@@ -123,7 +123,11 @@ func TestRunWithExistingIDAttaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := c.Exec(ctx, "echo never", client.WithID("attach-same-id"))
+	// The id is an idempotency key: another command under it is refused.
+	if _, err := c.Exec(ctx, "echo never", client.WithID("attach-same-id")); !errors.Is(err, runbox.ErrExecIDConflict) {
+		t.Errorf("same id, another command: %v; want ErrExecIDConflict", err)
+	}
+	again, err := c.Exec(ctx, "echo $$; sleep 0.3", client.WithID("attach-same-id"))
 	if err != nil {
 		t.Fatal(err)
 	}

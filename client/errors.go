@@ -58,6 +58,9 @@ func cause(ctx context.Context, err error) error {
 	if _, ok := errors.AsType[*connect.Error](err); !ok {
 		return err // the client's own: a context's error or cause, or ErrSandboxLost
 	}
+	if errors.Is(err, runbox.ErrUnauthenticated) {
+		return unauthenticated(err)
+	}
 	if transient(err) {
 		return fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err)
 	}
@@ -81,6 +84,9 @@ func transient(err error) bool {
 	if errors.Is(err, errUnencodable) {
 		return false
 	}
+	if errors.Is(err, runbox.ErrUnauthenticated) {
+		return false // the daemon refused the secret (auth): a new connection will not help
+	}
 	if errors.Is(err, errStreamEnded) {
 		return true
 	}
@@ -94,4 +100,18 @@ func transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// unauthenticated returns the innermost error of err's chain that wraps
+// runbox.ErrUnauthenticated (the dialer's, which says why), without the
+// transport's wrapping around it. (auth: a refused secret is never
+// ErrSandboxLost.)
+func unauthenticated(err error) error {
+	found := err
+	for e := err; e != nil && e != runbox.ErrUnauthenticated; e = errors.Unwrap(e) {
+		if errors.Is(e, runbox.ErrUnauthenticated) {
+			found = e
+		}
+	}
+	return found
 }

@@ -101,8 +101,15 @@ type ArchiveStats struct {
 	Deleted            int
 }
 
-// fileError wraps a failed file call's error as a *runbox.Error.
+// fileError wraps a failed file call's error as a *runbox.Error. A request
+// the client could not encode is, for the files API, a path that is not
+// UTF-8 (its requests carry paths as text): runbox.ErrInvalidPath.
 func (c *Client) fileError(op string, ctx context.Context, err error) error {
+	if errors.Is(err, errUnencodable) {
+		return &runbox.Error{Op: op, Sandbox: c.sandbox, Err: fmt.Errorf(
+			"%w: the files API takes UTF-8 paths (file names that are not UTF-8 can be reached through archives or an exec): %v",
+			runbox.ErrInvalidPath, err)}
+	}
 	return c.opError(op, "", ctx, err)
 }
 
@@ -116,17 +123,19 @@ func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (io
 		Root: o.root, Path: p, Offset: o.offset, Length: o.length,
 	}))
 	if err != nil {
+		err = c.fileError("read file", ctx, err) // before cancel, which would make it ctx's error
 		cancel()
-		return nil, runbox.FileInfo{}, c.fileError("read file", ctx, err)
+		return nil, runbox.FileInfo{}, err
 	}
 	if !stream.Receive() {
 		err := stream.Err()
 		stream.Close()
-		cancel()
 		if err == nil {
 			err = fmt.Errorf("read %s: %w", p, io.ErrUnexpectedEOF)
 		}
-		return nil, runbox.FileInfo{}, c.fileError("read file", ctx, err)
+		err = c.fileError("read file", ctx, err) // before cancel, as above
+		cancel()
+		return nil, runbox.FileInfo{}, err
 	}
 	info := wire.FileInfoFromProto(stream.Msg().GetInfo())
 	r := &dataStream[runboxv1.ReadFileResponse, *runboxv1.ReadFileResponse]{

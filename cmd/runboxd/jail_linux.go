@@ -47,6 +47,11 @@ func jailServe(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	for _, fd := range jc.CloseFDs {
+		if fd > configFD {
+			unix.Close(fd)
+		}
+	}
 	if jc.OOMControl != "" {
 		// Opened before the pivot hides the host's cgroup tree.
 		f, err := os.Open(jc.OOMControl)

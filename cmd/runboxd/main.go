@@ -4,6 +4,7 @@
 //
 //	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off]
 //	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
+//	              [--private DIR]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]
 //	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
 //	runboxd proxy --socket PATH
@@ -33,6 +34,7 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/supervisor"
@@ -87,6 +89,8 @@ func supervisorFlags(fs *flag.FlagSet, cfg *supervisor.Config) {
 	fs.DurationVar(&cfg.Drain, "drain", supervisor.DefaultDrain, "how long output is read after an exec's leader exits")
 	fs.IntVar(&cfg.RingBytes, "ring", supervisor.DefaultRingBytes, "replay ring size per output stream, in bytes")
 	fs.IntVar(&cfg.CommandOOMScoreAdj, "oom-score-adj", supervisor.DefaultCommandOOMScoreAdj, "oom_score_adj each command starts with, 1-1000 (1000: the OOM killer takes commands before the daemon); negative: the daemon's own")
+	fs.StringVar(&cfg.SpillDir, "spill-dir", "", "directory of spill files (full output of large streams); keep it on disk, not a RAM tmpfs (default: a spill directory in the daemon's state directory under $TMPDIR)")
+	fs.Int64Var(&cfg.SpillBytes, "spill-bytes", supervisor.DefaultSpillBytes, "total size of spill files; a stream past it keeps its first bytes and the result says spill_truncated")
 }
 
 func serve(args []string, stderr io.Writer) error {
@@ -98,6 +102,7 @@ func serve(args []string, stderr io.Writer) error {
 	supervisorFlags(fs, &cfg)
 	fs.StringVar(&cfg.Dir, "dir", "", "default working directory for execs (default: the daemon's)")
 	auth := authFlags(fs)
+	private := privateFlag(fs)
 	threads := fs.Int("threads", 0, "OS threads to make at start and keep, so that commands filling a pids limit the daemon shares cannot stop it making one")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -120,6 +125,11 @@ func serve(args []string, stderr io.Writer) error {
 	}
 	if *threads < 0 || *threads > 1000 {
 		return fmt.Errorf("serve: --threads %d: want 0 to 1000", *threads)
+	}
+	if *private != "" {
+		if err := usePrivate(&cfg, *private); err != nil {
+			return err
+		}
 	}
 	keepThreads(*threads)
 	return serveOn(ctx, cfg, *auth, stderr, func(*supervisor.Supervisor) (net.Listener, error) {
@@ -193,6 +203,12 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if *socket == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errors.New("proxy: --socket is required and takes no arguments")
+	}
+	// The proxy runs beside the commands (docker exec), in runboxd's view
+	// of the filesystem, and carries the client's secret: no command may
+	// read its memory or its /proc entries.
+	if err := cmdview.Undumpable(); err != nil {
+		return fmt.Errorf("proxy: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/daemonauth"
 )
 
 // The test binary doubles as runboxd (os/exec's helper-process pattern):
@@ -29,13 +30,35 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// startDaemon runs `runboxd serve --socket` in a child process and waits for
-// it to answer.
+// testSecret is the sandbox secret of every daemon the tests start: they
+// get its hash, as a provider's would.
+var testSecret = func() []byte {
+	s, err := daemonauth.NewSecret()
+	if err != nil {
+		panic(err)
+	}
+	return s
+}()
+
+// unixDialer dials socket, and authenticates with secret unless it is nil.
+func unixDialer(socket string, secret []byte) runbox.Dialer {
+	dial := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}
+	if secret == nil {
+		return dial
+	}
+	return daemonauth.Dialer(dial, secret)
+}
+
+// startDaemon runs `runboxd serve --socket` with the hash of testSecret in a
+// child process and waits for it to answer.
 func startDaemon(t *testing.T) (cmd *exec.Cmd, c *client.Client, logs *strings.Builder, socket string) {
 	t.Helper()
 	dir := t.TempDir()
 	socket = filepath.Join(dir, "runboxd.sock")
-	cmd = runboxd("serve", "--socket", socket, "--dir", dir)
+	cmd = runboxd("serve", "--socket", socket, "--dir", dir, "--auth-sha256", daemonauth.Sum(testSecret))
 	logs = new(strings.Builder)
 	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
@@ -45,7 +68,7 @@ func startDaemon(t *testing.T) (cmd *exec.Cmd, c *client.Client, logs *strings.B
 		cmd.Process.Kill()
 		cmd.Wait()
 	})
-	c = client.DialUnix(socket, client.WithSandboxName("test"))
+	c = client.New(unixDialer(socket, testSecret), client.WithSandboxName("test"))
 	t.Cleanup(func() { c.Close() })
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -144,7 +167,7 @@ func TestProxyCarriesTheAPI(t *testing.T) {
 			p.Wait()
 		}
 	})
-	c := client.New(func(ctx context.Context) (net.Conn, error) {
+	c := client.New(daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
 		fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return nil, err
@@ -159,7 +182,7 @@ func TestProxyCarriesTheAPI(t *testing.T) {
 		}
 		proxies = append(proxies, p)
 		return net.FileConn(ours)
-	})
+	}, testSecret))
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -215,7 +238,7 @@ func TestSocketMode(t *testing.T) {
 	}
 	dir := t.TempDir()
 	open := filepath.Join(dir, "open.sock")
-	cmd := runboxd("serve", "--socket", open, "--dir", dir, "--socket-mode", "0666")
+	cmd := runboxd("serve", "--socket", open, "--dir", dir, "--socket-mode", "0666", "--auth-sha256", daemonauth.Sum(testSecret))
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +251,7 @@ func TestSocketMode(t *testing.T) {
 			t.Fatal("no socket with mode 0666 from --socket-mode 0666")
 		}
 	}
-	bad := runboxd("serve", "--socket", filepath.Join(dir, "bad.sock"), "--socket-mode", "rw-rw-rw-")
+	bad := runboxd("serve", "--socket", filepath.Join(dir, "bad.sock"), "--socket-mode", "rw-rw-rw-", "--auth-sha256", daemonauth.Sum(testSecret))
 	var stderr strings.Builder
 	bad.Stderr = &stderr
 	if err := bad.Run(); err == nil || !strings.Contains(stderr.String(), "--socket-mode") {

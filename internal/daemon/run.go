@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/internal/daemon/wire"
@@ -17,6 +18,7 @@ import (
 // started, output when asked, and exited. If the client goes away the
 // handler returns; the exec keeps running.
 func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunRequest], stream *connect.ServerStream[runboxv1.ExecEvent]) error {
+	releaser.afterLarge(proto.Size(req.Msg))
 	spec, err := wire.SpecFromProto(req.Msg.GetSpec())
 	if err != nil {
 		return s.rpcError("run", err)

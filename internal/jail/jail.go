@@ -52,6 +52,9 @@ type Config struct {
 	// already listening (made by the provider, which can write where a
 	// sandbox's mapped root cannot); Socket is then only informative.
 	ListenerFD int `json:"listener_fd,omitempty"`
+	// CloseFDs are inherited descriptors runboxd closes at once (the
+	// binary it was executed through).
+	CloseFDs []int `json:"close_fds,omitempty"`
 	// UserNS says runboxd runs in a user namespace of its own: it then
 	// caps the namespace's count of nested user namespaces at zero, so no
 	// command can make one (and with it a mount namespace it owns).

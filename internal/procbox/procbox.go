@@ -221,6 +221,10 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 	if workdir, err = filepath.Abs(workdir); err != nil {
 		return fail("", fmt.Errorf("workdir: %w", err))
 	}
+	if home := filepath.Dir(dir); within(home, workdir) {
+		return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
+			workdir, home, runbox.ErrInvalidSpec))
+	}
 	if p.CreateWorkdir {
 		if err := os.MkdirAll(workdir, 0o755); err != nil {
 			return fail("", fmt.Errorf("workdir: %w", err))
@@ -248,6 +252,26 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 		return fail(rec.ID, err)
 	}
 	return p.toSandbox(rec, sbDir, true), nil
+}
+
+// within reports whether path p is dir or lies inside it (both absolute),
+// through symbolic links as the kernel resolves them where they exist.
+func within(dir, p string) bool {
+	for _, pair := range [][2]string{{dir, p}, {evalOrSelf(dir), evalOrSelf(p)}} {
+		rel, err := filepath.Rel(pair[0], pair[1])
+		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return true
+		}
+	}
+	return false
+}
+
+// evalOrSelf resolves p's symbolic links, or returns p when it cannot.
+func evalOrSelf(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return p
 }
 
 // reserve picks a fresh id and writes a preliminary record (pid 0) under the

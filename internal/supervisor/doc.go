@@ -8,10 +8,16 @@
 // Containment has two modes. In "cgroup2" mode the child is created with
 // clone3(CLONE_INTO_CGROUP), so there is no window in which a grandchild can
 // be forked outside the exec's cgroup, and the cgroup's membership is the
-// truth about what is alive. In "proc" mode (no writable cgroup v2) the
-// daemon is a child subreaper and finds an exec's processes through /proc: by
-// ancestry from the leader, and by the RUNBOX_EXEC_ID marker in each process's
-// initial environment, which survives setsid, double forks and reparenting.
+// truth about what is alive, except that a root process can move itself out
+// of it: the stop protocol (timeout, cancel, shutdown) also looks for the
+// exec's markers, so such a process still dies. In "proc" mode (no writable
+// cgroup v2) the daemon is a child subreaper and finds an exec's processes
+// through /proc: by ancestry from the leader, and by the markers in each
+// process's initial environment (RUNBOX_EXEC_ID, the exec's id, and
+// RUNBOX_DAEMON, a random value of the daemon's own, so that daemons sharing
+// a /proc never take each other's processes), which survive setsid, double
+// forks and reparenting. A process that leaves the cgroup and also starts
+// itself afresh without the markers (env -i) is beyond both.
 //
 // Reaping: the supervisor calls wait4(-1) for every SIGCHLD, so it reaps
 // orphans re-parented to the daemon as well as its own leaders. Leaders are

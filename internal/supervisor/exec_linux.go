@@ -584,10 +584,8 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 		if n > 0 {
 			start, prior := e.out.append(s, buf[:n])
 			if start {
-				if sf, err := e.s.spills.create(e.id + "." + s.String()); err == nil {
-					e.spills[i] = sf
-					e.s.spills.write(sf, prior)
-				}
+				e.spills[i] = e.s.spills.create(e.id + "." + s.String())
+				e.s.spills.write(e.spills[i], prior)
 			}
 			if sf := e.spills[i]; sf != nil {
 				e.s.spills.write(sf, buf[:n])

@@ -3,6 +3,7 @@ package supervisor
 import (
 	"bufio"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -139,5 +140,32 @@ func BenchmarkSpawnThread(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestSpawnSetupFailureFailsNew: a spawn thread whose setup fails (a
+// commands' view that cannot be built) stops the supervisor from starting,
+// with the setup's error, rather than serving commands without it.
+func TestSpawnSetupFailureFailsNew(t *testing.T) {
+	boom := errors.New("no view")
+	s, err := New(Config{CgroupMode: "off", SpawnSetup: func(string) error { return boom }})
+	if err == nil {
+		shutdown(t, s)
+		t.Fatal("New succeeded with a failing SpawnSetup")
+	}
+	if !errors.Is(err, boom) {
+		t.Errorf("New: %v; want it to wrap the setup's error", err)
+	}
+	var mode string
+	s, err = New(Config{CgroupMode: "off", SpawnSetup: func(m string) error { mode = m; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shutdown(t, s)
+	if mode != ModeProc {
+		t.Errorf("SpawnSetup got mode %q, want %q", mode, ModeProc)
+	}
+	if r := run(t, s, runbox.ExecSpec{Command: "echo ok"}); string(r.Stdout) != "ok\n" {
+		t.Errorf("exec through the spawn thread: %q", r.Stdout)
 	}
 }

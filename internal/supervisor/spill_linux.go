@@ -92,20 +92,23 @@ func (d *spillDir) write(sf *spillFile, p []byte) {
 		p = p[:max(room, 0)]
 		sf.truncated = true
 	}
+	d.used += int64(len(p)) // reserved now, so concurrent writers stay within the budget
+	sf.size += int64(len(p))
 	d.mu.Unlock()
 	if len(p) == 0 {
 		return
 	}
-	n, err := sf.f.Write(p)
-	d.mu.Lock()
-	d.used += int64(n)
-	sf.size += int64(n)
-	if err != nil {
+	if n, err := sf.f.Write(p); err != nil {
 		// Disk full or a write error: the file keeps what was written, a
 		// prefix of the stream, and takes no more.
+		d.mu.Lock()
 		sf.truncated = true
+		if !sf.removed { // an evicted file's size was given back whole
+			d.used -= int64(len(p) - n)
+			sf.size -= int64(len(p) - n)
+		}
+		d.mu.Unlock()
 	}
-	d.mu.Unlock()
 }
 
 // finish closes sf's file and returns its path ("" when it was evicted) and

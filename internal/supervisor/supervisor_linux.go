@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -40,6 +41,10 @@ type Config struct {
 	// StateDir holds the daemon's files (session functions, spill files);
 	// empty means a fresh temporary directory, removed at Shutdown.
 	StateDir string
+	// SpillDir is where spill files go; empty means StateDir's "spill"
+	// directory. It should be on disk, not a RAM-backed tmpfs, where spilled
+	// output would take memory outside the sandbox's limits.
+	SpillDir string
 	// SpillBytes bounds the total size of spill files; 0 → 1 GiB.
 	SpillBytes int64
 	// OOMKills, when set, returns how many processes the sandbox's memory
@@ -176,7 +181,11 @@ func New(cfg Config) (*Supervisor, error) {
 	} else if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
 		return nil, fmt.Errorf("supervisor: state directory: %w", err)
 	}
-	s.spills = newSpillDir(s.stateDir, cfg.SpillBytes)
+	spillDir := cfg.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(s.stateDir, "spill")
+	}
+	s.spills = newSpillDir(spillDir, cfg.SpillBytes)
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)

@@ -31,6 +31,7 @@ import (
 
 	"github.com/runbox/runbox"
 	rbclient "github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/provider/host"
 )
 
@@ -51,6 +52,10 @@ const (
 	LabelCreated = "runbox.created"
 	LabelStream  = "runbox.stream"
 	LabelSocket  = "runbox.socket"
+	// LabelSecret holds the sandbox's secret (hex), which every connection
+	// to its runboxd starts with; runboxd is given only its hash. See
+	// auth.go for why a label.
+	LabelSecret = "runbox.secret"
 )
 
 // Stream kinds, the values of LabelStream.
@@ -269,6 +274,11 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		LabelCreated: created.Format(time.RFC3339Nano),
 		LabelStream:  streamExec,
 	}
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		return fail(id, err)
+	}
+	labels[LabelSecret] = hex.EncodeToString(secret)
 
 	var mounts []mount.Mount
 	stateDir, socket := "", ""
@@ -306,7 +316,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
 
-	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket}
+	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket, "--auth-sha256", daemonauth.Sum(secret)}
 	if spec.Pids > 0 {
 		entrypoint = append(entrypoint, "--threads", strconv.Itoa(runboxdbin.SharedLimitThreads))
 	}
@@ -317,7 +327,20 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		entrypoint = append(entrypoint, "--socket-mode", "0666")
 	}
 	noInit := false
+	view, err := viewFor(ctx, cli, spec.Image)
+	if err != nil {
+		if stateDir != "" {
+			os.RemoveAll(stateDir)
+		}
+		return fail(id, err)
+	}
+	entrypoint = append(entrypoint, view.args...)
+	labels[LabelView] = view.label
 	hc := &container.HostConfig{
+		// CAP_SYS_ADMIN for runboxd to build its commands' view, which
+		// they never hold (see viewFor).
+		CapAdd:      view.capAdd,
+		SecurityOpt: view.securityOpt,
 		NetworkMode: container.NetworkMode(network),
 		// runboxd must be PID 1 itself: it is the sandbox's reaper, and its
 		// exit must end the container.
@@ -553,7 +576,7 @@ func runboxdTar(bin []byte) (*bytes.Buffer, error) {
 func (p *Provider) waitReady(ctx context.Context, cli *moby.Client, c ctr) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	dial := p.dialer(c.ID, c.Labels[LabelSocket])
+	dial := p.dialerFor(c)
 	socket := c.Labels[LabelSocket]
 	var last error
 	for {
@@ -673,6 +696,9 @@ func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
 	if s := c.Labels[LabelSocket]; s != "" {
 		detail["socket"] = s
 	}
+	if v := c.Labels[LabelView]; v != "" {
+		detail["view"] = v
+	}
 	if !alive {
 		detail["lost"] = fmt.Sprintf("container %s is %s", c.Name, c.State)
 		if c.State == container.StateRunning {
@@ -736,7 +762,7 @@ func match(cs []ctr, key string) (ctr, error) {
 // alive reports whether c runs and its runboxd answers Info.
 func (p *Provider) alive(ctx context.Context, c ctr) bool {
 	return c.State == container.StateRunning &&
-		probe(ctx, p.dialer(c.ID, c.Labels[LabelSocket]), c.Labels[LabelSandbox]) == nil
+		probe(ctx, p.dialerFor(c), c.Labels[LabelSandbox]) == nil
 }
 
 // Get finds a sandbox by exact id, exact name, or unique id prefix, among
@@ -793,7 +819,7 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 	if id == "" {
 		id = "runbox-sandbox:" + sb.ID // resolved by label at dial time
 	}
-	return p.dialer(id, sb.Detail["socket"])
+	return p.withSecret(p.dialer(id, sb.Detail["socket"]), id, "")
 }
 
 func (p *Provider) dialer(containerID, socket string) runbox.Dialer {
@@ -951,7 +977,7 @@ func (p *Provider) removeContainer(ctx context.Context, cli *moby.Client, c ctr,
 			sctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
 			defer cancel()
 		}
-		rc := rbclient.New(p.dialer(c.ID, c.Labels[LabelSocket]), rbclient.WithSandboxName(c.Labels[LabelSandbox]))
+		rc := rbclient.New(p.dialerFor(c), rbclient.WithSandboxName(c.Labels[LabelSandbox]))
 		// An error is expected when runboxd exits before its answer gets
 		// out; whether it stopped is decided by the container's state.
 		shutdownErr := rc.Shutdown(sctx, 0)

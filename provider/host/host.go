@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -112,6 +113,10 @@ func checkSpec(spec runbox.SandboxSpec) error {
 // any process on the host).
 func launch(_ context.Context, l procbox.Launch) (*procbox.Detached, error) {
 	rec := l.Record
-	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir, "--auth-sha256", l.AuthSHA256}, l.Spec.DaemonArgs...)
+	// Spill files go in the sandbox's own directory, on disk (the host's
+	// /tmp may be a RAM tmpfs), and go with it.
+	spill := filepath.Join(l.Dir, "spill")
+	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir, "--auth-sha256", l.AuthSHA256,
+		"--spill-dir", spill}, l.Spec.DaemonArgs...)
 	return procbox.SpawnDetached(rec.Runboxd, args, rec.Workdir, l.Log)
 }

@@ -22,6 +22,10 @@ import (
 const (
 	configFD   = 3 // a unix socket: the configuration, with mount descriptors
 	listenerFD = 4 // the API socket, listening
+	// binaryFD is runboxd's binary, executed through /proc/self/fd: a
+	// mapped root may not be able to search the directories it lies in
+	// (a private build directory, a home).
+	binaryFD = 5
 )
 
 // layersDir is the directory, in a sandbox's state directory, holding its
@@ -33,11 +37,10 @@ const layersDir = "fs"
 // Paths of the host that a sandbox on the host's root does not see (see
 // jail.Config): homes replaced by empty ones of its own, /run (daemons'
 // sockets, container engines among them) by a fresh tmpfs, SSH host keys
-// and container engines' state masked.
+// and container engines' state (engineDirs) masked.
 var (
 	privateDirs = []string{"/root", "/home"}
 	freshDirs   = []string{"/run", "/var/run"}
-	maskedDirs  = []string{"/var/lib/docker", "/var/lib/containerd", "/var/lib/kubelet", "/etc/kubernetes"}
 	maskedGlobs = []string{"/etc/ssh/ssh_host_*_key"}
 )
 
@@ -117,6 +120,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		WorkspaceTree: ids.mapped() && rec.Workdir != "",
 		Socket:        rec.Socket,
 		ListenerFD:    listenerFD,
+		CloseFDs:      []int{binaryFD},
 		UserNS:        ids.userns,
 		Hostname:      hostname(rec),
 		NetworkNone:   network == NetworkNone,
@@ -130,7 +134,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	}
 	if lower == "/" {
 		cfg.Private, cfg.Fresh = privateDirs, freshDirs
-		cfg.Mask = append(cfg.Mask, maskedDirs...)
+		cfg.Mask = append(cfg.Mask, engineDirs()...)
 		for _, g := range maskedGlobs {
 			m, _ := filepath.Glob(g)
 			cfg.MaskFiles = append(cfg.MaskFiles, m...)
@@ -154,12 +158,19 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	parent := os.NewFile(uintptr(pair[0]), "config")
 	defer parent.Close()
 
-	args := append([]string{"jail"}, spec.DaemonArgs...)
-	cmd := exec.Command(rec.Runboxd, args...)
+	binF, err := os.Open(rec.Runboxd)
+	if err != nil {
+		return fail(fmt.Errorf("runboxd: %w", err))
+	}
+	defer binF.Close()
+	cmd := &exec.Cmd{
+		Path: fmt.Sprintf("/proc/self/fd/%d", binaryFD),
+		Args: append([]string{rec.Runboxd, "jail"}, spec.DaemonArgs...),
+	}
 	cmd.Dir = "/"
 	cmd.Env = jail.DefaultEnv
 	cmd.Stdout, cmd.Stderr = l.Log, l.Log
-	cmd.ExtraFiles = []*os.File{child, ln} // configFD, listenerFD
+	cmd.ExtraFiles = []*os.File{child, ln, binF} // configFD, listenerFD, binaryFD
 	attr := &syscall.SysProcAttr{
 		Setsid: true,
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS |
