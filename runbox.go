@@ -66,10 +66,16 @@ func (s ExecState) String() string {
 //
 // Exactly one of Command (a shell string, run by bash -c, or sh -c where bash
 // is absent) and Argv (run directly, looked up in PATH) must be set.
+//
+// Command, Argv, Env and Cwd are bytes: any sequence without a NUL byte
+// works, UTF-8 or not, and reaches the command exactly. Their sizes are
+// bounded (see MaxCommandBytes and CheckInput).
 type ExecSpec struct {
-	// ID names the exec. Empty means the daemon generates one. Running a spec
-	// whose ID already exists attaches to that exec instead of starting it
-	// again, so a retried request runs the command exactly once.
+	// ID names the exec. Empty means the daemon generates one. The ID is an
+	// idempotency key: running the same spec with an ID that already exists
+	// attaches to that exec instead of starting it again, so a retried
+	// request runs the command exactly once; a different spec with that ID
+	// is refused with ErrExecIDConflict.
 	ID string
 	// Command is a shell string.
 	Command string

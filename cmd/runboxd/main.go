@@ -3,9 +3,9 @@
 // internal/supervisor and internal/daemon.
 //
 //	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off]
-//	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
+//	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N]
 //	              [--private DIR]
-//	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]
+//	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]
 //	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
 //	runboxd proxy --socket PATH
 //	runboxd version
@@ -54,8 +54,8 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--dir D] [--threads N]
-  runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N]   (config on fd 3)
+  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N]
+  runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`
 

@@ -43,7 +43,7 @@ or by the --name alias.`,
 type upFlags struct {
 	provider, image, name, workdir string
 	rootfs                         string
-	userns                         bool
+	userns, hostRoot               bool
 	memory, network                string
 	pids                           int64
 	cpus                           float64
@@ -54,13 +54,15 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 		" (planned: "+strings.Join(plannedProviders, ", ")+")")
 	fs.StringVar(&f.image, "image", "", "root filesystem image (providers that use images)")
 	fs.StringVar(&f.rootfs, "rootfs", "", "local: a root filesystem directory to use instead of the host's root")
-	fs.BoolVar(&f.userns, "userns", false, "local: run in a user namespace even as root (always when not root)")
+	fs.BoolVar(&f.userns, "userns", false, "local: (always on now; kept for old scripts)")
+	_ = fs.MarkHidden("userns")
+	fs.BoolVar(&f.hostRoot, "host-root", false, "local, as root: make the sandbox's root the host's root instead of an unprivileged host uid range (weaker: see docs/security.md)")
 	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
 	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace, created if absent; docker: none)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
-	fs.StringVar(&f.network, "network", "", "network: none or host, or a named docker network (default: the provider's; docker: none)")
+	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 }
 
 // upSpec returns the provider and sandbox spec the flags ask for.
@@ -76,6 +78,9 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	if f.pids < 0 || f.cpus < 0 {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--pids and --cpus must not be negative")
 	}
+	if f.hostRoot && p.Name() != "local" {
+		return nil, runbox.SandboxSpec{}, fmt.Errorf("--host-root is for the local provider, not %s", p.Name())
+	}
 	switch f.network {
 	case "", "none", "host":
 	default:
@@ -84,15 +89,16 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		}
 	}
 	return p, runbox.SandboxSpec{
-		Name:    f.name,
-		Image:   f.image,
-		Rootfs:  f.rootfs,
-		UserNS:  f.userns,
-		Workdir: f.workdir,
-		Memory:  mem,
-		Pids:    f.pids,
-		CPUs:    f.cpus,
-		Network: f.network,
+		Name:     f.name,
+		Image:    f.image,
+		Rootfs:   f.rootfs,
+		UserNS:   f.userns,
+		HostRoot: f.hostRoot,
+		Workdir:  f.workdir,
+		Memory:   mem,
+		Pids:     f.pids,
+		CPUs:     f.cpus,
+		Network:  f.network,
 	}, nil
 }
 

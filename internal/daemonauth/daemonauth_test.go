@@ -265,3 +265,58 @@ func TestParseSum(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkConnection is what authentication adds to a new connection: a
+// unix socket dial and one echoed byte, without and with the handshake.
+func BenchmarkConnection(b *testing.B) {
+	secret, err := NewSecret()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sum, _ := ParseSum(Sum(secret))
+	for _, auth := range []bool{false, true} {
+		name := "plain"
+		if auth {
+			name = "authenticated"
+		}
+		b.Run(name, func(b *testing.B) {
+			socket := filepath.Join(b.TempDir(), "s.sock")
+			ln, err := net.Listen("unix", socket)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if auth {
+				ln = Listen(ln, sum, nil)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() { io.Copy(c, c); c.Close() }()
+				}
+			}()
+			buf := make([]byte, 1)
+			for b.Loop() {
+				c, err := net.Dial("unix", socket)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if auth {
+					if err := Handshake(context.Background(), c, secret); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if _, err := c.Write(buf); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
+			}
+		})
+	}
+}

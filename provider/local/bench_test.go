@@ -26,6 +26,36 @@ func BenchmarkLifecycleLocal(b *testing.B) {
 	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{}, false)
 }
 
+// BenchmarkLifecycleLocalHostRoot is a local sandbox whose root is the
+// host's root (--host-root: no user namespace, no id-mapped trees): the
+// baseline for what the mapping costs at create.
+func BenchmarkLifecycleLocalHostRoot(b *testing.B) {
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{HostRoot: true}, false)
+}
+
+// BenchmarkExecTrueLocal is Exec("true") in a default (mapped) local
+// sandbox; BenchmarkExecTrueLocalHostRoot, in one with --host-root, is its
+// baseline: what the mapping, the seccomp filter and no_new_privs cost per
+// exec.
+//
+//	go test -run '^$' -bench 'ExecTrueLocal' -count 5 ./provider/local/
+func BenchmarkExecTrueLocal(b *testing.B) { benchExecLocal(b, runbox.SandboxSpec{}) }
+
+// BenchmarkExecTrueLocalHostRoot is the baseline of BenchmarkExecTrueLocal.
+func BenchmarkExecTrueLocalHostRoot(b *testing.B) {
+	benchExecLocal(b, runbox.SandboxSpec{HostRoot: true})
+}
+
+func benchExecLocal(b *testing.B, spec runbox.SandboxSpec) {
+	_, c := create(b, newProvider(b), spec)
+	ctx := context.Background()
+	for b.Loop() {
+		if res, err := c.Exec(ctx, "true"); err != nil || res.ExitCode != 0 {
+			b.Fatalf("exec: %+v %v", res, err)
+		}
+	}
+}
+
 // BenchmarkLifecycleLocalLimits adds memory and pids limits (cgroup v1
 // directories on a hybrid host) and a network namespace.
 func BenchmarkLifecycleLocalLimits(b *testing.B) {

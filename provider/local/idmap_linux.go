@@ -119,16 +119,16 @@ func idmappedTree(dir string, pid int) (int, error) {
 // works, but no hash is there to crack.
 var hostSecrets = []string{"/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-"}
 
-// sanitizeSecrets writes, under upper, a copy of each of hostSecrets with
-// the second field of every line (the password hash) replaced by "*",
-// owned as the host's, through the map.
-func sanitizeSecrets(upper string, m idMap) error {
+// sanitizeSecrets writes, under upper, a copy of each of hostSecrets (of
+// the host root at root) with the second field of every line (the
+// password hash) replaced by "*", owned as the host's, through the map.
+func sanitizeSecrets(root, upper string, m idMap) error {
 	for _, p := range hostSecrets {
-		b, err := os.ReadFile(p)
+		b, err := os.ReadFile(filepath.Join(root, p))
 		if err != nil {
 			continue // absent, or unreadable to this user: nothing to hide
 		}
-		fi, err := os.Stat(p)
+		fi, err := os.Stat(filepath.Join(root, p))
 		if err != nil {
 			continue
 		}
@@ -144,7 +144,7 @@ func sanitizeSecrets(upper string, m idMap) error {
 			out.WriteByte('\n')
 		}
 		dir := filepath.Join(upper, filepath.Dir(p))
-		if err := mkdirLike(dir, filepath.Dir(p), m); err != nil {
+		if err := mkdirLike(dir, filepath.Join(root, filepath.Dir(p)), m); err != nil {
 			return err
 		}
 		dst := filepath.Join(upper, p)

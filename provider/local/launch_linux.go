@@ -28,6 +28,12 @@ const (
 	binaryFD = 5
 )
 
+// SpillDir is where runboxd writes the full output of streams that
+// outgrow a result's head and tail, inside the sandbox: on its overlay, so
+// on the host's disk, not in a RAM tmpfs outside the sandbox's memory
+// limit; readable by the sandbox's commands (it is their own output).
+const SpillDir = "/var/tmp/runbox-spill"
+
 // layersDir is the directory, in a sandbox's state directory, holding its
 // overlay's layers and private directories. It belongs to the sandbox's
 // root; a mapped runboxd gets it as a detached mount (jail.LayersTree), as
@@ -165,7 +171,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	defer binF.Close()
 	cmd := &exec.Cmd{
 		Path: fmt.Sprintf("/proc/self/fd/%d", binaryFD),
-		Args: append([]string{rec.Runboxd, "jail"}, spec.DaemonArgs...),
+		Args: append([]string{rec.Runboxd, "jail", "--spill-dir", SpillDir}, spec.DaemonArgs...),
 	}
 	cmd.Dir = "/"
 	cmd.Env = jail.DefaultEnv
@@ -285,7 +291,7 @@ func makeLayers(layers, lower string, ids idMap) error {
 		}
 	}
 	if lower == "/" {
-		if err := sanitizeSecrets(filepath.Join(layers, upperDir), ids); err != nil {
+		if err := sanitizeSecrets("/", filepath.Join(layers, upperDir), ids); err != nil {
 			return fmt.Errorf("upper layer: %w", err)
 		}
 	}
