@@ -19,6 +19,11 @@ type Spec struct {
 	// Hide are absolute paths of directories that commands see empty and
 	// read-only; every mount at or below each is detached in the view.
 	Hide []string
+	// ReadOnly are absolute paths of directories that commands see as they
+	// are but cannot change: the daemon's state that commands read (spill
+	// files, session functions). Each is bind-mounted read-only onto
+	// itself in the view.
+	ReadOnly []string
 	// KeepCaps are the only capabilities a command may ever hold (its
 	// bounding set); nil keeps the thread's. DockerDefaultCaps is what a
 	// container gets from Docker by default.
@@ -62,9 +67,9 @@ func Enter(spec Spec) error {
 		// The main thread is never ended by the runtime.
 		return ErrNotLocked
 	}
-	for _, dir := range spec.Hide {
+	for _, dir := range append(spec.Hide, spec.ReadOnly...) {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
-			return fmt.Errorf("cmdview: cannot hide %q: want an absolute directory other than /", dir)
+			return fmt.Errorf("cmdview: cannot hide %q or make it read-only: want an absolute directory other than /", dir)
 		}
 	}
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
@@ -75,6 +80,11 @@ func Enter(spec Spec) error {
 	}
 	for _, dir := range spec.Hide {
 		if err := hide(filepath.Clean(dir)); err != nil {
+			return err
+		}
+	}
+	for _, dir := range spec.ReadOnly {
+		if err := readOnly(filepath.Clean(dir)); err != nil {
 			return err
 		}
 	}
@@ -117,6 +127,24 @@ func hide(dir string) error {
 	left, err := os.ReadDir(dir)
 	if err != nil || len(left) > 0 {
 		return fmt.Errorf("cmdview: hide %s: still shows %d entries (%v)", dir, len(left), err)
+	}
+	return nil
+}
+
+// readOnly bind-mounts dir onto itself, read-only, in the thread's
+// namespace.
+func readOnly(dir string) error {
+	if fi, err := os.Stat(dir); err != nil {
+		return fmt.Errorf("cmdview: make %s read-only: %w", dir, err)
+	} else if !fi.IsDir() {
+		return fmt.Errorf("cmdview: make %s read-only: not a directory", dir)
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("cmdview: make %s read-only: bind it: %w", dir, err)
+	}
+	const flags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
+	if err := unix.Mount("", dir, "", flags, ""); err != nil {
+		return fmt.Errorf("cmdview: make %s read-only: %w", dir, err)
 	}
 	return nil
 }

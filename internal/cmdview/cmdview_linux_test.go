@@ -94,6 +94,13 @@ func TestEnterHidesDirectory(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(private, "runboxd"), []byte("binary"), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "spill"), []byte("output"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// A mount under the hidden directory, as docker's bind mount of the
 	// socket directory is, in a namespace of the test's own.
 	var out string
@@ -111,7 +118,7 @@ func TestEnterHidesDirectory(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(sub, "runboxd.sock"), nil, 0o600); err != nil {
 			return err
 		}
-		if err := Enter(Spec{Hide: []string{private}, KeepCaps: DockerDefaultCaps, Filter: true}); err != nil {
+		if err := Enter(Spec{Hide: []string{private}, ReadOnly: []string{state}, KeepCaps: DockerDefaultCaps, Filter: true}); err != nil {
 			return err
 		}
 		var err error
@@ -120,6 +127,9 @@ func TestEnterHidesDirectory(t *testing.T) {
 			touch ` + private + `/x 2>/dev/null && echo writable
 			umount ` + private + ` 2>/dev/null && echo unmounted
 			umount -l ` + private + ` 2>/dev/null && echo unmounted
+			echo "state:$(cat ` + state + `/spill)"
+			rm -f ` + state + `/spill 2>/dev/null && echo state-writable
+			ln -s / ` + state + `/link 2>/dev/null && echo state-writable
 			grep CapBnd /proc/self/status
 			unshare -U true 2>/dev/null && echo userns
 			unshare -m true 2>/dev/null && echo mountns
@@ -130,6 +140,9 @@ func TestEnterHidesDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("in the view (exit %d):\n%s", code, out)
+	if !strings.Contains(out, "state:output\n") {
+		t.Errorf("in the view the read-only state directory cannot be read:\n%s", out)
+	}
 	for _, bad := range []string{"writable", "unmounted", "userns", "mountns"} {
 		if strings.Contains(out, bad) {
 			t.Errorf("in the view: %s", bad)

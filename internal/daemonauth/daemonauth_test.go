@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -320,3 +322,34 @@ func BenchmarkConnection(b *testing.B) {
 		})
 	}
 }
+
+// TestRefusalsLogRateLimited: a peer that retries a wrong secret in a loop
+// gets one log line per refusalLogEvery, not one per attempt, and the next
+// line counts what was left out.
+func TestRefusalsLogRateLimited(t *testing.T) {
+	var buf strings.Builder
+	var mu sync.Mutex
+	h := slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	}), nil)
+	r := &refusalLog{log: slog.New(h)}
+	for range 1000 {
+		r.refused(errRefused)
+	}
+	r.mu.Lock()
+	r.last = r.last.Add(-refusalLogEvery) // as if a second had passed
+	r.mu.Unlock()
+	r.refused(errRefused)
+	mu.Lock()
+	defer mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "refused_unlogged_before=999") {
+		t.Errorf("1001 refusals logged as %d lines:\n%s", len(lines), buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

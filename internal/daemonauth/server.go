@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -32,14 +33,41 @@ func listen(ln net.Listener, sum [sha256.Size]byte, log *slog.Logger, timeout ti
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &listener{Listener: ln, sum: sum, log: log, timeout: timeout}
+	return &listener{Listener: ln, sum: sum, refusals: &refusalLog{log: log}, timeout: timeout}
 }
 
 type listener struct {
 	net.Listener
-	sum     [sha256.Size]byte
-	log     *slog.Logger
-	timeout time.Duration
+	sum      [sha256.Size]byte
+	refusals *refusalLog
+	timeout  time.Duration
+}
+
+// refusalLogEvery is the least time between two refusal log lines: a
+// command that can reach the socket must not be able to fill the log.
+const refusalLogEvery = time.Second
+
+// refusalLog logs refused connections, at most one line per
+// refusalLogEvery, each line counting the refusals not logged before it.
+type refusalLog struct {
+	log        *slog.Logger
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (r *refusalLog) refused(reason error) {
+	r.mu.Lock()
+	now := time.Now()
+	if !r.last.IsZero() && now.Sub(r.last) < refusalLogEvery {
+		r.suppressed++
+		r.mu.Unlock()
+		return
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	r.mu.Unlock()
+	r.log.Warn("refused a connection", "reason", reason, "refused_unlogged_before", n)
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -47,16 +75,16 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &conn{Conn: c, sum: &l.sum, log: l.log, timeout: l.timeout}, nil
+	return &conn{Conn: c, sum: &l.sum, refusals: l.refusals, timeout: l.timeout}, nil
 }
 
 // conn is an accepted connection that authenticates its peer before its
 // first byte is read or written.
 type conn struct {
 	net.Conn
-	sum     *[sha256.Size]byte
-	log     *slog.Logger
-	timeout time.Duration
+	sum      *[sha256.Size]byte
+	refusals *refusalLog
+	timeout  time.Duration
 
 	once sync.Once
 	err  error
@@ -138,19 +166,26 @@ func (c *conn) authenticate() error {
 		}
 		c.mu.Unlock()
 		if c.err != nil {
-			c.log.Warn("refused a connection", "reason", c.err)
+			if c.err != errLeftSilently {
+				c.refusals.refused(c.err)
+			}
 			c.Conn.Close()
 		}
 	})
 	return c.err
 }
 
+// errLeftSilently ends a connection whose peer closed it without sending a
+// byte: a readiness probe that only checks the socket accepts, not worth a
+// log line.
+var errLeftSilently = fmt.Errorf("%w: peer left without a word", errRefused)
+
 // refusalBound bounds writing a refusal to a peer that does not read it.
 const refusalBound = time.Second
 
 // errRefused is why a peer's connection was refused (wrapped in what
 // authenticate returns).
-var errRefused = fmt.Errorf("%w: connection refused", runbox.ErrUnauthenticated)
+var errRefused = fmt.Errorf("%w: handshake failed", runbox.ErrUnauthenticated)
 
 // handshake reads the peer's preamble, bounded by Timeout and by its fixed
 // length, and answers it.
@@ -172,6 +207,9 @@ func (c *conn) handshake() error {
 				var ne net.Error
 				if errors.As(err, &ne) && ne.Timeout() {
 					return c.refuse(fmt.Sprintf("no secret within %v", c.timeout))
+				}
+				if n == 0 && errors.Is(err, io.EOF) {
+					return errLeftSilently
 				}
 				return fmt.Errorf("%w: peer left during the handshake: %v", errRefused, err)
 			}

@@ -22,21 +22,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
@@ -377,41 +373,6 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 	return nil
 }
 
-// waitReady polls until runboxd answers Info on dial, it exits, or ctx ends.
-func waitReady(ctx context.Context, socket string, dial runbox.Dialer, exited <-chan struct{}) error {
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
-	for {
-		// Dial the socket first: it is cheap, and the client's reconnect
-		// logic would otherwise retry a socket that does not exist yet.
-		if c, err := net.Dial("unix", socket); err == nil {
-			c.Close()
-			if err := probe(ctx, dial); err == nil {
-				return nil
-			} else if ctx.Err() != nil {
-				return err
-			}
-		}
-		select {
-		case <-exited:
-			return errors.New("runboxd exited")
-		case <-ctx.Done():
-			return fmt.Errorf("no answer within %v: %w", startTimeout, ctx.Err())
-		case <-t.C:
-		}
-	}
-}
-
-// probe asks the runboxd dial reaches for Info, bounded by aliveTimeout.
-func probe(ctx context.Context, dial runbox.Dialer) error {
-	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
-	defer cancel()
-	c := client.New(dial)
-	defer c.Close()
-	_, err := c.Info(ctx)
-	return err
-}
-
 // logTail returns the last lines of runboxd's log, formatted to follow an
 // error message, or "" when the log is empty.
 func logTail(path string) string {
@@ -472,37 +433,6 @@ func (p *Store) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	return out, nil
 }
 
-// Dialer returns a dialer for the sandbox's unix socket, which opens every
-// connection with the sandbox's secret (read from its state directory at
-// each dial).
-func (p *Store) Dialer(sb runbox.Sandbox) runbox.Dialer {
-	socket, sbDir := sb.Detail["socket"], sb.Detail["dir"]
-	if dir, err := p.sandboxesDir(); err == nil && sb.ID == filepath.Base(sb.ID) {
-		if socket == "" {
-			socket = filepath.Join(dir, sb.ID, "runboxd.sock")
-		}
-		if sbDir == "" {
-			sbDir = filepath.Join(dir, sb.ID)
-		}
-	}
-	return dialer(socket, sbDir)
-}
-
-// dialer dials socket and authenticates the connection with the secret in
-// sbDir.
-func dialer(socket, sbDir string) runbox.Dialer {
-	return func(ctx context.Context) (net.Conn, error) {
-		secret, err := readSecret(sbDir)
-		if err != nil {
-			return nil, err
-		}
-		var d net.Dialer
-		return daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", socket)
-		}, secret)(ctx)
-	}
-}
-
 // Remove stops every exec with the stop protocol (the Shutdown RPC), waits
 // for runboxd to exit, SIGKILLs it if it has not within a bound, and deletes
 // the sandbox's directory. A sandbox whose runboxd is already gone is only
@@ -541,58 +471,6 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 		return fail(fmt.Errorf("remove %s: %w", sbDir, err))
 	}
 	return nil
-}
-
-// stop shuts runboxd down through its API, then makes sure the process is
-// gone.
-func stop(ctx context.Context, rec Record, sbDir string) error {
-	sctx := ctx
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
-		defer cancel()
-	}
-	c := client.New(dialer(rec.Socket, sbDir), client.WithSandboxName(rec.ID))
-	// An error here is expected when runboxd exits before answering; whether
-	// it stopped is decided by watching the process below.
-	_ = c.Shutdown(sctx, 0)
-	c.Close()
-	if waitExit(ctx, rec, exitTimeout) {
-		return nil
-	}
-	if err := killRecord(rec); err != nil {
-		return fmt.Errorf("kill runboxd (pid %d): %w", rec.Pid, err)
-	}
-	if !waitExit(context.WithoutCancel(ctx), rec, exitTimeout) {
-		return fmt.Errorf("runboxd (pid %d) survived SIGKILL", rec.Pid)
-	}
-	return nil
-}
-
-// waitExit polls until the record's process has exited or d has passed.
-func waitExit(ctx context.Context, rec Record, d time.Duration) bool {
-	deadline := time.NewTimer(d)
-	defer deadline.Stop()
-	t := time.NewTicker(pollInterval)
-	defer t.Stop()
-	for {
-		if !procAlive(rec) {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return !procAlive(rec)
-		case <-deadline.C:
-			return !procAlive(rec)
-		case <-t.C:
-		}
-	}
-}
-
-// isAlive reports whether the record's runboxd is the process it recorded
-// and answers Info.
-func isAlive(ctx context.Context, rec Record, sbDir string) bool {
-	return procAlive(rec) && probe(ctx, dialer(rec.Socket, sbDir)) == nil
 }
 
 // procAlive reports whether the recorded runboxd process is still running:
@@ -642,72 +520,4 @@ func (p *Store) toSandbox(rec Record, sbDir string, alive bool) runbox.Sandbox {
 		p.Describe(rec, sb.Detail)
 	}
 	return sb
-}
-
-// records returns the store's own kind's records under dir, oldest first.
-func (p *Store) records(dir string) ([]Record, error) {
-	all, err := readRecords(dir)
-	if err != nil {
-		return nil, err
-	}
-	return slices.DeleteFunc(all, func(r Record) bool { return r.Provider != p.Name }), nil
-}
-
-// readRecords reads every sandbox record under dir, of every kind, oldest
-// first. Directories without a readable record (a Create in progress,
-// debris) are skipped.
-func readRecords(dir string) ([]Record, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("read sandboxes: %w", err)
-	}
-	var recs []Record
-	for _, e := range ents {
-		if !e.IsDir() {
-			continue
-		}
-		r, err := readRecord(filepath.Join(dir, e.Name()))
-		if err != nil || r.ID != e.Name() {
-			continue
-		}
-		recs = append(recs, r)
-	}
-	slices.SortFunc(recs, func(a, b Record) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return recs, nil
-}
-
-func readRecord(sbDir string) (Record, error) {
-	b, err := os.ReadFile(filepath.Join(sbDir, "sandbox.json"))
-	if err != nil {
-		return Record{}, err
-	}
-	var r Record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return Record{}, fmt.Errorf("sandbox record %s: %w", sbDir, err)
-	}
-	return r, nil
-}
-
-// writeRecord replaces sandbox.json atomically, so readers never see half a
-// record.
-func writeRecord(sbDir string, r Record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	tmp := filepath.Join(sbDir, ".sandbox.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(sbDir, "sandbox.json")); err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	return nil
 }

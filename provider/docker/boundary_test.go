@@ -77,16 +77,29 @@ func TestCommandsCannotLoseSandbox(t *testing.T) {
 	})
 }
 
-// TestCommandsSeeNothingOfRunbox: a command finds no runboxd socket, binary
-// or state anywhere in its view: not by name, not in /.runbox (an empty
-// read-only directory), not through runboxd's /proc entries.
+// TestCommandsSeeNothingOfRunbox: a command finds no runboxd socket or
+// binary anywhere in its view: not by name, not in /.runbox (an empty
+// read-only directory), not through runboxd's /proc entries; the state it
+// reads (spill files, session functions) it cannot change.
 func TestCommandsSeeNothingOfRunbox(t *testing.T) {
 	forEachStream(t, func(t *testing.T, p *docker.Provider) {
 		sb := create(t, p, runbox.SandboxSpec{})
 		c := dial(t, p, sb)
-		// A spill file and a session are state runboxd keeps.
-		run(t, c, "seq 100000", rbclient.WithSpill(runbox.SpillAlways))
-		run(t, c, "cd /tmp", rbclient.WithSession("s"))
+		// A spill file and a session are state runboxd keeps: commands read
+		// them (a spill file's path is returned to be read back; a
+		// session's shell sources its functions), but cannot change them.
+		spilled := run(t, c, "seq 100000", rbclient.WithSpill(runbox.SpillAlways))
+		if spilled.StdoutSpill == "" {
+			t.Fatal("no spill file")
+		}
+		run(t, c, "f() { echo from-f; }; cd /tmp", rbclient.WithSession("s"))
+		wantStdout(t, run(t, c, "f", rbclient.WithSession("s")), "from-f\n")
+		if res := run(t, c, "tail -n1 "+spilled.StdoutSpill); strings.TrimSpace(string(res.Stdout)) != "100000" {
+			t.Errorf("reading the spill file %s: %q %q", spilled.StdoutSpill, res.Stdout, res.Stderr)
+		}
+		if res := run(t, c, "rm -f "+spilled.StdoutSpill+" || ln -s /.runbox "+filepath.Dir(spilled.StdoutSpill)+"/x"); res.OK() {
+			t.Errorf("a command changed the spill directory %s", filepath.Dir(spilled.StdoutSpill))
+		}
 
 		res := run(t, c, `find / \( -name '*.sock' -o -name 'runbox*' -o -path '*/.runbox/*' \) 2>/dev/null`)
 		if out := strings.TrimSpace(string(res.Stdout)); out != "" {

@@ -14,6 +14,7 @@
 //	runbox.created=<time>    when it was created (RFC 3339)
 //	runbox.stream=socket|exec  how the API reaches runboxd
 //	runbox.socket=<path>     the host path of runboxd's socket (socket stream)
+//	runbox.view=private|...  whether commands run in a view without /.runbox
 //
 // The byte stream to runboxd takes one of two paths:
 //
@@ -33,6 +34,23 @@
 // pids, CPUs, and the network mode ("none" by default; "host" and named
 // networks are passed through). A spec's Workdir is bind-mounted at
 // /workspace, which becomes the working directory.
+//
+// Commands cannot reach runboxd's files. For an image whose user is root,
+// runboxd (serve --private /.runbox, see internal/cmdview) forks every
+// command from a thread that has a mount namespace of its own, in which
+// /.runbox (runboxd's binary and socket directory) is an empty read-only
+// directory and runboxd's state directory /.runbox-state (spill files,
+// session functions) is read-only; `docker exec` and so `runboxd proxy`
+// join the container's original namespace and still find the socket. The
+// container is given CAP_SYS_ADMIN for runboxd to build that view (and, on
+// an engine with AppArmor, runs unconfined by AppArmor's docker-default
+// profile, which refuses every mount); commands never hold the capability:
+// runboxd drops it, and every capability Docker does not give by default,
+// from their bounding set, and filters the system calls Docker's default
+// seccomp profile refuses a container without it. runboxd is non-dumpable,
+// so /proc/1/root and its like are closed to commands. A failure to build
+// the view stops runboxd, and Create fails with the reason. An image whose
+// user is not root gets no private view (label runbox.view says why).
 //
 // A container that dies (docker kill, an engine restart) takes every process
 // in it along: the kernel kills a pid namespace whose PID 1 exits. Clients
