@@ -23,7 +23,7 @@ func onFilteredThread(t *testing.T, probe func() map[string]error) map[string]er
 			done <- result{err: err}
 			return
 		}
-		if err := load(0); err != nil {
+		if err := Load(Filter(), 0); err != nil {
 			done <- result{err: err}
 			return
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/runbox/runbox/internal/mountinfo"
 )
 
 // cgroupParent is the daemon's own directory in the cgroup v2 hierarchy,
@@ -24,12 +26,12 @@ type cgroupParent struct {
 // findCgroup2Dir returns the directory of this process's cgroup in the
 // cgroup v2 hierarchy, from /proc/self/mountinfo and /proc/self/cgroup.
 func findCgroup2Dir() (string, error) {
-	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	info, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return "", fmt.Errorf("read mountinfo: %w", err)
 	}
 	var mountPoint, mountRoot string
-	sc := bufio.NewScanner(bytes.NewReader(mountinfo))
+	sc := bufio.NewScanner(bytes.NewReader(info))
 	for sc.Scan() {
 		// id parent maj:min root mountpoint opts [optional...] - fstype source superopts
 		fields := strings.Fields(sc.Text())
@@ -43,7 +45,7 @@ func findCgroup2Dir() (string, error) {
 		if sep < 0 || sep+1 >= len(fields) || len(fields) < 5 || fields[sep+1] != "cgroup2" {
 			continue
 		}
-		mountRoot, mountPoint = unescapeMountField(fields[3]), unescapeMountField(fields[4])
+		mountRoot, mountPoint = mountinfo.Unescape(fields[3]), mountinfo.Unescape(fields[4])
 		break
 	}
 	if mountPoint == "" {
@@ -63,25 +65,6 @@ func findCgroup2Dir() (string, error) {
 		}
 	}
 	return "", errors.New("no cgroup v2 entry in /proc/self/cgroup")
-}
-
-// unescapeMountField undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountField(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // newCgroupParent creates the daemon's cgroup directory for execs under

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // DefaultSpillBytes bounds the total size of a daemon's spill files.
@@ -53,7 +54,11 @@ func (d *spillDir) create(name string) *spillFile {
 	if err := os.MkdirAll(d.dir, 0o700); err != nil {
 		return &spillFile{truncated: true, removed: true}
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	// Where commands can write the spill directory (local, host), a link
+	// planted at a predictable name must not be followed: whatever is there
+	// goes, and the file is made anew, never through a link.
+	os.Remove(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return &spillFile{truncated: true, removed: true}
 	}

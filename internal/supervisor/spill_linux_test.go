@@ -130,3 +130,29 @@ func TestExecIDIsIdempotencyKey(t *testing.T) {
 		}
 	}
 }
+
+// TestSpillNeverFollowsAPlantedLink: a command that can write the spill
+// directory plants a link where the next spill file will be; the spill
+// goes into a fresh file, and the link's target is untouched.
+func TestSpillNeverFollowsAPlantedLink(t *testing.T) {
+	dir, outside := t.TempDir(), filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(outside, []byte("keep"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(dir, "e1.stdout")); err != nil {
+		t.Fatal(err)
+	}
+	d := newSpillDir(dir, 1<<20)
+	f := d.create("e1.stdout")
+	d.write(f, []byte("spilled"))
+	p, truncated := d.finish(f)
+	if got, _ := os.ReadFile(outside); string(got) != "keep" {
+		t.Errorf("the link's target was written: %q", got)
+	}
+	if got, err := os.ReadFile(p); err != nil || string(got) != "spilled" || truncated {
+		t.Errorf("spill file %s: %q, %v, truncated=%v", p, got, err, truncated)
+	}
+	if fi, err := os.Lstat(p); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		t.Errorf("spill file %s is still a link: %v", p, err)
+	}
+}

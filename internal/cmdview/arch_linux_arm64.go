@@ -1,8 +1,0 @@
-package cmdview
-
-import "golang.org/x/sys/unix"
-
-const (
-	auditArch         = unix.AUDIT_ARCH_AARCH64
-	foreignSyscallBit = 0
-)
