@@ -263,11 +263,10 @@ func removeCgroups(v2Dir, v1Path string) error {
 		}
 		if cg, err := cgroup1.Load(cgroup1.StaticPath(v1Path), cgroup1.WithHierarchy(limitHierarchy)); err == nil {
 			var derr error
-			for range 100 {
-				if derr = cg.Delete(); derr == nil {
+			for deadline := time.Now().Add(cgroupRemoveBound); ; time.Sleep(20 * time.Millisecond) {
+				if derr = cg.Delete(); derr == nil || time.Now().After(deadline) {
 					break
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
 			if derr != nil {
 				errs = append(errs, fmt.Errorf("cgroup v1 %s: %w", v1Path, derr))
@@ -293,23 +292,30 @@ func removeCgroups(v2Dir, v1Path string) error {
 	return errors.Join(errs...)
 }
 
+// cgroupRemoveBound bounds how long removal waits for a sandbox's last
+// processes to leave its cgroups. The kernel kills a pid namespace's
+// processes when its init exits, but on a loaded machine the last of them
+// (and the teardown of the sandbox's mounts) can take seconds.
+const cgroupRemoveBound = 15 * time.Second
+
 // removeCgroupTree removes a cgroup v2 directory and the per-exec cgroups
-// runboxd left in it, deepest first, killing what still runs in them.
+// runboxd left in it, deepest first, killing what still runs in them. Each
+// round walks the tree afresh.
 func removeCgroupTree(dir string) error {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	var dirs []string
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	slices.Reverse(dirs)
-	var last error
-	for range 100 {
-		last = nil
+	deadline := time.Now().Add(cgroupRemoveBound)
+	for {
+		var dirs []string
+		_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		slices.Reverse(dirs)
+		var last error
 		for _, d := range dirs {
 			if err := os.Remove(d); err != nil && !errors.Is(err, os.ErrNotExist) {
 				_ = os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
@@ -319,22 +325,27 @@ func removeCgroupTree(dir string) error {
 		if last == nil {
 			return nil
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup %s: %w", dir, last)
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("cgroup %s: %w", dir, last)
 }
 
 // removeWhenEmpty removes a v1 cgroup directory once its last task has
 // left it (dying tasks take a moment), if it exists.
 func removeWhenEmpty(dir string) error {
-	var err error
-	for range 100 {
-		if err = os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+	deadline := time.Now().Add(cgroupRemoveBound)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
 			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup v1 %s: %w", dir, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	return fmt.Errorf("cgroup v1 %s: %w", dir, err)
 }
 
 // cgroup2Mount returns where a cgroup v2 hierarchy is mounted, or "".
