@@ -217,7 +217,7 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 	if workdir, err = filepath.Abs(workdir); err != nil {
 		return fail("", fmt.Errorf("workdir: %w", err))
 	}
-	if home := filepath.Dir(dir); within(home, workdir) {
+	if home := filepath.Dir(dir); Within(home, workdir) {
 		return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
 			workdir, home, runbox.ErrInvalidSpec))
 	}
@@ -250,9 +250,9 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 	return p.toSandbox(rec, sbDir, true), nil
 }
 
-// within reports whether path p is dir or lies inside it (both absolute),
+// Within reports whether path p is dir or lies inside it (both absolute),
 // through symbolic links as the kernel resolves them where they exist.
-func within(dir, p string) bool {
+func Within(dir, p string) bool {
 	for _, pair := range [][2]string{{dir, p}, {evalOrSelf(dir), evalOrSelf(p)}} {
 		rel, err := filepath.Rel(pair[0], pair[1])
 		if err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {

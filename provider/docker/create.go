@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/provider/host"
 )
@@ -66,6 +68,21 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 			return fail("", fmt.Errorf("workdir: %w", err))
 		} else if !fi.IsDir() {
 			return fail("", fmt.Errorf("workdir %s is not a directory", workdir))
+		}
+	}
+	var maskedHome string // the runbox home's path in the container, when the workspace holds it
+	if workdir != "" {
+		home, err := p.home()
+		if err != nil {
+			return fail("", err)
+		}
+		if procbox.Within(home, workdir) {
+			return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
+				workdir, home, runbox.ErrInvalidSpec))
+		}
+		if procbox.Within(workdir, home) {
+			rel, _ := filepath.Rel(workdir, home)
+			maskedHome = path.Join(ctrWorkspace, filepath.ToSlash(rel))
 		}
 	}
 	cli, err := p.engine()
@@ -139,6 +156,12 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	}
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
+	}
+	if maskedHome != "" {
+		// An empty read-only tmpfs over the home inside the workspace (the
+		// engine mounts it after the workspace: it sorts mounts by depth).
+		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: maskedHome, ReadOnly: true,
+			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: 4096, Mode: 0o755}})
 	}
 
 	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket, "--auth-sha256", daemonauth.Sum(secret)}
