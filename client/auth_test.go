@@ -81,3 +81,49 @@ func TestRefusedSecretIsUnauthenticated(t *testing.T) {
 		t.Logf("%s: %v", call.name, err)
 	}
 }
+
+// A client that holds no secret at all (client.DialUnix, a dialer that does
+// no handshake) against a daemon that wants one gets ErrUnauthenticated
+// too: the refusal line arrives where HTTP/2 expected its first frame, and
+// must not read as a broken stream, which would say the sandbox is lost.
+func TestNoSecretIsUnauthenticatedNotLost(t *testing.T) {
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "auth.sock")
+	inner, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := daemonauth.ParseSum(daemonauth.Sum(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := daemonauth.Listen(inner, sum, nil)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }() // the first read refuses
+		}
+	}()
+	c := client.DialUnix(socket, client.WithSandboxName("sb"))
+	defer c.Close()
+	ctx := testCtx(t)
+	for _, call := range []struct {
+		name string
+		do   func() error
+	}{
+		{"info", func() error { _, err := c.Info(ctx); return err }},
+		{"exec", func() error { _, err := c.Exec(ctx, "true"); return err }},
+	} {
+		err := call.do()
+		if !errors.Is(err, runbox.ErrUnauthenticated) || errors.Is(err, runbox.ErrSandboxLost) || ctx.Err() != nil {
+			t.Errorf("%s without a secret: %v; want runbox.ErrUnauthenticated", call.name, err)
+		}
+	}
+}

@@ -37,6 +37,7 @@ import (
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/daemon/wire"
+	"github.com/runbox/runbox/internal/daemonauth"
 )
 
 // Timing knobs.
@@ -128,7 +129,11 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 	t := &http.Transport{
 		Protocols: &protocols,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return dial(ctx)
+			conn, err := dial(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return daemonauth.DetectRefusal(conn), nil
 		},
 		IdleConnTimeout: idleConnTimeout,
 		HTTP2: &http.HTTP2Config{
@@ -158,7 +163,8 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 // without authentication: only a daemon run with --insecure-no-auth (tests)
 // or an in-process server answers it. A sandbox's runboxd serves only
 // connections that start with its secret: reach it through its provider's
-// Dialer, which holds the secret (auth).
+// Dialer, which holds the secret (auth); without one, calls fail with
+// runbox.ErrUnauthenticated.
 func DialUnix(socketPath string, opts ...Option) *Client {
 	return New(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
