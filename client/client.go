@@ -28,6 +28,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -83,6 +84,8 @@ type Client struct {
 	rpc       runboxv1connect.RunboxServiceClient
 	files     runboxv1connect.FilesServiceClient
 	transport *http.Transport
+	// refused holds the daemon's refusal of a connection, once seen.
+	refused   *refusal
 	sandbox   string
 	window    time.Duration
 	headroom  time.Duration   // streamHeadroom, shorter in tests
@@ -124,6 +127,7 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	refused := &refusal{}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	t := &http.Transport{
@@ -133,7 +137,7 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 			if err != nil {
 				return nil, err
 			}
-			return daemonauth.DetectRefusal(conn), nil
+			return daemonauth.DetectRefusal(conn, refused.store), nil
 		},
 		IdleConnTimeout: idleConnTimeout,
 		HTTP2: &http.HTTP2Config{
@@ -150,6 +154,7 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 		files: runboxv1connect.NewFilesServiceClient(&http.Client{Transport: t}, baseURL,
 			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{})),
 		transport: t,
+		refused:   refused,
 		sandbox:   o.sandbox,
 		window:    o.window,
 		headroom:  o.headroom,
@@ -327,5 +332,27 @@ func (c *Client) opError(op, exec string, ctx context.Context, err error) error 
 	if _, ok := errors.AsType[*runbox.Error](err); ok {
 		return err
 	}
-	return &runbox.Error{Op: op, Sandbox: c.sandbox, Exec: exec, Err: cause(ctx, err)}
+	return &runbox.Error{Op: op, Sandbox: c.sandbox, Exec: exec, Err: c.refused.instead(cause(ctx, err))}
+}
+
+// refusal keeps the daemon's refusal of a connection (no secret), once one
+// was seen: the transport may report that connection's failure without its
+// cause, as a broken stream, which must not read as a lost sandbox.
+type refusal struct{ err atomic.Pointer[error] }
+
+func (r *refusal) store(err error) { r.err.Store(&err) }
+
+// seen reports whether a refusal was seen (a nil refusal has seen none).
+func (r *refusal) seen() bool { return r != nil && r.err.Load() != nil }
+
+// instead returns the refusal in place of err when err says the sandbox is
+// lost and a refusal was seen; else err.
+func (r *refusal) instead(err error) error {
+	if !r.seen() {
+		return err
+	}
+	if p := r.err.Load(); errors.Is(err, runbox.ErrSandboxLost) {
+		return *p
+	}
+	return err
 }

@@ -16,11 +16,17 @@ import (
 // read as an error wrapping runbox.ErrUnauthenticated, not as a malformed
 // frame that would make the sandbox look lost. After a handshake the first
 // bytes are HTTP/2's SETTINGS frame, which never starts like the line.
-func DetectRefusal(conn net.Conn) net.Conn { return &refusalConn{Conn: conn} }
+// onRefusal, if not nil, is told the error as soon as it is seen: an
+// HTTP/2 transport may report a connection that failed while it was being
+// set up with an error of its own that does not carry the cause.
+func DetectRefusal(conn net.Conn, onRefusal func(error)) net.Conn {
+	return &refusalConn{Conn: conn, onRefusal: onRefusal}
+}
 
 type refusalConn struct {
 	net.Conn
-	once sync.Once
+	onRefusal func(error)
+	once      sync.Once
 	err  error
 	head []byte // bytes read while looking, still to be returned
 }
@@ -58,4 +64,7 @@ func (c *refusalConn) look() {
 	line, _, _ := strings.Cut(string(buf), "\n")
 	reason := strings.TrimSpace(strings.TrimPrefix(line, refused))
 	c.err = fmt.Errorf("%w: runboxd refused the connection (%s): this client sent no secret; reach a sandbox through its provider's Dialer", runbox.ErrUnauthenticated, reason)
+	if c.onRefusal != nil {
+		c.onRefusal(c.err)
+	}
 }
