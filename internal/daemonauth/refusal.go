@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/runbox/runbox"
 )
@@ -27,9 +28,29 @@ type refusalConn struct {
 	net.Conn
 	onRefusal func(error)
 	once      sync.Once
-	err  error
-	head []byte // bytes read while looking, still to be returned
+	err       error
+	refusal   bool   // err is the daemon's refusal
+	head      []byte // bytes read while looking, still to be returned
 }
+
+// Write writes p; when that fails (the daemon refused and closed while the
+// client was still sending its preface), the refusal it left in the
+// socket's buffer is the error, where there is one.
+func (c *refusalConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.Conn.SetReadDeadline(time.Now().Add(refusalReadBound))
+		c.once.Do(c.look)
+		if c.refusal {
+			return n, c.err
+		}
+	}
+	return n, err
+}
+
+// refusalReadBound bounds the look for a refusal after a failed write: a
+// refusal is already in the buffer, or the peer is gone.
+const refusalReadBound = time.Second
 
 func (c *refusalConn) Read(p []byte) (int, error) {
 	c.once.Do(c.look)
@@ -63,6 +84,7 @@ func (c *refusalConn) look() {
 	}
 	line, _, _ := strings.Cut(string(buf), "\n")
 	reason := strings.TrimSpace(strings.TrimPrefix(line, refused))
+	c.refusal = true
 	c.err = fmt.Errorf("%w: runboxd refused the connection (%s): this client sent no secret; reach a sandbox through its provider's Dialer", runbox.ErrUnauthenticated, reason)
 	if c.onRefusal != nil {
 		c.onRefusal(c.err)
