@@ -18,34 +18,11 @@ import (
 // runbox.ErrUnauthenticated inside a *runbox.Error: not ErrSandboxLost,
 // not retried until the reconnect window or the call's deadline.
 func TestRefusedSecretIsUnauthenticated(t *testing.T) {
-	right, err := daemonauth.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
+	socket := refusingDaemon(t)
 	wrong, err := daemonauth.NewSecret()
 	if err != nil {
 		t.Fatal(err)
 	}
-	socket := filepath.Join(t.TempDir(), "auth.sock")
-	inner, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := daemonauth.ParseSum(daemonauth.Sum(right))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := daemonauth.Listen(inner, sum, nil)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }() // the first read refuses
-		}
-	}()
 
 	var dials atomic.Int32
 	c := client.New(daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
@@ -87,30 +64,7 @@ func TestRefusedSecretIsUnauthenticated(t *testing.T) {
 // too: the refusal line arrives where HTTP/2 expected its first frame, and
 // must not read as a broken stream, which would say the sandbox is lost.
 func TestNoSecretIsUnauthenticatedNotLost(t *testing.T) {
-	secret, err := daemonauth.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	socket := filepath.Join(t.TempDir(), "auth.sock")
-	inner, err := net.Listen("unix", socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := daemonauth.ParseSum(daemonauth.Sum(secret))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := daemonauth.Listen(inner, sum, nil)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c); c.Close() }() // the first read refuses
-		}
-	}()
+	socket := refusingDaemon(t)
 	c := client.DialUnix(socket, client.WithSandboxName("sb"))
 	defer c.Close()
 	ctx := testCtx(t)
@@ -126,4 +80,36 @@ func TestNoSecretIsUnauthenticatedNotLost(t *testing.T) {
 			t.Errorf("%s without a secret: %v; want runbox.ErrUnauthenticated", call.name, err)
 		}
 	}
+}
+
+// refusingDaemon listens on a fresh socket behind daemonauth with a secret
+// no client of the test holds, so every connection is refused (on its first
+// read), and returns the socket's path.
+func refusingDaemon(t *testing.T) string {
+	t.Helper()
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(t.TempDir(), "auth.sock")
+	inner, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := daemonauth.ParseSum(daemonauth.Sum(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := daemonauth.Listen(inner, sum, nil)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c); c.Close() }() // the first read refuses
+		}
+	}()
+	return socket
 }

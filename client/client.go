@@ -342,17 +342,22 @@ type refusal struct{ err atomic.Pointer[error] }
 
 func (r *refusal) store(err error) { r.err.Store(&err) }
 
-// seen reports whether a refusal was seen (a nil refusal has seen none).
-func (r *refusal) seen() bool { return r != nil && r.err.Load() != nil }
+// get returns the refusal seen, or nil (also for a nil refusal).
+func (r *refusal) get() error {
+	if r == nil {
+		return nil
+	}
+	if p := r.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // instead returns the refusal in place of err when err says the sandbox is
 // lost and a refusal was seen; else err.
 func (r *refusal) instead(err error) error {
-	if !r.seen() {
-		return err
-	}
-	if p := r.err.Load(); errors.Is(err, runbox.ErrSandboxLost) {
-		return *p
+	if refusal := r.get(); refusal != nil && errors.Is(err, runbox.ErrSandboxLost) {
+		return refusal
 	}
 	return err
 }

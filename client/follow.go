@@ -101,19 +101,15 @@ func (f *follower) retry(err error, brokeAt *time.Time, backoff *time.Duration) 
 	if f.ctx.Err() != nil {
 		return context.Cause(f.ctx)
 	}
+	if refusal := f.c.refused.get(); refusal != nil {
+		return refusal // the daemon wants a secret: no retry will be let in
+	}
 	if !transient(err) {
-		if f.c.refused.seen() {
-			return f.c.refused.instead(fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err))
-		}
 		if sentinel, _, _ := wire.FromConnectError(err); f.seen && sentinel == runbox.ErrExecNotFound {
 			return fmt.Errorf("%w: exec %s is gone from the daemon (did it restart?): %v",
 				runbox.ErrSandboxLost, f.id, err)
 		}
 		return err
-	}
-	if f.c.refused.seen() {
-		// Refused for want of a secret: no retry will be let in.
-		return f.c.refused.instead(fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err))
 	}
 	now := time.Now()
 	if brokeAt.IsZero() {

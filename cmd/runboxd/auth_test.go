@@ -82,17 +82,7 @@ func TestInsecureNoAuth(t *testing.T) {
 	}()
 	c := client.DialUnix(socket)
 	defer c.Close()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.Info(ctx)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("runboxd --insecure-no-auth did not answer a client without a secret: %v\nlog:\n%s", err, &logs)
-		}
-	}
+	waitAnswers(t, c, "runboxd --insecure-no-auth, asked by a client without a secret,", &logs)
 	cmd.Process.Kill()
 	cmd.Wait() // logs is complete once runboxd has exited
 	stopped = true

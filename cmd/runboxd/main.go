@@ -54,7 +54,7 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N]
+  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N] [--private DIR]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd version`

@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -70,18 +71,25 @@ func startDaemon(t *testing.T) (cmd *exec.Cmd, c *client.Client, logs *strings.B
 	})
 	c = client.New(unixDialer(socket, testSecret), client.WithSandboxName("test"))
 	t.Cleanup(func() { c.Close() })
+	waitAnswers(t, c, "runboxd", logs)
+	return cmd, c, logs, socket
+}
+
+// waitAnswers polls c's Info until the daemon answers, failing t (naming
+// what did not answer, with its log) after 20 s.
+func waitAnswers(t *testing.T, c *client.Client, what string, logs fmt.Stringer) {
+	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := c.Info(ctx)
 		cancel()
 		if err == nil {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("runboxd did not answer: %v\nlog:\n%s", err, logs)
+			t.Fatalf("%s did not answer: %v\nlog:\n%s", what, err, logs)
 		}
 	}
-	return cmd, c, logs, socket
 }
 
 // runboxd returns a command running this test binary as runboxd with args.

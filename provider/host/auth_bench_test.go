@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 )
 
@@ -14,21 +13,9 @@ import (
 // handshake included (one round trip and a SHA-256 on the daemon, once per
 // connection; BenchmarkExecTrue reuses one connection and pays it once).
 func BenchmarkInfoNewConnection(b *testing.B) {
-	p := newProvider(b)
+	dial, _ := benchDialer(b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	sb, err := p.Create(ctx, runbox.SandboxSpec{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := p.Remove(ctx, sb, true); err != nil {
-			b.Error(err)
-		}
-	})
-	dial := p.Dialer(sb)
 	for b.Loop() {
 		c := client.New(dial)
 		if _, err := c.Info(ctx); err != nil {

@@ -141,6 +141,25 @@ func benchExec(b *testing.B, command string, daemonArgs ...string) {
 // runboxd's pid.
 func benchSandbox(b *testing.B, daemonArgs ...string) (*client.Client, int) {
 	b.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dial, id := benchDialer(b, daemonArgs...)
+	c := client.New(dial, client.WithSandboxName(id))
+	b.Cleanup(func() { c.Close() })
+	if res, err := c.Exec(ctx, "true"); err != nil || !res.OK() {
+		b.Fatalf("warm-up exec: %+v, %v", res, err)
+	}
+	info, err := c.Info(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, info.Pid
+}
+
+// benchDialer creates a host sandbox, removed when the benchmark ends, and
+// returns its dialer and id.
+func benchDialer(b *testing.B, daemonArgs ...string) (runbox.Dialer, string) {
+	b.Helper()
 	p := newProvider(b)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -155,16 +174,7 @@ func benchSandbox(b *testing.B, daemonArgs ...string) (*client.Client, int) {
 			b.Error(err)
 		}
 	})
-	c := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
-	b.Cleanup(func() { c.Close() })
-	if res, err := c.Exec(ctx, "true"); err != nil || !res.OK() {
-		b.Fatalf("warm-up exec: %+v, %v", res, err)
-	}
-	info, err := c.Info(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	return c, info.Pid
+	return p.Dialer(sb), sb.ID
 }
 
 // cpuUse is CPU time spent so far by this process (the caller: test binary

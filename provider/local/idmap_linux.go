@@ -76,15 +76,13 @@ func (m idMap) sysProcIDMaps() (uids, gids []syscall.SysProcIDMap) {
 		[]syscall.SysProcIDMap{{ContainerID: 0, HostID: m.hostGID, Size: m.size}}
 }
 
-// chown gives path to the sandbox's root (as the host sees it).
+// chown gives path to the sandbox's root (as the host sees it), where
+// that is not the caller already: in a mapped range.
 func (m idMap) chown(path string) error {
-	if !m.userns {
+	if !m.mapped() {
 		return nil
 	}
-	if err := os.Lchown(path, m.hostUID, m.hostGID); err != nil && os.Geteuid() == 0 {
-		return err
-	}
-	return nil
+	return os.Lchown(path, m.hostUID, m.hostGID)
 }
 
 // idmappedTree returns a detached clone of the mount at dir (not the
