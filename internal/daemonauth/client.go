@@ -15,14 +15,17 @@ import (
 )
 
 // Handshake authenticates conn, a fresh byte stream to runboxd, with
-// secret. It returns nil once the daemon has accepted it (conn then carries
-// the API); an error wrapping runbox.ErrUnauthenticated when the daemon
-// refused the secret; another error when the stream failed or the peer does
-// not speak the handshake. It is bounded by ctx and by Timeout, and leaves
-// conn without deadlines on success. The caller closes conn on error.
-func Handshake(ctx context.Context, conn net.Conn, secret []byte) error {
+// secret. It returns the connection that carries the API once the daemon
+// has accepted it: conn itself, or conn behind a buffer holding what the
+// daemon sent right after its answer (its first HTTP/2 frames), which the
+// answer's read took in with it. It returns an error wrapping
+// runbox.ErrUnauthenticated when the daemon refused the secret; another
+// error when the stream failed or the peer does not speak the handshake. It
+// is bounded by ctx and by Timeout, and leaves conn without deadlines on
+// success. The caller closes conn on error.
+func Handshake(ctx context.Context, conn net.Conn, secret []byte) (net.Conn, error) {
 	if err := CheckSecret(secret); err != nil {
-		return err
+		return nil, err
 	}
 	deadline := time.Now().Add(Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
@@ -37,27 +40,30 @@ func Handshake(ctx context.Context, conn net.Conn, secret []byte) error {
 	hex.Encode(pre[len(magic):], secret)
 	pre[preambleLen-1] = '\n'
 	if _, err := conn.Write(pre[:]); err != nil {
-		return handshakeErr(ctx, err)
+		return nil, handshakeErr(ctx, err)
 	}
-	line, err := readLine(conn)
+	line, rest, err := readLine(conn)
 	if err != nil {
 		if len(line) > 0 || errors.Is(err, io.EOF) {
-			return fmt.Errorf("runboxd authentication: the peer closed the connection after %q: does it speak the handshake (an older runboxd)?", line)
+			return nil, fmt.Errorf("runboxd authentication: the peer closed the connection after %q: does it speak the handshake (an older runboxd)?", line)
 		}
-		return handshakeErr(ctx, err)
+		return nil, handshakeErr(ctx, err)
 	}
 	if !stop() {
-		return handshakeErr(ctx, context.Cause(ctx))
+		return nil, handshakeErr(ctx, context.Cause(ctx))
 	}
 	conn.SetDeadline(time.Time{})
 	switch {
 	case line == okLine:
-		return nil
+		if len(rest) > 0 {
+			return &prefixedConn{Conn: conn, head: rest}, nil
+		}
+		return conn, nil
 	case strings.HasPrefix(line, refused):
-		return fmt.Errorf("%w: runboxd refused the connection: %s", runbox.ErrUnauthenticated,
+		return nil, fmt.Errorf("%w: runboxd refused the connection: %s", runbox.ErrUnauthenticated,
 			strings.TrimSpace(strings.TrimPrefix(line, refused)))
 	}
-	return fmt.Errorf("runboxd authentication: unexpected answer %q: does the peer speak the handshake (an older runboxd)?", line)
+	return nil, fmt.Errorf("runboxd authentication: unexpected answer %q: does the peer speak the handshake (an older runboxd)?", line)
 }
 
 // handshakeErr names what failed, with ctx's cause when ctx ended.
@@ -68,24 +74,41 @@ func handshakeErr(ctx context.Context, err error) error {
 	return fmt.Errorf("runboxd authentication: %w", err)
 }
 
-// readLine reads one line of at most maxStatusLine bytes, one byte at a
-// time so that nothing after it is consumed.
-func readLine(r io.Reader) (string, error) {
-	var b bytes.Buffer
-	var c [1]byte
-	for b.Len() < maxStatusLine {
-		n, err := r.Read(c[:])
-		if n == 1 {
-			b.WriteByte(c[0])
-			if c[0] == '\n' {
-				return b.String(), nil
-			}
+// readLine reads one line of at most maxStatusLine bytes and returns it with
+// whatever the same reads brought in after it (rest). Reading a byte at a
+// time would consume nothing past the line, but costs a system call per
+// byte on every new connection.
+func readLine(r io.Reader) (line string, rest []byte, err error) {
+	buf := make([]byte, 0, 2*maxStatusLine)
+	for {
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if i := bytes.IndexByte(buf, '\n'); i >= 0 && i < maxStatusLine {
+			return string(buf[:i+1]), buf[i+1:], nil
+		}
+		if len(buf) >= maxStatusLine {
+			return string(buf[:maxStatusLine]), nil, fmt.Errorf("answer longer than %d bytes", maxStatusLine)
 		}
 		if err != nil {
-			return b.String(), err
+			return string(buf), nil, err
 		}
 	}
-	return b.String(), fmt.Errorf("answer longer than %d bytes", maxStatusLine)
+}
+
+// prefixedConn is a connection whose first bytes were read already: Read
+// returns head before reading conn again.
+type prefixedConn struct {
+	net.Conn
+	head []byte
+}
+
+func (c *prefixedConn) Read(p []byte) (int, error) {
+	if len(c.head) > 0 {
+		n := copy(p, c.head)
+		c.head = c.head[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // Dialer returns dial with every connection it opens authenticated by
@@ -96,10 +119,11 @@ func Dialer(dial runbox.Dialer, secret []byte) runbox.Dialer {
 		if err != nil {
 			return nil, err
 		}
-		if err := Handshake(ctx, conn, secret); err != nil {
+		authed, err := Handshake(ctx, conn, secret)
+		if err != nil {
 			conn.Close()
 			return nil, err
 		}
-		return conn, nil
+		return authed, nil
 	}
 }

@@ -118,7 +118,8 @@ func TestRightSecretServes(t *testing.T) {
 	secret := mustSecret(t)
 	s := startServer(t, secret)
 	c := s.dial(t)
-	if err := Handshake(context.Background(), c, secret); err != nil {
+	c, err := Handshake(context.Background(), c, secret)
+	if err != nil {
 		t.Fatalf("handshake with the right secret: %v", err)
 	}
 	echo(t, c)
@@ -127,7 +128,7 @@ func TestRightSecretServes(t *testing.T) {
 func TestWrongSecretRefused(t *testing.T) {
 	s := startServer(t, mustSecret(t))
 	c := s.dial(t)
-	err := Handshake(context.Background(), c, mustSecret(t))
+	_, err := Handshake(context.Background(), c, mustSecret(t))
 	if !errors.Is(err, runbox.ErrUnauthenticated) || !strings.Contains(err.Error(), "wrong secret") {
 		t.Fatalf("handshake with a wrong secret: %v; want runbox.ErrUnauthenticated saying wrong secret", err)
 	}
@@ -149,7 +150,8 @@ func TestSilentPeerBlocksNoOne(t *testing.T) {
 	s.dial(t) // sends nothing, and stays open until the test ends
 	for range 3 {
 		c := s.dial(t)
-		if err := Handshake(context.Background(), c, secret); err != nil {
+		c, err := Handshake(context.Background(), c, secret)
+		if err != nil {
 			t.Fatalf("handshake beside a silent peer: %v", err)
 		}
 		echo(t, c)
@@ -212,7 +214,7 @@ func TestLargePreambleBounded(t *testing.T) {
 		// Fails once the server closes the connection.
 		io.WriteString(c, "RUNBOXD-AUTH 1 "+strings.Repeat("a", 16<<20))
 	}()
-	line, err := readLine(c)
+	line, _, err := readLine(c)
 	if err != nil || !strings.HasPrefix(line, "RUNBOXD-AUTH REFUSED malformed secret") {
 		t.Fatalf("read %q, %v; want the refusal", line, err)
 	}
@@ -232,7 +234,10 @@ func TestHandshakeBoundedByContext(t *testing.T) {
 	go io.Copy(io.Discard, b) // reads the preamble, never answers
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Handshake(ctx, a, mustSecret(t)) }()
+	go func() {
+		_, err := Handshake(ctx, a, mustSecret(t))
+		done <- err
+	}()
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("handshake with a silent peer after cancel: %v; want context.Canceled", err)
@@ -307,7 +312,7 @@ func BenchmarkConnection(b *testing.B) {
 					b.Fatal(err)
 				}
 				if auth {
-					if err := Handshake(context.Background(), c, secret); err != nil {
+					if c, err = Handshake(context.Background(), c, secret); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -353,3 +358,46 @@ func TestRefusalsLogRateLimited(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// readCountingConn counts the reads made on a connection.
+type readCountingConn struct {
+	net.Conn
+	reads atomic.Int64
+}
+
+func (c *readCountingConn) Read(p []byte) (int, error) {
+	c.reads.Add(1)
+	return c.Conn.Read(p)
+}
+
+// The client reads the daemon's answer in one read, not one per byte, and
+// what the daemon sent after it in the same write (its first HTTP/2 frame)
+// is still read from the connection Handshake returns. (Before: one read(2)
+// per byte of "RUNBOXD-AUTH OK\n", 16 system calls on every connection.)
+func TestAnswerReadAtOnceAndBytesAfterItKept(t *testing.T) {
+	secret := mustSecret(t)
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	go func() {
+		pre := make([]byte, preambleLen)
+		if _, err := io.ReadFull(b, pre); err != nil {
+			return
+		}
+		io.WriteString(b, okLine+"FRAME")
+		io.WriteString(b, "MORE")
+	}()
+	cc := &readCountingConn{Conn: a}
+	c, err := Handshake(context.Background(), cc, secret)
+	if err != nil {
+		t.Fatalf("handshake: %v", err)
+	}
+	if n := cc.reads.Load(); n != 1 {
+		t.Errorf("the handshake made %d reads for a %d-byte answer that arrived in one write; want 1", n, len(okLine))
+	}
+	got := make([]byte, len("FRAMEMORE"))
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != "FRAMEMORE" {
+		t.Fatalf("read after the handshake: %q, %v; want the bytes the daemon sent after its answer, \"FRAMEMORE\"", got, err)
+	}
+}
