@@ -143,6 +143,10 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 		HTTP2: &http.HTTP2Config{
 			SendPingTimeout: o.pingAfter,
 			PingTimeout:     o.pingTimeout,
+			// Output arrives in frames of up to this size instead of
+			// HTTP/2's default 16 KiB: fewer frames to read and copy per
+			// byte of a command's output (docs/performance.md).
+			MaxReadFrameSize: wire.MaxFrameBytes,
 		},
 	}
 	base, closeBase := context.WithCancelCause(context.Background())

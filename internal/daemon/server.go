@@ -17,6 +17,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/daemon/wire"
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
@@ -95,6 +96,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			// connection, so their handlers return.
 			SendPingTimeout: 30 * time.Second,
 			PingTimeout:     15 * time.Second,
+			// Archives and stdin arrive in frames of up to this size
+			// instead of HTTP/2's default 16 KiB.
+			MaxReadFrameSize: wire.MaxFrameBytes,
 		},
 	}
 	served := make(chan error, 1)

@@ -416,7 +416,7 @@ func match(recs []Record, key string) (Record, error) {
 }
 
 // List returns every sandbox of the store's kind under the home, oldest first, each marked
-// Alive when its runboxd answers Info within a second.
+// Alive when its runboxd accepts a connection with the sandbox's secret within a second.
 func (p *Store) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	dir, err := p.sandboxesDir()
 	if err != nil {

@@ -63,8 +63,17 @@ const (
 	// read yet (see outputStore.draining). Without background writers the
 	// drain reads at most a pipe's buffer, far less than this.
 	drainSlackBytes = 8 << 20
-	// readChunkSize is the largest output chunk read at once.
-	readChunkSize = 32 << 10
+	// readChunkSize is the largest output chunk read at once: a quarter of
+	// a default replay ring, so a connected client's flow control still
+	// overlaps reading with sending (docs/performance.md measures it).
+	readChunkSize = 256 << 10
+	// outputPipeBytes is the size asked for each output pipe (the kernel's
+	// default is 64 KiB; fs.pipe-max-size is 1 MiB unless raised).
+	outputPipeBytes = 256 << 10
+	// spillQueueChunks bounds how many chunks a stream's spill writer may
+	// lag behind its reader (4 MiB of full reads) before the reader, and so
+	// the command, waits for the disk.
+	spillQueueChunks = 16
 	// maxIDLength bounds caller-chosen exec ids.
 	maxIDLength = 128
 )

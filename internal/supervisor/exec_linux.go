@@ -575,20 +575,50 @@ func readStateRecord(f *os.File) []byte {
 	return rec
 }
 
+// readStream reads one output stream into the exec's output store (and its
+// spill file) until EOF. A read that fills most of the buffer hands the
+// buffer itself to the store, which keeps it as the chunk (no copy), and a
+// new one is made; a short read is copied, so a trickle of small writes
+// does not pin a large buffer per chunk.
 func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 	defer e.out.closeStream()
 	buf := make([]byte, readChunkSize)
 	i := streamIndex(s)
+	// The spill file is written by a goroutine of its own, so the disk's
+	// writes overlap the pipe's reads; the queue bounds how far it may lag
+	// (chunks are never modified once stored, so it shares them).
+	var spill chan []byte
+	var spilled sync.WaitGroup
+	defer func() {
+		if spill != nil {
+			close(spill)
+			spilled.Wait()
+		}
+	}()
 	for {
 		n, err := f.Read(buf)
 		if n > 0 {
-			start, prior := e.out.append(s, buf[:n])
-			if start {
-				e.spills[i] = e.s.spills.create(e.id + "." + s.String())
-				e.s.spills.write(e.spills[i], prior)
+			chunk := buf[:n:n]
+			if n >= readChunkSize/2 {
+				buf = make([]byte, readChunkSize)
+			} else {
+				chunk = bytes.Clone(chunk)
 			}
-			if sf := e.spills[i]; sf != nil {
-				e.s.spills.write(sf, buf[:n])
+			// The store and the spill writer share chunk from here on.
+			start, prior := e.out.appendOwned(s, chunk)
+			if start {
+				sf := e.s.spills.create(e.id + "." + s.String())
+				e.spills[i] = sf
+				spill = make(chan []byte, spillQueueChunks)
+				spilled.Go(func() {
+					for p := range spill {
+						e.s.spills.write(sf, p)
+					}
+				})
+				spill <- prior
+			}
+			if spill != nil {
+				spill <- chunk
 			}
 		}
 		if err != nil {

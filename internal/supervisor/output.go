@@ -155,6 +155,12 @@ func streamIndex(s runbox.Stream) int { return int(s) - 1 }
 func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, prior []byte) {
 	buf := make([]byte, len(data))
 	copy(buf, data)
+	return o.appendOwned(s, buf)
+}
+
+// appendOwned is append for a buffer the caller hands over: it is stored as
+// it is, and the caller must not touch it again.
+func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool, prior []byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	i := streamIndex(s)

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/runbox/runbox"
 )
 
@@ -183,10 +185,12 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	}
 	closeAfter = append(closeAfter, outW)
 	parentFiles = append(parentFiles, outR)
+	growPipe(outR)
 	errR, errW, err := pipe()
 	if err != nil {
 		return err
 	}
+	growPipe(errR)
 	closeAfter = append(closeAfter, errW)
 	parentFiles = append(parentFiles, errR)
 
@@ -303,5 +307,19 @@ func (e *Exec) feedStdin(data []byte, closeAfter bool) {
 	_, _ = f.Write(data) // an EPIPE means the command did not want it all
 	if closeAfter {
 		_ = e.CloseStdin()
+	}
+}
+
+// growPipe asks for an output pipe of outputPipeBytes, so a command writing
+// fast fills larger reads and wakes runboxd less often. It is best effort:
+// past the user's pipe quota (fs.pipe-user-pages-soft) the kernel refuses,
+// and the pipe keeps its default 64 KiB.
+// (Through SyscallConn: Fd would put the file in blocking mode, and the
+// drain's read deadline would no longer work.)
+func growPipe(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) {
+			_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, outputPipeBytes)
+		})
 	}
 }

@@ -71,7 +71,7 @@ func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, er
 }
 
 // List returns every host sandbox under the home, oldest first, each marked
-// Alive when its runboxd answers Info within a second.
+// Alive when its runboxd accepts a connection with the sandbox's secret within a second.
 func (p *Provider) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	return p.store().List(ctx)
 }
