@@ -181,6 +181,6 @@ func (c *cgroupExec) release() {
 		if !errors.Is(err, syscall.EBUSY) {
 			return
 		}
-		time.Sleep(stopPollInterval)
+		time.Sleep(releaseRetryInterval)
 	}
 }

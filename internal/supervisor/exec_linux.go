@@ -290,10 +290,14 @@ func (e *Exec) gone() bool {
 func (e *Exec) stopProtocol(grace time.Duration) {
 	e.stopMu.Lock()
 	defer e.stopMu.Unlock()
-	poll := stopPollInterval
+	// Look often at first, when a tree that obeys SIGTERM is going (most
+	// are gone within milliseconds), then back off for one that lingers.
+	poll, polls := stopPollInterval, 0
 	wait := func() {
 		time.Sleep(poll)
-		poll = min(poll*2, 50*time.Millisecond)
+		if polls++; polls >= stopFastPolls {
+			poll = min(poll*2, 50*time.Millisecond)
+		}
 	}
 	// In cgroup2 mode, processes that left the cgroup are looked for by
 	// their markers once the cgroup is done with (the look reads every

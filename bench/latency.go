@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// LatencyReport holds the exec latency comparison: every way of running
+// `true` once, round by round.
+type LatencyReport struct {
+	// Ways are the rows, in the order each round ran them.
+	Ways []LatencyWay `json:"ways"`
+	// Rounds and PerRound: each round runs each way PerRound times in turn.
+	Rounds   int `json:"rounds"`
+	PerRound int `json:"per_round"`
+}
+
+// LatencyWay is one way of running `true`, with its samples (ms) and its
+// ratio to its baseline (the median of each round's ratio of medians).
+type LatencyWay struct {
+	Name     string    `json:"name"`
+	Baseline string    `json:"baseline,omitempty"`
+	Samples  []float64 `json:"samples_ms"`
+	Stat     Stat      `json:"stat_ms"`
+	Ratio    *Stat     `json:"ratio,omitempty"`
+	// Goal is the issue's goal for the ratio, where it set one.
+	Goal float64 `json:"goal,omitempty"`
+}
+
+// way is a latency row while it is measured.
+type way struct {
+	name, baseline string
+	goal           float64
+	once           func() (time.Duration, error)
+	perRound       [][]float64
+}
+
+func benchLatency(ctx context.Context, cfg *config, env *sandboxes) (*LatencyReport, error) {
+	runbox := filepath.Join(cfg.bin, "runbox")
+	cli := func(argv ...string) func() (time.Duration, error) {
+		return func() (time.Duration, error) { return timeCmd(argv) }
+	}
+	ways := []*way{
+		{name: "bash -c true", once: cli("bash", "-c", "true")},
+		{name: "runbox version", baseline: "bash -c true", once: cli(runbox, "version")},
+	}
+	for _, p := range []string{"host", "local"} {
+		if id := env.get(p); id != "" {
+			ways = append(ways, &way{name: "runbox exec (" + p + ")", baseline: "bash -c true", goal: 2.5,
+				once: cli(runbox, "exec", id, "--", "true")})
+		}
+	}
+	if id := env.get("docker"); id != "" {
+		ways = append(ways, &way{name: "runbox exec (docker)", baseline: "docker exec", once: cli(runbox, "exec", id, "--", "true")})
+	}
+	if ctr := env.container(); ctr != "-" {
+		ways = append(ways, &way{name: "docker exec", baseline: "bash -c true", once: cli("docker", "exec", ctr, "true")})
+	}
+	// In-process: the Go client against a bare spawn from this process.
+	c, err := env.hostClient(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ways = append(ways,
+		&way{name: "bare spawn (Go)", once: func() (time.Duration, error) {
+			start := time.Now()
+			err := exec.Command("bash", "-c", "true").Run()
+			return time.Since(start), err
+		}},
+		&way{name: "client.Exec (Go, host)", baseline: "bare spawn (Go)", goal: 1.3, once: func() (time.Duration, error) {
+			start := time.Now()
+			res, err := c.Exec(ctx, "true")
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exit %d", res.ExitCode)
+			}
+			return time.Since(start), err
+		}},
+	)
+	perRound := 5
+	if cfg.quick {
+		perRound = 3
+	}
+	// Warm up: page cache, the daemon's first exec.
+	for _, w := range ways {
+		if _, err := w.once(); err != nil {
+			return nil, fmt.Errorf("%s: %w", w.name, err)
+		}
+	}
+	for range cfg.rounds {
+		for _, w := range ways {
+			var xs []float64
+			for range perRound {
+				d, err := w.once()
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", w.name, err)
+				}
+				xs = append(xs, ms(d))
+			}
+			w.perRound = append(w.perRound, xs)
+		}
+	}
+	rep := &LatencyReport{Rounds: cfg.rounds, PerRound: perRound}
+	byName := map[string]*way{}
+	for _, w := range ways {
+		byName[w.name] = w
+	}
+	for _, w := range ways {
+		lw := LatencyWay{Name: w.name, Baseline: w.baseline, Goal: w.goal}
+		for _, xs := range w.perRound {
+			lw.Samples = append(lw.Samples, xs...)
+		}
+		lw.Stat = stat(lw.Samples)
+		if b := byName[w.baseline]; b != nil {
+			var ratios []float64
+			for i := range w.perRound {
+				ratios = append(ratios, stat(w.perRound[i]).Median/stat(b.perRound[i]).Median)
+			}
+			r := stat(ratios)
+			lw.Ratio = &r
+		}
+		rep.Ways = append(rep.Ways, lw)
+	}
+	return rep, nil
+}
