@@ -70,7 +70,14 @@ func main() {
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer rounds and smaller outputs")
 	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds of the interleaved latency comparison (default 20, quick 5)")
+	replot := flag.Bool("replot", false, "only redraw the plots (and print the tables) from the -out directory's results.json")
 	flag.Parse()
+	if *replot {
+		if err := redraw(cfg.out); err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		return
+	}
 	if only != "" {
 		cfg.only = map[string]bool{}
 		for _, s := range strings.Split(only, ",") {
@@ -162,6 +169,23 @@ func run(cfg *config) error {
 	}
 	if err := plotAll(cfg.out, &rep); err != nil {
 		return fmt.Errorf("plots: %w", err)
+	}
+	printSummary(os.Stdout, &rep)
+	return nil
+}
+
+// redraw draws the plots and prints the tables of an earlier run.
+func redraw(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		return err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Join(dir, "results.json"), err)
+	}
+	if err := plotAll(dir, &rep); err != nil {
+		return err
 	}
 	printSummary(os.Stdout, &rep)
 	return nil

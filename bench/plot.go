@@ -47,7 +47,8 @@ func plotAll(dir string, rep *Report) error {
 func plotLatency(path string, l *LatencyReport) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("Running `true` once (%d rounds × %d, interleaved)", l.Rounds, l.PerRound)
-	p.Y.Label.Text = "wall time (ms)"
+	p.Y.Label.Text = "wall time (ms, log)"
+	p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
 	var names []string
 	for i, w := range l.Ways {
 		b, err := plotter.NewBoxPlot(vg.Points(18), float64(i), plotter.Values(w.Samples))
