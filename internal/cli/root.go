@@ -231,34 +231,10 @@ func (a *app) allProviders() []runbox.Provider {
 	return ps
 }
 
-// find looks a sandbox up by id, id prefix or name across every provider.
-// A provider that cannot work here (no docker engine) is passed over; if no
-// provider has the sandbox, the not-found error says which were.
+// find looks a sandbox up by id, id prefix or name across every provider
+// (see findAcross).
 func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
-	var unavailable []string
-	for _, p := range a.allProviders() {
-		sb, err := p.Get(ctx, key)
-		if err == nil {
-			return p, sb, nil
-		}
-		if errors.Is(err, runbox.ErrProviderUnavailable) {
-			unavailable = append(unavailable, p.Name())
-			continue
-		}
-		if !errors.Is(err, runbox.ErrSandboxNotFound) {
-			return nil, runbox.Sandbox{}, err
-		}
-		// A prefix matching several sandboxes is "not found" with a reason
-		// worth keeping.
-		if !isPlainNotFound(err) {
-			return nil, runbox.Sandbox{}, err
-		}
-	}
-	if len(unavailable) > 0 {
-		return nil, runbox.Sandbox{}, fmt.Errorf("%w (not searched: %s, unavailable here; runbox ls says why)",
-			runbox.ErrSandboxNotFound, strings.Join(unavailable, ", "))
-	}
-	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
+	return a.findAcross(ctx, key)
 }
 
 // isPlainNotFound reports whether err says no more than ErrSandboxNotFound.

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 )
 
@@ -40,7 +39,7 @@ under $RUNBOX_HOME/sync-cache.`,
 			src, dst := parseLocation(args[0]), parseLocation(args[1])
 			key := src.sandbox + dst.sandbox
 			if (src.sandbox == "") == (dst.sandbox == "") {
-				return fail("sync", key, "", fmt.Errorf("sync %s %s: %w: exactly one of SRC and DST must be SANDBOX:PATH", args[0], args[1], runbox.ErrInvalidSpec))
+				return fmt.Errorf("sync %s %s: exactly one of SRC and DST must be SANDBOX:PATH (see 'runbox sync --help')", args[0], args[1])
 			}
 			_, cl, err := a.connect(c.Context(), key)
 			if err != nil {

@@ -20,11 +20,14 @@ func (a *app) upCmd() *cobra.Command {
 		Long: `Create a sandbox and print its id on one line.
 
 The sandbox lives until "runbox rm". Refer to it by id, by a unique id prefix,
-or by the --name alias.`,
+or by the --name alias, which must be unique across every provider.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
 			p, spec, err := a.upSpec(&f)
 			if err != nil {
+				return fail("create", f.name, "", err)
+			}
+			if err := a.checkNameFree(c.Context(), spec.Name); err != nil {
 				return fail("create", f.name, "", err)
 			}
 			sb, err := p.Create(c.Context(), spec)
