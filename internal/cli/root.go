@@ -21,6 +21,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
@@ -157,6 +158,8 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = buildinfo.Version(Version) // --version prints what version does
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
 	})
@@ -259,8 +262,12 @@ func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.
 		if why == "" {
 			why = "runboxd is not answering"
 		}
-		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; runbox rm -f %s removes it)",
-			runbox.ErrSandboxLost, why, sb.ID, sb.ID)
+		rm := "runbox rm " + sb.ID
+		if sb.Provider == host.ProviderName {
+			rm = "runbox rm -f " + sb.ID // commands it started may still run
+		}
+		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; %s removes it)",
+			runbox.ErrSandboxLost, why, sb.ID, rm)
 	}
 	return sb, client.New(p.Dialer(sb), client.WithSandboxName(sb.ID)), nil
 }

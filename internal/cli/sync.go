@@ -46,7 +46,7 @@ under $RUNBOX_HOME/sync-cache.`,
 				return fail("sync", key, "", err)
 			}
 			defer cl.Close()
-			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), "sync")
+			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), widthOf(a.stderr), "sync")
 			from, to := client.Local(src.path), client.Remote(dst.path)
 			if src.sandbox != "" {
 				from, to = client.Remote(src.path), client.Local(dst.path)

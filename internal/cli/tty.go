@@ -139,3 +139,16 @@ func (a *app) pumpStdin(ctx context.Context, p *client.Process, retype bool, end
 		}
 	}
 }
+
+// widthOf returns a function reporting the width of the terminal v is open
+// on, as it is when called (0 when unknown).
+func widthOf(v any) func() int {
+	return func() int {
+		if fd, ok := fdOf(v); ok {
+			if w, _, err := term.GetSize(fd); err == nil {
+				return w
+			}
+		}
+		return 0
+	}
+}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -72,6 +73,9 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	p, err := a.provider(f.provider)
 	if err != nil {
+		if f.provider == os.Getenv("RUNBOX_PROVIDER") {
+			err = fmt.Errorf("$RUNBOX_PROVIDER: %w (set it to one of them, or unset it for %s)", err, defaultProvider)
+		}
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)
