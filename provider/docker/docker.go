@@ -195,7 +195,9 @@ type engineUnavailable struct {
 	cause error
 }
 
-func (e *engineUnavailable) Error() string { return runbox.ErrProviderUnavailable.Error() + ": " + e.msg }
+func (e *engineUnavailable) Error() string {
+	return runbox.ErrProviderUnavailable.Error() + ": " + e.msg
+}
 
 func (e *engineUnavailable) Unwrap() []error { return []error{runbox.ErrProviderUnavailable, e.cause} }
 

@@ -24,4 +24,3 @@ func main() {
 		os.Exit(1)
 	}
 }
-
