@@ -114,4 +114,3 @@ func TestKillLeftoversAndNoGrace(t *testing.T) {
 		t.Errorf("NoGrace: %+v; want SIGKILL without a SIGTERM first", res)
 	}
 }
-
