@@ -439,3 +439,29 @@ func inTmux(t *testing.T, command string) []string {
 	}
 	return strings.Split(tmux("capture-pane", "-p", "-t", "t"), "\n")
 }
+
+// Item 4, text output: output that left the replay ring before attach read
+// it is marked where it was cut, with the bytes, and the end names the
+// spill file that has it.
+func TestTextOutputMarksCut(t *testing.T) {
+	setHome(t)
+	id := up(t)
+	must(t, "exec", "--detach", "--id", "big", id, "--", `head -c 3000000 /dev/zero | tr '\0' x; echo; echo END`)
+	for deadline := time.Now().Add(hangBound); !strings.Contains(must(t, "ps", id), "exited"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the exec did not end")
+		}
+	}
+	o := runBin(t, "attach", id, "big")
+	if o.code != 0 || !strings.HasSuffix(o.stdout, "END\n") {
+		t.Fatalf("attach: exit %d, stderr %q", o.code, o.stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(o.stderr), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "bytes of output left out here") || !strings.Contains(lines[1], ".stdout") {
+		t.Errorf("attach's stderr %q; want the cut marked with its bytes, then the spill file named", o.stderr)
+	}
+	lost := 3000000 + 1 + 4 - (len(o.stdout))
+	if !strings.Contains(lines[0], fmt.Sprintf("[... %d bytes", lost)) {
+		t.Errorf("the cut's line %q; want %d bytes (what stdout lacks)", lines[0], lost)
+	}
+}
