@@ -105,7 +105,8 @@ type ExecSpec struct {
 	// no limit.
 	IdleTimeout time.Duration
 	// Grace is how long stopped processes get between SIGTERM and SIGKILL;
-	// zero means DefaultGrace.
+	// zero means DefaultGrace, and a negative Grace (NoGrace) none: the stop
+	// protocol sends SIGKILL at once.
 	Grace time.Duration
 	// HeadBytes and TailBytes bound how much of each stream the Result keeps
 	// (its first and last bytes); zero means the defaults.
@@ -117,6 +118,16 @@ type ExecSpec struct {
 	// stdin, stdout and stderr are the terminal, all output arrives as
 	// Stdout, and the exec's stdin is the terminal's input.
 	PTY *PTYSize
+	// CancelOnDisconnect stops the exec with the stop protocol when every
+	// client stream following it has closed before delivering its Result
+	// (the caller died, or gave up), unless one reconnects within a short
+	// linger. Without it a dropped connection never stops an exec.
+	CancelOnDisconnect bool
+	// KillLeftovers stops, with the stop protocol, what the command left
+	// running in the background once its leader exits by itself; the
+	// Result comes after they are gone and counts them in Killed. Without
+	// it background processes run on (see Result.LeftRunning).
+	KillLeftovers bool
 }
 
 // PTYSize is a terminal size in character cells.
@@ -139,6 +150,10 @@ const (
 
 // DefaultGrace is the time between SIGTERM and SIGKILL when a spec gives none.
 const DefaultGrace = 5 * time.Second
+
+// NoGrace, as a grace period (ExecSpec.Grace, a cancel's grace), means none:
+// the stop protocol sends SIGKILL at once. Any negative grace means the same.
+const NoGrace time.Duration = -1
 
 // Result is how an exec ended.
 type Result struct {
@@ -173,6 +188,11 @@ type Result struct {
 	// Survivors counts processes still alive after the stop protocol gave up;
 	// it is zero unless something escaped SIGKILL (e.g. uninterruptible sleep).
 	Survivors int
+	// LeftRunning counts the processes the exec left running in the
+	// background when its Result was made (a server it started, a
+	// forgotten "&"). They run on until they exit, the exec is cancelled,
+	// or the sandbox ends; ExecSpec.KillLeftovers stops them at once.
+	LeftRunning int
 	// Pid is the leader's pid inside the sandbox (for information only).
 	Pid int
 	// Cwd is the session's working directory after the exec (session

@@ -198,14 +198,24 @@ func (c *Client) callContext(ctx context.Context) (context.Context, context.Canc
 }
 
 // Cancel stops the exec with id through the stop protocol (grace zero means
-// the exec's own grace) and returns once it has stopped. It is idempotent;
-// for an id not yet started it leaves a tombstone, so a later run with that
-// id is refused with runbox.ErrCancelled.
+// the exec's own grace, runbox.NoGrace SIGKILL at once) and returns once it
+// has stopped. It is idempotent; for an id not yet started it leaves a
+// tombstone, so a later run with that id is refused with runbox.ErrCancelled.
 func (c *Client) Cancel(ctx context.Context, id string, grace time.Duration) error {
+	_, err := c.CancelKnown(ctx, id, grace)
+	return err
+}
+
+// CancelKnown is Cancel that also reports whether the daemon knew the id:
+// false means no such exec ran and a tombstone was left for it.
+func (c *Client) CancelKnown(ctx context.Context, id string, grace time.Duration) (known bool, err error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.rpc.Cancel(ctx, connect.NewRequest(&runboxv1.CancelRequest{Id: id, GraceMs: wire.DurationToMs(grace)}))
-	return c.opError("cancel", id, ctx, err)
+	resp, err := c.rpc.Cancel(ctx, connect.NewRequest(&runboxv1.CancelRequest{Id: id, GraceMs: wire.GraceToMs(grace)}))
+	if err != nil {
+		return false, c.opError("cancel", id, ctx, err)
+	}
+	return resp.Msg.GetKnown(), nil
 }
 
 // Signal sends sig to every live process of the exec with id and returns how

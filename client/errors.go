@@ -62,6 +62,13 @@ func cause(ctx context.Context, err error) error {
 		return unauthenticated(err)
 	}
 	if transient(err) {
+		if ce, ok := errors.AsType[*connect.Error](err); ok && errors.Is(ce.Unwrap(), runbox.ErrSandboxLost) {
+			// The dialer already said the sandbox is lost, and why: say
+			// it once ("sandbox lost: container gone"), not wrapped in
+			// the transport's words ("sandbox lost: unavailable: sandbox
+			// lost: container gone").
+			return ce.Unwrap()
+		}
 		return fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err)
 	}
 	return err

@@ -44,8 +44,20 @@ func WithID(id string) ExecOption { return func(o *execOptions) { o.spec.ID = id
 func WithTimeout(d time.Duration) ExecOption { return func(o *execOptions) { o.spec.Timeout = d } }
 
 // WithGrace sets the time between SIGTERM and SIGKILL when the exec is
-// stopped (default runbox.DefaultGrace).
+// stopped (default runbox.DefaultGrace; runbox.NoGrace: SIGKILL at once).
 func WithGrace(d time.Duration) ExecOption { return func(o *execOptions) { o.spec.Grace = d } }
+
+// WithCancelOnDisconnect asks the daemon to stop the exec (stop protocol)
+// when every stream following it closes before its Result arrived: the
+// caller's process died, or it closed the client without waiting. A
+// reconnect after a broken connection keeps the exec.
+func WithCancelOnDisconnect() ExecOption {
+	return func(o *execOptions) { o.spec.CancelOnDisconnect = true }
+}
+
+// WithKillLeftovers asks the daemon to stop what the command leaves
+// running in the background as soon as it exits, before the Result.
+func WithKillLeftovers() ExecOption { return func(o *execOptions) { o.spec.KillLeftovers = true } }
 
 // WithIdleTimeout stops the exec after d without output.
 func WithIdleTimeout(d time.Duration) ExecOption {
@@ -317,8 +329,11 @@ func (c *Client) newProcess(o execOptions) *Process {
 }
 
 func (p *Process) grace() time.Duration {
-	if p.opts.spec.Grace > 0 {
-		return p.opts.spec.Grace
+	switch g := p.opts.spec.Grace; {
+	case g > 0:
+		return g
+	case g < 0: // runbox.NoGrace
+		return 0
 	}
 	return runbox.DefaultGrace
 }

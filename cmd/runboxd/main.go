@@ -30,10 +30,10 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strconv"
 	"syscall"
 
+	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
@@ -215,12 +215,4 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return daemon.Proxy(ctx, *socket, stdin, stdout)
 }
 
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}
+func versionString() string { return buildinfo.Version(version) }

@@ -2,12 +2,17 @@ package cli
 
 import (
 	"context"
-	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox/client"
 )
+
+// cancelTimeout bounds the cancel attach sends on Ctrl-C: the exec's grace
+// plus time for the daemon to answer.
+const cancelTimeout = 2 * time.Minute
 
 func (a *app) attachCmd() *cobra.Command {
 	var from uint64
@@ -17,7 +22,11 @@ func (a *app) attachCmd() *cobra.Command {
 		Long: `Follow an exec started earlier (exec --detach, or one whose runbox exec was
 interrupted): replay its output from sequence number SEQ (default: from the
 start, as far as the replay ring reaches), stream the rest as it arrives, and
-exit with the exec's status. Detaching (Ctrl-C) cancels the exec.`,
+exit with the exec's status. EXEC_ID may be a unique prefix of the id.
+
+An interrupted runbox exec --cancel-on-exit=false prints the SEQ to resume
+from. Ctrl-C (or SIGTERM) cancels the exec with the stop protocol and exits
+with its status, as with runbox exec.`,
 		Args: exactArgs(2, "SANDBOX EXEC_ID"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key, id := args[0], args[1]
@@ -26,14 +35,30 @@ exit with the exec's status. Detaching (Ctrl-C) cancels the exec.`,
 				return fail("attach", key, id, err)
 			}
 			defer cl.Close()
-			res, err := cl.Attach(c.Context(), id,
-				client.WithFromSeq(from), client.WithStdout(a.stdout), client.WithStderr(a.stderr))
-			if err != nil && !(errors.Is(err, context.Canceled) && res.Cancelled) {
+			if id, err = resolveExec(c.Context(), cl, id); err != nil {
+				return fail("attach", key, id, err)
+			}
+			// Ctrl-C cancels the exec on the daemon; the attach reads on
+			// to its result.
+			ctx := context.WithoutCancel(c.Context())
+			stop := context.AfterFunc(c.Context(), func() {
+				cctx, cancel := context.WithTimeout(ctx, cancelTimeout)
+				defer cancel()
+				if err := cl.Cancel(cctx, id, 0); err != nil {
+					fmt.Fprintln(a.stderr, "runbox: "+oneLine(fail("cancel", key, id, err).Error()))
+				}
+			})
+			defer stop()
+			res, err := cl.Attach(ctx, id, client.WithFromSeq(from),
+				client.WithStdout(a.stdout), client.WithStderr(a.stderr),
+				client.WithOnGap(a.reportGap))
+			if err != nil {
 				return fail("attach", key, id, err)
 			}
 			a.reportStop(res, 0, 0)
-			if res.ExitCode != 0 {
-				return &ExitError{Code: res.ExitCode}
+			a.reportLeftovers(res, key)
+			if code := exitStatus(res); code != 0 {
+				return &ExitError{Code: code}
 			}
 			return nil
 		},

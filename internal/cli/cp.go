@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 )
 
@@ -22,31 +26,51 @@ directory, SRC lands inside it under its own name; otherwise DST names the
 copy. Modes, mtimes and symlinks (as links, never followed) are preserved;
 nothing is written outside DST.
 
-A progress bar (bytes, rate, ETA) is drawn on stderr when it is a terminal,
+A progress bar (bytes, total, percentage, rate, ETA) is drawn on stderr
+when it is a terminal, and one summary line is printed there when done,
 unless --quiet.`,
 		Args: exactArgs(2, "SRC DST"),
 		RunE: func(c *cobra.Command, args []string) error {
 			src, dst := parseLocation(args[0]), parseLocation(args[1])
 			key := src.sandbox + dst.sandbox
 			if (src.sandbox == "") == (dst.sandbox == "") {
-				return fail("cp", key, "", fmt.Errorf("cp %s %s: %w: exactly one of SRC and DST must be SANDBOX:PATH", args[0], args[1], runbox.ErrInvalidSpec))
+				return fmt.Errorf("cp %s %s: exactly one of SRC and DST must be SANDBOX:PATH (see 'runbox cp --help')", args[0], args[1])
+			}
+			if dst.sandbox != "" {
+				// A missing local source is this machine's problem, not
+				// the sandbox's.
+				if _, err := os.Lstat(src.path); err != nil {
+					return fmt.Errorf("cp: local source: %w", err)
+				}
 			}
 			_, cl, err := a.connect(c.Context(), key)
 			if err != nil {
 				return fail("cp", key, "", err)
 			}
 			defer cl.Close()
-			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), "cp")
-			defer bar.finish()
+			ctx := c.Context()
+			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), widthOf(a.stderr), "cp")
+			start := time.Now()
+			var st client.ArchiveStats
 			if dst.sandbox != "" {
-				_, err = cl.CopyTo(c.Context(), src.path, dst.path, client.WithProgress(bar.add))
+				bar.setTotal(localSize(src.path))
+				st, err = cl.CopyTo(ctx, src.path, dst.path, client.WithProgress(bar.add))
 			} else {
-				_, err = cl.CopyFrom(c.Context(), src.path, dst.path, client.WithProgress(bar.add))
+				bar.setTotal(remoteSize(ctx, cl, src.path))
+				st, err = cl.CopyFrom(ctx, src.path, dst.path, client.WithProgress(bar.add))
 			}
-			return fail("cp", key, "", err)
+			bar.finish()
+			if err != nil {
+				return fail("cp", key, "", err)
+			}
+			if !quiet {
+				fmt.Fprintf(a.stderr, "copied %d files, %d links, %d dirs (%s) to %s in %v\n",
+					st.Files, st.Links, st.Dirs, humanBytes(st.Bytes), args[1], time.Since(start).Round(time.Millisecond))
+			}
+			return nil
 		},
 	}
-	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "draw no progress bar and print no summary")
 	return c
 }
 
@@ -68,4 +92,39 @@ func parseLocation(arg string) location {
 		p = "."
 	}
 	return location{sandbox: arg[:i], path: p}
+}
+
+// localSize is the bytes of regular files under path (symlinks not
+// followed), for a progress bar's total; 0 when unknown.
+func localSize(path string) int64 {
+	var n int64
+	_ = filepath.WalkDir(path, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// remoteSize is the bytes of regular files under path in the sandbox, for
+// a progress bar's total; 0 when unknown.
+func remoteSize(ctx context.Context, cl *client.Client, path string) int64 {
+	fi, err := cl.Stat(ctx, path)
+	if err != nil || !fi.IsDir() {
+		return fi.Size
+	}
+	entries, err := cl.ListDir(ctx, path, client.Recursive())
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		if e.Mode.IsRegular() {
+			n += e.Size
+		}
+	}
+	return n
 }

@@ -2,16 +2,14 @@ package cli
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -68,11 +66,26 @@ type execFlags struct {
 	env                  []string
 	interactive, tty     bool
 	login, detach, json  bool
+	// cancelOnExit: runboxd stops the exec if this process dies first.
+	cancelOnExit bool
+	// killLeftovers: stop background processes when the command exits.
+	killLeftovers bool
+	// keep (sh --keep-on-exit) is the opposite of cancelOnExit.
+	keep bool
+
+	fs *pflag.FlagSet // to tell --grace 0 from no --grace
 }
 
 func (f *execFlags) add(fs *pflag.FlagSet) {
+	f.addCommon(fs)
+	fs.BoolVar(&f.detach, "detach", false, "start the command, print its exec id and return")
+}
+
+// addCommon adds the flags exec and run share (run has no --detach).
+func (f *execFlags) addCommon(fs *pflag.FlagSet) {
+	f.fs = fs
 	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command and everything it started after this long (0: no limit)")
-	fs.DurationVar(&f.grace, "grace", 0, "time between SIGTERM and SIGKILL when stopping (default 5s)")
+	fs.DurationVar(&f.grace, "grace", runbox.DefaultGrace, "time between SIGTERM and SIGKILL when stopping (0: SIGKILL at once)")
 	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the command after this long without output (0: no limit)")
 	fs.StringVar(&f.id, "id", "", "exec id (default: generated); an id that exists is attached to, not run again")
 	fs.StringVar(&f.session, "session", "", "shell session to run in: its directory and exported environment carry over between execs")
@@ -81,8 +94,14 @@ func (f *execFlags) add(fs *pflag.FlagSet) {
 	fs.BoolVarP(&f.interactive, "interactive", "i", false, "stream this process's stdin to the command (default: stdin is /dev/null)")
 	fs.BoolVarP(&f.tty, "tty", "t", false, "run on a PTY sized like this terminal (all output arrives as stdout; with -i, a terminal stdin is put in raw mode)")
 	fs.BoolVar(&f.login, "login", false, "run the shell as a login shell")
-	fs.BoolVar(&f.detach, "detach", false, "start the command, print its exec id and return")
 	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of streaming output")
+	fs.BoolVar(&f.cancelOnExit, "cancel-on-exit", true, "if this runbox process dies (any signal, even SIGKILL), runboxd stops the command; =false leaves it running (runbox attach follows it)")
+	fs.BoolVar(&f.killLeftovers, "kill-leftovers", false, "when the command exits, stop what it left running in the background (by default it runs on: runbox ps shows it)")
+}
+
+// graceGiven reports whether --grace was given (0 then means none).
+func (f *execFlags) graceGiven() bool {
+	return f.fs != nil && f.fs.Changed("grace")
 }
 
 // check refuses flags runbox cannot honour yet, and nonsense combinations.
@@ -110,8 +129,15 @@ func (f *execFlags) options() []client.ExecOption {
 	if f.timeout > 0 {
 		opts = append(opts, client.WithTimeout(f.timeout))
 	}
-	if f.grace > 0 {
+	switch {
+	case !f.graceGiven(): // the daemon's default
+	case f.grace > 0:
 		opts = append(opts, client.WithGrace(f.grace))
+	default:
+		opts = append(opts, client.WithGrace(runbox.NoGrace))
+	}
+	if f.killLeftovers {
+		opts = append(opts, client.WithKillLeftovers())
 	}
 	if f.idle > 0 {
 		opts = append(opts, client.WithIdleTimeout(f.idle))
@@ -167,7 +193,7 @@ func specFor(command []string) runbox.ExecSpec {
 }
 
 // exec runs command in sb through cl as f says, and reports the result: the
-// command's non-zero status comes back as an *ExitError.
+// command's non-zero status comes back as an *ExitError (see exitStatus).
 func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, command []string, f *execFlags) error {
 	spec := specFor(command)
 	opts := f.options()
@@ -185,37 +211,105 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		return nil
 	}
 
+	if f.cancelOnExit {
+		opts = append(opts, client.WithCancelOnDisconnect())
+	}
+	if f.id == "" {
+		// The id is chosen here so an interrupted exec can be named.
+		f.id = newExecID()
+		opts = append(opts, client.WithID(f.id))
+	}
+	var lastSeq atomic.Uint64 // of the last chunk delivered, for attach --from
+	opts = append(opts, client.WithOnChunk(func(c runbox.Chunk) { lastSeq.Store(c.Seq) }))
 	if !f.json {
-		opts = append(opts, client.WithStdout(a.stdout), client.WithStderr(a.stderr))
+		opts = append(opts, client.WithStdout(a.stdout), client.WithStderr(a.stderr),
+			client.WithOnGap(func(g runbox.OutputGap) { a.reportGap(g) }))
+	}
+
+	run := func(ctx context.Context) (runbox.Result, error) {
+		if f.interactive || f.tty {
+			return a.execStarted(ctx, cl, spec, opts, f.interactive, f.tty)
+		}
+		return cl.ExecSpec(ctx, spec, opts...)
 	}
 	var res runbox.Result
 	var err error
-	if f.interactive || f.tty {
-		res, err = a.execStarted(ctx, cl, spec, opts, f.interactive, f.tty)
+	if f.cancelOnExit {
+		// A cancelled context (Ctrl-C, SIGTERM) cancels the exec on the
+		// daemon, and the call still ends with the exec's real result.
+		res, err = run(ctx)
+		if err != nil && !(errors.Is(err, context.Canceled) && res.Cancelled) {
+			return err
+		}
 	} else {
-		res, err = cl.ExecSpec(ctx, spec, opts...)
-	}
-	// A cancelled context (Ctrl-C) still ends with the exec's real result:
-	// the client cancelled it on the daemon and waited for it to stop.
-	if err != nil && !(errors.Is(err, context.Canceled) && res.Cancelled) {
-		return err
+		// Ctrl-C or SIGTERM leave the exec running: say how to follow it.
+		res, err = runDetachable(ctx, run)
+		if errors.Is(err, errInterrupted) {
+			return fmt.Errorf("%w; exec %s keeps running: runbox attach %s %s --from %d follows it (runbox cancel %s %s stops it)",
+				err, f.id, sb.ID, f.id, lastSeq.Load()+1, sb.ID, f.id)
+		}
+		if err != nil {
+			return err
+		}
 	}
 
 	if f.json {
-		cwd := res.Cwd // a session exec reports where it ended up
-		if cwd == "" {
-			cwd = execCwd(sb, f.cwd)
-		}
-		if err := writeJSON(a.stdout, resultJSON(res, cwd)); err != nil {
+		if err := writeJSON(a.stdout, resultJSON(res)); err != nil {
 			return err
 		}
 	} else {
 		a.reportStop(res, f.timeout, f.idle)
+		a.reportLeftovers(res, sb.ID)
 	}
-	if res.ExitCode != 0 {
-		return &ExitError{Code: res.ExitCode}
+	if code := exitStatus(res); code != 0 {
+		return &ExitError{Code: code}
 	}
 	return nil
+}
+
+// errInterrupted is why runbox stopped following an exec it left running.
+var errInterrupted = errors.New("interrupted")
+
+// runDetachable runs run on a context that ctx's end does not cancel, and
+// returns errInterrupted as soon as ctx ends: the exec keeps running.
+func runDetachable(ctx context.Context, run func(context.Context) (runbox.Result, error)) (runbox.Result, error) {
+	type outcome struct {
+		res runbox.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := run(context.WithoutCancel(ctx))
+		done <- outcome{res, err}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.err
+	case <-ctx.Done():
+		return runbox.Result{}, errInterrupted
+	}
+}
+
+// newExecID returns a fresh exec id.
+func newExecID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ExitTimedOut is the exit status of a command that runbox stopped for a
+// timeout and that then exited by itself (GNU timeout's 124): a timeout is
+// never a success.
+const ExitTimedOut = 124
+
+// exitStatus is the status runbox exits with for res: the command's own,
+// except after a timeout, when a command that exited by itself (it handled
+// runbox's SIGTERM) gives 124; one killed by a signal gives 128+N.
+func exitStatus(res runbox.Result) int {
+	if (res.TimedOut || res.IdleTimedOut) && res.Signal == "" {
+		return ExitTimedOut
+	}
+	return res.ExitCode
 }
 
 // reportStop says on stderr why runbox stopped the command, if it did.
@@ -242,96 +336,31 @@ func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
 	}
 	if res.StreamGaps > 0 {
 		where := "the sandbox's replay ring no longer had it"
-		if res.StdoutSpill != "" || res.StderrSpill != "" {
-			where = "the spill files " + strings.TrimSpace(res.StdoutSpill+" "+res.StderrSpill) + " have all of it"
+		if spills := spillPaths(res); spills != "" {
+			where = "the spill files " + spills + " have all of it"
 		}
 		fmt.Fprintf(a.stderr, "runbox: warning: %d bytes of output are missing above (%d gaps): %s\n",
 			res.StreamLost, res.StreamGaps, where)
 	}
 }
 
-// execResult is the JSON object exec --json prints. Stdout and Stderr are the
-// output as text; when a stream is not valid UTF-8, its text has each invalid
-// byte replaced by U+FFFD and StdoutBase64/StderrBase64 carry the exact bytes.
-// StdoutSpill/StderrSpill appear only when the daemon wrote a stream's full
-// output to a file in the sandbox, and SpillTruncated only when such a file
-// holds less than the whole stream.
-type execResult struct {
-	ID            string `json:"id"`
-	ExitCode      int    `json:"exit_code"`
-	Signal        string `json:"signal"`
-	TimedOut      bool   `json:"timed_out"`
-	Cancelled     bool   `json:"cancelled"`
-	IdleTimedOut  bool   `json:"idle_timed_out"`
-	DurationMS    int64  `json:"duration_ms"`
-	Stdout        string `json:"stdout"`
-	Stderr        string `json:"stderr"`
-	StdoutBase64  string `json:"stdout_base64,omitempty"`
-	StderrBase64  string `json:"stderr_base64,omitempty"`
-	StdoutDropped int64  `json:"stdout_dropped"`
-	StderrDropped int64  `json:"stderr_dropped"`
-	Cwd           string `json:"cwd"`
-	Killed        int    `json:"killed"`
-	OOMKilled     bool   `json:"oom_killed"`
-	StdoutSpill   string `json:"stdout_spill,omitempty"`
-	StderrSpill   string `json:"stderr_spill,omitempty"`
-	// SpillTruncated says a spill file holds less than the whole stream
-	// (the spill budget ran out, the disk filled, a write failed): it holds
-	// the stream's first bytes, or was removed to make room.
-	SpillTruncated bool `json:"spill_truncated,omitempty"`
+// reportGap marks, where it happens in the streamed output, a cut: output
+// that left the daemon's replay ring before this stream read it.
+func (a *app) reportGap(g runbox.OutputGap) {
+	fmt.Fprintf(a.stderr, "\nrunbox: [... %d bytes of output left out here (chunks %d-%d left the replay ring); the end of the output names the spill file that has them ...]\n",
+		g.Bytes, g.FromSeq, g.ToSeq-1)
 }
 
-func resultJSON(r runbox.Result, cwd string) execResult {
-	out := execResult{
-		ID:             r.ID,
-		ExitCode:       r.ExitCode,
-		Signal:         r.Signal,
-		TimedOut:       r.TimedOut,
-		Cancelled:      r.Cancelled,
-		IdleTimedOut:   r.IdleTimedOut,
-		DurationMS:     r.Duration.Milliseconds(),
-		StdoutDropped:  r.StdoutDropped,
-		StderrDropped:  r.StderrDropped,
-		Cwd:            cwd,
-		Killed:         r.Killed,
-		OOMKilled:      r.OOMKilled,
-		StdoutSpill:    r.StdoutSpill,
-		StderrSpill:    r.StderrSpill,
-		SpillTruncated: r.SpillTruncated,
+// reportLeftovers says on stderr that the command left processes running.
+func (a *app) reportLeftovers(res runbox.Result, sandbox string) {
+	if res.LeftRunning == 0 {
+		return
 	}
-	out.Stdout, out.StdoutBase64 = text(r.Stdout)
-	out.Stderr, out.StderrBase64 = text(r.Stderr)
-	return out
+	fmt.Fprintf(a.stderr, "runbox: %d process(es) this command started still run in the background (runbox ps %s shows them; runbox cancel %s %s stops them)\n",
+		res.LeftRunning, sandbox, sandbox, res.ID)
 }
 
-// text returns b as a string, and when b is not valid UTF-8 also its exact
-// bytes in base64.
-func text(b []byte) (s, b64 string) {
-	if utf8.Valid(b) {
-		return string(b), ""
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD"), base64.StdEncoding.EncodeToString(b)
-}
-
-// execCwd is the directory the command ran in: --cwd resolved against the
-// sandbox's working directory, when the provider reports one.
-func execCwd(sb runbox.Sandbox, cwd string) string {
-	workdir := sb.Detail["workdir"]
-	switch {
-	case cwd == "":
-		return workdir
-	case filepath.IsAbs(cwd) || workdir == "":
-		return cwd
-	}
-	return filepath.Join(workdir, cwd)
-}
-
-// writeJSON prints v as one line of JSON.
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("write json: %w", err)
-	}
-	return nil
+// spillPaths lists res's spill files, space-separated.
+func spillPaths(res runbox.Result) string {
+	return strings.TrimSpace(res.StdoutSpill + " " + res.StderrSpill)
 }

@@ -68,7 +68,9 @@ func TestExecJSON(t *testing.T) {
 		t.Fatalf("exec --json output %q: %v", o.stdout, err)
 	}
 	want := []string{"id", "exit_code", "signal", "timed_out", "cancelled", "idle_timed_out", "duration_ms",
-		"stdout", "stderr", "stdout_dropped", "stderr_dropped", "cwd", "killed", "oom_killed"}
+		"stdout", "stderr", "stdout_dropped", "stderr_dropped", "cwd", "killed", "oom_killed",
+		"pid", "stdout_bytes", "stderr_bytes", "stdout_spill", "stderr_spill", "spill_truncated",
+		"cwd_fallback_from", "survivors", "left_running", "stream_gaps", "stream_lost"}
 	var keys []string
 	for k := range got {
 		keys = append(keys, k)

@@ -8,8 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
-
-	"github.com/runbox/runbox"
 )
 
 func (a *app) killCmd() *cobra.Command {
@@ -32,6 +30,9 @@ grace period and a check that nothing survives, use runbox cancel.`,
 				return fail("kill", key, id, err)
 			}
 			defer cl.Close()
+			if id, err = resolveExec(c.Context(), cl, id); err != nil {
+				return fail("kill", key, id, err)
+			}
 			_, err = cl.Signal(c.Context(), id, s)
 			return fail("kill", key, id, err)
 		},
@@ -44,7 +45,7 @@ grace period and a check that nothing survives, use runbox cancel.`,
 func parseSignal(s string) (syscall.Signal, error) {
 	if n, err := strconv.Atoi(s); err == nil {
 		if n <= 0 || n > 64 {
-			return 0, fmt.Errorf("signal %d out of range: %w", n, runbox.ErrInvalidSpec)
+			return 0, fmt.Errorf("-s %d: signal numbers go from 1 to 64", n)
 		}
 		return syscall.Signal(n), nil
 	}
@@ -55,5 +56,5 @@ func parseSignal(s string) (syscall.Signal, error) {
 	if sig := unix.SignalNum(name); sig != 0 {
 		return sig, nil
 	}
-	return 0, fmt.Errorf("unknown signal %q: %w", s, runbox.ErrInvalidSpec)
+	return 0, fmt.Errorf("-s %s: unknown signal (give a name such as TERM, INT, KILL, or a number)", s)
 }

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,7 +28,7 @@ A provider that cannot be reached here is noted on stderr and skipped.`,
 			for _, p := range a.allProviders() {
 				sbs, err := p.List(c.Context())
 				if errors.Is(err, runbox.ErrProviderUnavailable) {
-					fmt.Fprintf(a.stderr, "runbox: %s sandboxes not listed: %v\n", p.Name(), oneLine(err.Error()))
+					fmt.Fprintf(a.stderr, "runbox: %s sandboxes not listed: %v\n", p.Name(), unavailableReason(err))
 					continue
 				}
 				if err != nil {
@@ -80,4 +81,14 @@ func sandboxToJSON(sb runbox.Sandbox) sandboxJSON {
 		Alive:    sb.Alive,
 		Detail:   sb.Detail,
 	}
+}
+
+// unavailableReason is why a provider is unavailable, on one short line:
+// what follows "provider unavailable: " in err's message.
+func unavailableReason(err error) string {
+	msg := oneLine(err.Error())
+	if _, after, ok := strings.Cut(msg, runbox.ErrProviderUnavailable.Error()+": "); ok {
+		return after
+	}
+	return msg
 }

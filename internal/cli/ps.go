@@ -17,8 +17,10 @@ func (a *app) psCmd() *cobra.Command {
 		Use:   "ps SANDBOX [--json]",
 		Short: "List a sandbox's execs",
 		Long: `List the execs a sandbox's runboxd keeps: running ones, and exited ones until
-their retention ends. PROCS counts processes still alive, including background
-children of an exec that exited.`,
+their retention ends. PROCS counts processes still alive: for an exec that
+exited, what it left running in the background (its STATE says so too).
+runbox cancel SANDBOX EXEC_ID stops them; runbox exec --kill-leftovers stops
+them as the command exits.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key := args[0]
@@ -53,7 +55,11 @@ children of an exec that exited.`,
 						exit += " (cancelled)"
 					}
 				}
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Pid, e.State, exit,
+				state := e.State.String()
+				if e.State == runbox.ExecExited && e.LiveProcesses > 0 {
+					state += fmt.Sprintf(" (%d left running)", e.LiveProcesses)
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.Pid, state, exit,
 					e.LiveProcesses, ago(e.StartedAt), truncate(e.Command, 60))
 			}
 			return tw.Flush()

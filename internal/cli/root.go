@@ -21,6 +21,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
@@ -157,6 +158,8 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.Version = buildinfo.Version(Version) // --version prints what version does
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())
 	})
@@ -231,34 +234,10 @@ func (a *app) allProviders() []runbox.Provider {
 	return ps
 }
 
-// find looks a sandbox up by id, id prefix or name across every provider.
-// A provider that cannot work here (no docker engine) is passed over; if no
-// provider has the sandbox, the not-found error says which were.
+// find looks a sandbox up by id, id prefix or name across every provider
+// (see findAcross).
 func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
-	var unavailable []string
-	for _, p := range a.allProviders() {
-		sb, err := p.Get(ctx, key)
-		if err == nil {
-			return p, sb, nil
-		}
-		if errors.Is(err, runbox.ErrProviderUnavailable) {
-			unavailable = append(unavailable, p.Name())
-			continue
-		}
-		if !errors.Is(err, runbox.ErrSandboxNotFound) {
-			return nil, runbox.Sandbox{}, err
-		}
-		// A prefix matching several sandboxes is "not found" with a reason
-		// worth keeping.
-		if !isPlainNotFound(err) {
-			return nil, runbox.Sandbox{}, err
-		}
-	}
-	if len(unavailable) > 0 {
-		return nil, runbox.Sandbox{}, fmt.Errorf("%w (not searched: %s, unavailable here; runbox ls says why)",
-			runbox.ErrSandboxNotFound, strings.Join(unavailable, ", "))
-	}
-	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
+	return a.findAcross(ctx, key)
 }
 
 // isPlainNotFound reports whether err says no more than ErrSandboxNotFound.
@@ -283,8 +262,12 @@ func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.
 		if why == "" {
 			why = "runboxd is not answering"
 		}
-		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; runbox rm -f %s removes it)",
-			runbox.ErrSandboxLost, why, sb.ID, sb.ID)
+		rm := "runbox rm " + sb.ID
+		if sb.Provider == host.ProviderName {
+			rm = "runbox rm -f " + sb.ID // commands it started may still run
+		}
+		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; %s removes it)",
+			runbox.ErrSandboxLost, why, sb.ID, rm)
 	}
 	return sb, client.New(p.Dialer(sb), client.WithSandboxName(sb.ID)), nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/internal/cli"
 )
 
@@ -24,7 +25,7 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	if o := rb(t, "version"); o.code != 0 || o.stdout != cli.Version+"\n" {
+	if o := rb(t, "version"); o.code != 0 || o.stdout != buildinfo.Version(cli.Version)+"\n" {
 		t.Errorf("version: %+v", o)
 	}
 }

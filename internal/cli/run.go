@@ -31,9 +31,6 @@ string, several are an argv.`,
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			_, command, _ := splitCommand(c, args, 0)
-			if ef.detach {
-				return fail("run", "", "", fmt.Errorf("--detach: the sandbox is removed when the command ends; use runbox up and runbox exec --detach"))
-			}
 			if err := ef.check(); err != nil {
 				return fail("run", "", ef.id, err)
 			}
@@ -42,6 +39,9 @@ string, several are an argv.`,
 				return fail("create", uf.name, "", err)
 			}
 			ctx := c.Context()
+			if err := a.checkNameFree(ctx, spec.Name); err != nil {
+				return fail("create", uf.name, "", err)
+			}
 			sb, err := p.Create(ctx, spec)
 			if err != nil {
 				return fail("create", uf.name, "", err)
@@ -53,7 +53,7 @@ string, several are an argv.`,
 		},
 	}
 	uf.add(c.Flags(), a.env.Provider)
-	ef.add(c.Flags())
+	ef.addCommon(c.Flags()) // no --detach: the sandbox goes when the command ends
 	return c
 }
 

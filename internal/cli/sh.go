@@ -15,11 +15,16 @@ func (a *app) shCmd() *cobra.Command {
 		Long: `Open an interactive login shell (bash -l, or sh -l where bash is absent) in
 a sandbox, on a pseudo-terminal the size of this one. When stdin is a
 terminal it is put in raw mode, and restored when the shell exits. The
-exit status is the shell's. The same as runbox exec -t -i SANDBOX -- SHELL.`,
+exit status is the shell's. The same as runbox exec -t -i SANDBOX -- SHELL.
+
+When stdin is not a terminal, the shell reads it as typed input and exits
+at its end. If this runbox process dies, however it dies, runboxd hangs the
+shell up (SIGHUP, then the stop protocol), unless --keep-on-exit.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key := args[0]
 			f.tty, f.interactive = true, true
+			f.cancelOnExit = !f.keep
 			if err := f.check(); err != nil {
 				return fail("sh", key, f.id, err)
 			}
@@ -36,5 +41,6 @@ exit status is the shell's. The same as runbox exec -t -i SANDBOX -- SHELL.`,
 	fs.StringVar(&f.cwd, "cwd", "", "working directory (default: the sandbox's)")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable: K=V, or K to pass this process's value")
 	fs.StringVar(&f.id, "id", "", "exec id (default: generated)")
+	fs.BoolVar(&f.keep, "keep-on-exit", false, "leave the shell running if this runbox process dies (default: runboxd hangs it up)")
 	return c
 }

@@ -6,7 +6,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 )
 
@@ -40,14 +39,14 @@ under $RUNBOX_HOME/sync-cache.`,
 			src, dst := parseLocation(args[0]), parseLocation(args[1])
 			key := src.sandbox + dst.sandbox
 			if (src.sandbox == "") == (dst.sandbox == "") {
-				return fail("sync", key, "", fmt.Errorf("sync %s %s: %w: exactly one of SRC and DST must be SANDBOX:PATH", args[0], args[1], runbox.ErrInvalidSpec))
+				return fmt.Errorf("sync %s %s: exactly one of SRC and DST must be SANDBOX:PATH (see 'runbox sync --help')", args[0], args[1])
 			}
 			_, cl, err := a.connect(c.Context(), key)
 			if err != nil {
 				return fail("sync", key, "", err)
 			}
 			defer cl.Close()
-			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), "sync")
+			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), widthOf(a.stderr), "sync")
 			from, to := client.Local(src.path), client.Remote(dst.path)
 			if src.sandbox != "" {
 				from, to = client.Remote(src.path), client.Local(dst.path)

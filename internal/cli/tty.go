@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"golang.org/x/term"
 
@@ -68,19 +69,19 @@ func (a *app) execStarted(ctx context.Context, cl *client.Client, spec runbox.Ex
 	if err != nil {
 		return runbox.Result{}, err
 	}
+	ended := make(chan struct{}) // closed when the exec's result is in
+	defer close(ended)
 	if tty {
 		winch := make(chan os.Signal, 1)
 		signal.Notify(winch, syscall.SIGWINCH)
 		defer signal.Stop(winch)
-		stop := make(chan struct{})
-		defer close(stop)
 		go func() {
 			for {
 				select {
 				case <-winch:
 					rows, cols := a.termSize()
 					_ = p.Resize(ctx, rows, cols)
-				case <-stop:
+				case <-ended:
 					return
 				}
 			}
@@ -90,21 +91,64 @@ func (a *app) execStarted(ctx context.Context, cl *client.Client, spec runbox.Ex
 		// The pump ends at end of input or when the exec stops taking
 		// stdin. A read blocked on a terminal outlives the exec; the
 		// process exits soon after anyway.
-		go func() {
-			buf := make([]byte, 32<<10)
-			for {
-				n, rerr := a.stdin.Read(buf)
-				if n > 0 {
-					if err := p.WriteStdin(ctx, buf[:n]); err != nil {
-						return
-					}
-				}
-				if rerr != nil {
-					p.CloseStdin(ctx)
-					return
-				}
-			}
-		}()
+		go a.pumpStdin(ctx, p, tty && !isTerminal(a.stdin), ended)
 	}
 	return p.Wait(ctx)
+}
+
+// stdinEOFRetypes and stdinEOFEvery bound how often end of file is typed
+// again into a pty whose input came from a file or pipe (see pumpStdin).
+const (
+	stdinEOFRetypes = 8
+	stdinEOFEvery   = 250 * time.Millisecond
+)
+
+// pumpStdin copies this process's stdin to the exec until end of input,
+// then closes the exec's stdin. On a pty that types the end-of-file
+// character, which a program switching the terminal's mode at that moment
+// (a shell starting its line editor) never sees; so when stdin is not a
+// terminal (retype), the end of file is typed again every stdinEOFEvery,
+// up to stdinEOFRetypes times, until the exec ends: input that has ended
+// reads as end of file however often it is read.
+func (a *app) pumpStdin(ctx context.Context, p *client.Process, retype bool, ended <-chan struct{}) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := a.stdin.Read(buf)
+		if n > 0 {
+			if err := p.WriteStdin(ctx, buf[:n]); err != nil {
+				return
+			}
+		}
+		if rerr != nil {
+			break
+		}
+	}
+	if p.CloseStdin(ctx) != nil || !retype {
+		return
+	}
+	t := time.NewTicker(stdinEOFEvery)
+	defer t.Stop()
+	for range stdinEOFRetypes {
+		select {
+		case <-t.C:
+		case <-ended:
+			return
+		}
+		if p.CloseStdin(ctx) != nil {
+			return
+		}
+	}
+}
+
+// widthOf returns a function reporting the width of the terminal v is open
+// on, as it is when called (0 when unknown).
+func widthOf(v any) func() int {
+	return func() int {
+		if fd, ok := fdOf(v); ok {
+			if w, _, err := term.GetSize(fd); err == nil {
+				return w
+			}
+		}
+		return 0
+	}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -20,11 +21,14 @@ func (a *app) upCmd() *cobra.Command {
 		Long: `Create a sandbox and print its id on one line.
 
 The sandbox lives until "runbox rm". Refer to it by id, by a unique id prefix,
-or by the --name alias.`,
+or by the --name alias, which must be unique across every provider.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
 			p, spec, err := a.upSpec(&f)
 			if err != nil {
+				return fail("create", f.name, "", err)
+			}
+			if err := a.checkNameFree(c.Context(), spec.Name); err != nil {
 				return fail("create", f.name, "", err)
 			}
 			sb, err := p.Create(c.Context(), spec)
@@ -69,6 +73,9 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	p, err := a.provider(f.provider)
 	if err != nil {
+		if f.provider == os.Getenv("RUNBOX_PROVIDER") {
+			err = fmt.Errorf("$RUNBOX_PROVIDER: %w (set it to one of them, or unset it for %s)", err, defaultProvider)
+		}
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)

@@ -2,22 +2,18 @@ package daemon
 
 import (
 	"context"
-	"fmt"
 
 	"connectrpc.com/connect"
 
-	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/internal/daemon/wire"
 )
 
 // Cancel stops an exec with the stop protocol and answers once it has
 // stopped (or the request's context ends). For an unknown id it leaves a
-// tombstone and answers known=false at once.
+// tombstone and answers known=false at once. A negative grace means none
+// (SIGKILL at once).
 func (s *Server) Cancel(ctx context.Context, req *connect.Request[runboxv1.CancelRequest]) (*connect.Response[runboxv1.CancelResponse], error) {
-	if req.Msg.GetGraceMs() < 0 {
-		return nil, s.rpcError("cancel", fmt.Errorf("cancel exec %s: %w: negative grace", req.Msg.GetId(), runbox.ErrInvalidSpec))
-	}
 	e, known := s.sup.Cancel(req.Msg.GetId(), wire.MsToDuration(req.Msg.GetGraceMs()))
 	if e != nil {
 		select {

@@ -16,7 +16,8 @@ import (
 
 // Run starts an exec (or attaches to the one with the same id) and streams
 // started, output when asked, and exited. If the client goes away the
-// handler returns; the exec keeps running.
+// handler returns; the exec keeps running, unless it asked to be cancelled
+// on disconnect and no other client follows it.
 func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunRequest], stream *connect.ServerStream[runboxv1.ExecEvent]) error {
 	releaser.afterLarge(proto.Size(req.Msg))
 	spec, err := wire.SpecFromProto(req.Msg.GetSpec())
@@ -41,10 +42,13 @@ func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunReque
 }
 
 // follow sends the started event, then (when r is not nil) every output
-// event r reads, then the exited event once the result is final. A failed
+// event r reads, then the exited event once the result is final. The exec
+// counts the stream as a follower meanwhile (see supervisor.Exec.Follow). A failed
 // send returns a tagged error (see sendFailed), so a client that can still
 // read it knows the daemon answered.
-func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *supervisor.OutputReader, stream *connect.ServerStream[runboxv1.ExecEvent]) error {
+func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *supervisor.OutputReader, stream *connect.ServerStream[runboxv1.ExecEvent]) (err error) {
+	leave := e.Follow()
+	defer func() { leave(err == nil) }()
 	if err := stream.Send(startedEvent(e, attached)); err != nil {
 		return sendFailed(ctx, e, "started event", err)
 	}

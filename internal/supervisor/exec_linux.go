@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +22,10 @@ const (
 	stopTimeout
 	stopIdle
 	stopCancel
+	// stopDisconnect is a cancel because every client following the exec
+	// left (CancelOnDisconnect). Unlike a cancel, it leaves an exec that
+	// has already exited, and what that exec left running, alone.
+	stopDisconnect
 )
 
 // Exec is one command the supervisor runs. Its state only moves forward:
@@ -52,6 +55,8 @@ type Exec struct {
 	escapees   *procTracker         // cgroup2 mode: finds by marker the processes that left the cgroup
 	session    *sessionSnapshot     // the session state the exec started from
 	spills     [2]*spillFile        // written only by the stream's reader
+	dir        string               // the working directory it was spawned in
+	followers  followers            // client streams following it (CancelOnDisconnect)
 
 	mu      sync.Mutex
 	state   runbox.ExecState
@@ -76,8 +81,11 @@ func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64) *Exec {
 		tail = DefaultTailBytes
 	}
 	grace := spec.Grace
-	if grace == 0 {
+	switch {
+	case grace == 0:
 		grace = runbox.DefaultGrace
+	case grace < 0: // runbox.NoGrace: SIGKILL at once
+		grace = 0
 	}
 	return &Exec{
 		s: s, id: spec.ID, n: n, spec: spec, grace: grace,
@@ -231,152 +239,6 @@ func (e *Exec) spawnFailed(err error) {
 	close(e.done)
 }
 
-// requestStop starts the stop protocol unless one was already requested. A
-// request after the leader exited stops the exec's background processes
-// and leaves its Result alone.
-func (e *Exec) requestStop(reason stopReason, grace time.Duration) {
-	if grace <= 0 {
-		grace = e.grace
-	}
-	e.mu.Lock()
-	if e.state == runbox.ExecExited {
-		e.mu.Unlock()
-		if reason == stopCancel {
-			e.stopBackground(grace)
-		}
-		return
-	}
-	if e.reason != stopNone {
-		e.mu.Unlock()
-		return
-	}
-	e.reason, e.stopGrace = reason, grace
-	if e.state == runbox.ExecRunning {
-		e.state = runbox.ExecStopping
-	}
-	close(e.stopCh)
-	e.mu.Unlock()
-}
-
-func (e *Exec) cancel(grace time.Duration) { e.requestStop(stopCancel, grace) }
-
-// stopBackground stops what an exited exec left running, then frees its
-// containment.
-func (e *Exec) stopBackground(grace time.Duration) {
-	<-e.done
-	e.mu.Lock()
-	released := e.released
-	e.mu.Unlock()
-	if released {
-		return
-	}
-	e.stopProtocol(grace)
-	e.releaseIfEmpty()
-}
-
-// gone reports whether the leader has been reaped and no process is left.
-func (e *Exec) gone() bool {
-	select {
-	case <-e.leaderGone:
-		return e.cont.empty()
-	default:
-		return false
-	}
-}
-
-// stopProtocol sends SIGTERM to every process of the exec (again to any
-// forked since), waits up to grace for them to exit, SIGKILLs what is left,
-// and waits until nothing is alive or killConfirmTimeout passes.
-func (e *Exec) stopProtocol(grace time.Duration) {
-	e.stopMu.Lock()
-	defer e.stopMu.Unlock()
-	// Look often at first, when a tree that obeys SIGTERM is going (most
-	// are gone within milliseconds), then back off for one that lingers.
-	poll, polls := stopPollInterval, 0
-	wait := func() {
-		time.Sleep(poll)
-		if polls++; polls >= stopFastPolls {
-			poll = min(poll*2, 50*time.Millisecond)
-		}
-	}
-	// In cgroup2 mode, processes that left the cgroup are looked for by
-	// their markers once the cgroup is done with (the look reads every
-	// process's environment).
-	over := func() bool { return e.gone() && (e.escapees == nil || e.escapees.empty()) }
-	termBy := time.Now().Add(grace)
-	for !over() {
-		if time.Now().After(termBy) {
-			break
-		}
-		signalPids(e.livePids(), syscall.SIGTERM, e.signalled)
-		e.signalLeaderGroup(syscall.SIGTERM)
-		wait()
-	}
-	killBy := time.Now().Add(killConfirmTimeout)
-	for !over() && time.Now().Before(killBy) {
-		for _, pid := range e.livePids() {
-			e.signalled[pid] = struct{}{}
-		}
-		e.cont.killAll()
-		if e.escapees != nil {
-			e.escapees.killAll()
-		}
-		e.signalLeaderGroup(syscall.SIGKILL)
-		wait()
-	}
-	survivors := 0
-	if !over() {
-		survivors = len(e.livePids())
-	}
-	e.mu.Lock()
-	e.survivors = survivors
-	e.mu.Unlock()
-}
-
-// livePids lists the exec's live processes: in cgroup2 mode, those in its
-// cgroup and those that left it but carry its markers.
-func (e *Exec) livePids() []int {
-	pids := e.cont.pids()
-	if e.escapees == nil {
-		return pids
-	}
-	for _, pid := range e.escapees.pids() {
-		if !slices.Contains(pids, pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
-}
-
-// signalLeaderGroup signals the leader's process group while the leader is
-// unreaped: in proc mode it reaches a freshly forked child before a /proc
-// scan can see it.
-func (e *Exec) signalLeaderGroup(sig syscall.Signal) {
-	select {
-	case <-e.leaderGone:
-	default:
-		if pid := e.Pid(); pid > 0 {
-			_ = syscall.Kill(-pid, sig)
-		}
-	}
-}
-
-// signal sends sig to every live process of the exec.
-func (e *Exec) signal(sig syscall.Signal) (int, error) {
-	e.mu.Lock()
-	released := e.released
-	e.mu.Unlock()
-	if released || e.cont == nil {
-		return 0, &runbox.Error{Op: "signal", Exec: e.id, Err: runbox.ErrNotRunning}
-	}
-	pids := e.livePids()
-	n := signalPids(pids, sig, nil)
-	if n == 0 && e.finished() {
-		return 0, &runbox.Error{Op: "signal", Exec: e.id, Err: runbox.ErrNotRunning}
-	}
-	return n, nil
-}
-
 // releaseIfEmpty frees the containment once no process of the exec is left,
 // and reports whether it is free.
 func (e *Exec) releaseIfEmpty() bool {
@@ -391,6 +253,22 @@ func (e *Exec) releaseIfEmpty() bool {
 	e.cont.release()
 	e.released = true
 	return true
+}
+
+// leftRunning counts the exec's processes still alive after its leader
+// exited, and frees the containment when there are none.
+func (e *Exec) leftRunning() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.released {
+		return 0
+	}
+	if !e.cont.empty() {
+		return len(e.cont.pids())
+	}
+	e.cont.release()
+	e.released = true
+	return 0
 }
 
 // releaseContainment frees the containment unconditionally (at shutdown,
@@ -473,6 +351,15 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	e.mu.Unlock()
 	e.cont.leaderReaped()
 	close(e.leaderGone)
+	if stopDone == nil && e.spec.KillLeftovers {
+		// The leader exited by itself: what it left running is stopped
+		// now, before the result, so its pipes close and the drain is short.
+		stopDone = make(chan struct{})
+		go func() {
+			defer close(stopDone)
+			e.stopProtocol(e.grace)
+		}()
+	}
 
 	// Output already written is read; a background child holding a pipe
 	// open can delay the result by at most Drain.
@@ -506,10 +393,11 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	}
 	r.TimedOut = e.reason == stopTimeout
 	r.IdleTimedOut = e.reason == stopIdle
-	r.Cancelled = e.reason == stopCancel
+	r.Cancelled = e.reason == stopCancel || e.reason == stopDisconnect
 	stoppedByUs := e.reason != stopNone
 	e.mu.Unlock()
 	r.OOMKilled = !stoppedByUs && e.oomKilled(ws)
+	r.Cwd = e.dir
 	if e.session != nil {
 		r.CwdFallbackFrom = e.session.fallbackFrom
 		r.Cwd = e.session.cwd
@@ -534,14 +422,15 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		r.StderrSpill, truncated[1] = e.s.spills.finish(sf)
 	}
 	r.SpillTruncated = truncated[0] || truncated[1]
-	e.mu.Lock()
-	r.Survivors = e.survivors
-	e.result = r
-	e.mu.Unlock()
 	// Free the containment now unless background processes still run (the
 	// sweep frees it once they are gone). One look at what is alive: in proc
 	// mode each look is a /proc scan.
-	e.releaseIfEmpty()
+	left := e.leftRunning()
+	e.mu.Lock()
+	r.Survivors = e.survivors
+	r.LeftRunning = left
+	e.result = r
+	e.mu.Unlock()
 	close(e.done)
 	if lateCancel {
 		// The cancel still means: nothing this exec started may survive.

@@ -133,6 +133,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 	} else if !filepath.IsAbs(dir) {
 		dir = filepath.Join(s.cfg.Dir, dir)
 	}
+	e.dir = dir
 	envList := make([]string, 0, len(env))
 	for k, v := range env {
 		envList = append(envList, k+"="+v)

@@ -261,7 +261,7 @@ func validate(spec runbox.ExecSpec) error {
 		return fmt.Errorf("%w: both command and argv given", runbox.ErrInvalidSpec)
 	case len(spec.Argv) > 0 && spec.Argv[0] == "":
 		return fmt.Errorf("%w: empty program name", runbox.ErrInvalidSpec)
-	case spec.Timeout < 0 || spec.IdleTimeout < 0 || spec.Grace < 0:
+	case spec.Timeout < 0 || spec.IdleTimeout < 0: // a negative Grace is runbox.NoGrace
 		return fmt.Errorf("%w: negative duration", runbox.ErrInvalidSpec)
 	case spec.HeadBytes < 0 || spec.TailBytes < 0:
 		return fmt.Errorf("%w: negative output limit", runbox.ErrInvalidSpec)

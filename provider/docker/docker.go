@@ -3,6 +3,7 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,9 +174,32 @@ func engineError(cli *moby.Client, err error) error {
 	if !moby.IsErrConnectionFailed(err) {
 		return err
 	}
-	return fmt.Errorf("%w: no docker engine answers at %s (start dockerd, or point DOCKER_HOST at one): %w",
-		runbox.ErrProviderUnavailable, cli.DaemonHost(), err)
+	// The engine client's own message repeats the address and adds advice;
+	// the system call's error ("connect: no such file or directory",
+	// "permission denied") is the part worth keeping.
+	cause := err
+	if op := (*net.OpError)(nil); errors.As(err, &op) {
+		cause = op.Err
+	}
+	return &engineUnavailable{
+		msg:   fmt.Sprintf("no docker engine answers at %s (%v; start dockerd, or point DOCKER_HOST at one)", cli.DaemonHost(), cause),
+		cause: err,
+	}
 }
+
+// engineUnavailable is a failure to reach the engine: its message is one
+// short line, and it is runbox.ErrProviderUnavailable and the engine
+// client's error to errors.Is and errors.As.
+type engineUnavailable struct {
+	msg   string
+	cause error
+}
+
+func (e *engineUnavailable) Error() string {
+	return runbox.ErrProviderUnavailable.Error() + ": " + e.msg
+}
+
+func (e *engineUnavailable) Unwrap() []error { return []error{runbox.ErrProviderUnavailable, e.cause} }
 
 // isLocal reports whether the engine listens on a unix socket, which is
 // taken to mean it shares this machine's filesystem.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -93,6 +94,16 @@ func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
 			detail["workdir"] = spec.Workdir
 		}
 		detail["network"] = spec.Network
+		// The limits, as runbox inspect shows them (bytes, a count, CPUs).
+		if spec.Memory > 0 {
+			detail["memory"] = strconv.FormatInt(spec.Memory, 10)
+		}
+		if spec.Pids > 0 {
+			detail["pids"] = strconv.FormatInt(spec.Pids, 10)
+		}
+		if spec.CPUs > 0 {
+			detail["cpus"] = strconv.FormatFloat(spec.CPUs, 'f', -1, 64)
+		}
 	}
 	return runbox.Sandbox{
 		ID:       c.Labels[LabelSandbox],

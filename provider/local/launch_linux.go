@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -107,6 +108,16 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		network = NetworkHost
 	}
 	rec.Extra["network"] = network
+	// The limits, as runbox inspect shows them (bytes, a count, CPUs).
+	if spec.Memory > 0 {
+		rec.Extra["memory"] = strconv.FormatInt(spec.Memory, 10)
+	}
+	if spec.Pids > 0 {
+		rec.Extra["pids"] = strconv.FormatInt(spec.Pids, 10)
+	}
+	if spec.CPUs > 0 {
+		rec.Extra["cpus"] = strconv.FormatFloat(spec.CPUs, 'f', -1, 64)
+	}
 	switch {
 	case ids.mapped():
 		rec.Extra["userns"] = fmt.Sprintf("0-%d -> host %d-%d", ids.size-1, ids.hostUID, ids.hostUID+ids.size-1)

@@ -193,11 +193,12 @@ type ExecSpec struct {
 	StdinStream   bool                   `protobuf:"varint,8,opt,name=stdin_stream,json=stdinStream,proto3" json:"stdin_stream,omitempty"`
 	TimeoutMs     int64                  `protobuf:"varint,9,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
 	IdleTimeoutMs int64                  `protobuf:"varint,10,opt,name=idle_timeout_ms,json=idleTimeoutMs,proto3" json:"idle_timeout_ms,omitempty"`
-	GraceMs       int64                  `protobuf:"varint,11,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
-	HeadBytes     int64                  `protobuf:"varint,12,opt,name=head_bytes,json=headBytes,proto3" json:"head_bytes,omitempty"`
-	TailBytes     int64                  `protobuf:"varint,13,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
-	Session       string                 `protobuf:"bytes,14,opt,name=session,proto3" json:"session,omitempty"`
-	Spill         SpillMode              `protobuf:"varint,15,opt,name=spill,proto3,enum=runbox.v1.SpillMode" json:"spill,omitempty"`
+	// grace_ms: 0 means the default (5 s); negative means none (SIGKILL at once).
+	GraceMs   int64     `protobuf:"varint,11,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	HeadBytes int64     `protobuf:"varint,12,opt,name=head_bytes,json=headBytes,proto3" json:"head_bytes,omitempty"`
+	TailBytes int64     `protobuf:"varint,13,opt,name=tail_bytes,json=tailBytes,proto3" json:"tail_bytes,omitempty"`
+	Session   string    `protobuf:"bytes,14,opt,name=session,proto3" json:"session,omitempty"`
+	Spill     SpillMode `protobuf:"varint,15,opt,name=spill,proto3,enum=runbox.v1.SpillMode" json:"spill,omitempty"`
 	// pty runs the command on a pseudo-terminal of this size: stdin, stdout and
 	// stderr are the terminal, and all output arrives as stdout.
 	Pty *PtySize `protobuf:"bytes,16,opt,name=pty,proto3" json:"pty,omitempty"`
@@ -206,10 +207,19 @@ type ExecSpec struct {
 	// alternative of the string field it is named after: a request sets one
 	// or the other, never both (InvalidArgument). The Go client uses them only
 	// for values that are not valid UTF-8, so JSON callers can ignore them.
-	CommandRaw    []byte    `protobuf:"bytes,17,opt,name=command_raw,json=commandRaw,proto3" json:"command_raw,omitempty"`
-	ArgvRaw       [][]byte  `protobuf:"bytes,18,rep,name=argv_raw,json=argvRaw,proto3" json:"argv_raw,omitempty"`
-	EnvRaw        []*EnvVar `protobuf:"bytes,19,rep,name=env_raw,json=envRaw,proto3" json:"env_raw,omitempty"`
-	CwdRaw        []byte    `protobuf:"bytes,20,opt,name=cwd_raw,json=cwdRaw,proto3" json:"cwd_raw,omitempty"`
+	CommandRaw []byte    `protobuf:"bytes,17,opt,name=command_raw,json=commandRaw,proto3" json:"command_raw,omitempty"`
+	ArgvRaw    [][]byte  `protobuf:"bytes,18,rep,name=argv_raw,json=argvRaw,proto3" json:"argv_raw,omitempty"`
+	EnvRaw     []*EnvVar `protobuf:"bytes,19,rep,name=env_raw,json=envRaw,proto3" json:"env_raw,omitempty"`
+	CwdRaw     []byte    `protobuf:"bytes,20,opt,name=cwd_raw,json=cwdRaw,proto3" json:"cwd_raw,omitempty"`
+	// cancel_on_disconnect stops the exec with the stop protocol when the last
+	// client stream following it (Run or Attach) closes before it was sent the
+	// exited event, and no new one opens within a short linger (a client
+	// reconnecting keeps it). For callers whose death should end the command.
+	CancelOnDisconnect bool `protobuf:"varint,21,opt,name=cancel_on_disconnect,json=cancelOnDisconnect,proto3" json:"cancel_on_disconnect,omitempty"`
+	// kill_leftovers stops, with the stop protocol, every process the command
+	// left running in the background once its leader exits by itself; the
+	// exited event is sent after they are gone.
+	KillLeftovers bool `protobuf:"varint,22,opt,name=kill_leftovers,json=killLeftovers,proto3" json:"kill_leftovers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -382,6 +392,20 @@ func (x *ExecSpec) GetCwdRaw() []byte {
 		return x.CwdRaw
 	}
 	return nil
+}
+
+func (x *ExecSpec) GetCancelOnDisconnect() bool {
+	if x != nil {
+		return x.CancelOnDisconnect
+	}
+	return false
+}
+
+func (x *ExecSpec) GetKillLeftovers() bool {
+	if x != nil {
+		return x.KillLeftovers
+	}
+	return false
 }
 
 // EnvVar is one environment variable, as bytes (ExecSpec.env_raw).
@@ -975,8 +999,12 @@ type Result struct {
 	// not valid UTF-8.
 	CwdRaw             []byte `protobuf:"bytes,23,opt,name=cwd_raw,json=cwdRaw,proto3" json:"cwd_raw,omitempty"`
 	CwdFallbackFromRaw []byte `protobuf:"bytes,24,opt,name=cwd_fallback_from_raw,json=cwdFallbackFromRaw,proto3" json:"cwd_fallback_from_raw,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// left_running counts the processes the exec left running in the
+	// background when its result was made (they run on until they exit, the
+	// exec is cancelled, or the sandbox ends).
+	LeftRunning   int32 `protobuf:"varint,25,opt,name=left_running,json=leftRunning,proto3" json:"left_running,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1177,10 +1205,18 @@ func (x *Result) GetCwdFallbackFromRaw() []byte {
 	return nil
 }
 
+func (x *Result) GetLeftRunning() int32 {
+	if x != nil {
+		return x.LeftRunning
+	}
+	return 0
+}
+
 type CancelRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	GraceMs       int64                  `protobuf:"varint,2,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// grace_ms: 0 means the exec's own; negative means none (SIGKILL at once).
+	GraceMs       int64 `protobuf:"varint,2,opt,name=grace_ms,json=graceMs,proto3" json:"grace_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2281,7 +2317,7 @@ var File_runbox_v1_runbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
-	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\x9e\x05\n" +
+	"\x16runbox/v1/runbox.proto\x12\trunbox.v1\"\xf7\x05\n" +
 	"\bExecSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\tR\acommand\x12\x12\n" +
@@ -2307,7 +2343,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"commandRaw\x12\x19\n" +
 	"\bargv_raw\x18\x12 \x03(\fR\aargvRaw\x12*\n" +
 	"\aenv_raw\x18\x13 \x03(\v2\x11.runbox.v1.EnvVarR\x06envRaw\x12\x17\n" +
-	"\acwd_raw\x18\x14 \x01(\fR\x06cwdRaw\x1a6\n" +
+	"\acwd_raw\x18\x14 \x01(\fR\x06cwdRaw\x120\n" +
+	"\x14cancel_on_disconnect\x18\x15 \x01(\bR\x12cancelOnDisconnect\x12%\n" +
+	"\x0ekill_leftovers\x18\x16 \x01(\bR\rkillLeftovers\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"2\n" +
@@ -2344,7 +2382,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"3\n" +
 	"\x06Exited\x12)\n" +
-	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\xf3\x05\n" +
+	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\x96\x06\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -2372,7 +2410,8 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
 	"oom_killed\x18\x16 \x01(\bR\toomKilled\x12\x17\n" +
 	"\acwd_raw\x18\x17 \x01(\fR\x06cwdRaw\x121\n" +
-	"\x15cwd_fallback_from_raw\x18\x18 \x01(\fR\x12cwdFallbackFromRaw\":\n" +
+	"\x15cwd_fallback_from_raw\x18\x18 \x01(\fR\x12cwdFallbackFromRaw\x12!\n" +
+	"\fleft_running\x18\x19 \x01(\x05R\vleftRunning\":\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"&\n" +

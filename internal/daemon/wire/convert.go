@@ -28,6 +28,15 @@ func DurationToMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
+// GraceToMs converts a grace period for the wire: a negative one (none,
+// runbox.NoGrace) stays negative however short it is.
+func GraceToMs(d time.Duration) int64 {
+	if d < 0 {
+		return -1
+	}
+	return DurationToMs(d)
+}
+
 // MsToDuration converts milliseconds from the wire to a Duration.
 func MsToDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
@@ -134,12 +143,15 @@ func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
 		StdinStream:   s.StdinStream,
 		TimeoutMs:     DurationToMs(s.Timeout),
 		IdleTimeoutMs: DurationToMs(s.IdleTimeout),
-		GraceMs:       DurationToMs(s.Grace),
+		GraceMs:       GraceToMs(s.Grace),
 		HeadBytes:     int64(s.HeadBytes),
 		TailBytes:     int64(s.TailBytes),
 		Session:       s.Session,
 		Spill:         SpillToProto(s.Spill),
 		Pty:           PTYToProto(s.PTY),
+
+		CancelOnDisconnect: s.CancelOnDisconnect,
+		KillLeftovers:      s.KillLeftovers,
 	}
 	p.Command, p.CommandRaw = textOrRaw(s.Command)
 	p.Cwd, p.CwdRaw = textOrRaw(s.Cwd)
@@ -249,6 +261,9 @@ func SpecFromProto(p *runboxv1.ExecSpec) (runbox.ExecSpec, error) {
 		Session:     p.GetSession(),
 		Spill:       SpillFromProto(p.GetSpill()),
 		PTY:         PTYFromProto(p.GetPty()),
+
+		CancelOnDisconnect: p.GetCancelOnDisconnect(),
+		KillLeftovers:      p.GetKillLeftovers(),
 	}
 	if raw := p.GetArgvRaw(); len(raw) > 0 {
 		s.Argv = make([]string, len(raw))
@@ -289,6 +304,7 @@ func ResultToProto(r runbox.Result) *runboxv1.Result {
 		StderrSpill:    r.StderrSpill,
 		SpillTruncated: r.SpillTruncated,
 		OomKilled:      r.OOMKilled,
+		LeftRunning:    int32(r.LeftRunning),
 	}
 	p.Cwd, p.CwdRaw = textOrRaw(r.Cwd)
 	p.CwdFallbackFrom, p.CwdFallbackFromRaw = textOrRaw(r.CwdFallbackFrom)
@@ -323,6 +339,7 @@ func ResultFromProto(p *runboxv1.Result) runbox.Result {
 		Cwd:             fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
 		CwdFallbackFrom: fromTextOrRaw(p.GetCwdFallbackFrom(), p.GetCwdFallbackFromRaw()),
 		OOMKilled:       p.GetOomKilled(),
+		LeftRunning:     int(p.GetLeftRunning()),
 	}
 }
 

@@ -106,27 +106,29 @@ func fullResult() runbox.Result {
 		Cwd:             "/work",
 		CwdFallbackFrom: "/work/gone",
 		OOMKilled:       true,
+		LeftRunning:     2,
 	}
 }
 
 func TestRoundTripDomain(t *testing.T) {
 	spec := runbox.ExecSpec{
-		ID:          "exec-1",
-		Command:     "echo hi",
-		Argv:        []string{"echo", "hi"},
-		Login:       true,
-		Env:         map[string]string{"A": "1"},
-		Cwd:         "/tmp",
-		Stdin:       []byte("in"),
-		StdinStream: true,
-		Timeout:     3 * time.Second,
-		IdleTimeout: 4 * time.Second,
-		Grace:       5 * time.Second,
-		HeadBytes:   10,
-		TailBytes:   20,
-		Session:     "s1",
-		Spill:       runbox.SpillNever,
-		PTY:         &runbox.PTYSize{Rows: 24, Cols: 80},
+		ID:                 "exec-1",
+		Command:            "echo hi",
+		Argv:               []string{"echo", "hi"},
+		Login:              true,
+		Env:                map[string]string{"A": "1"},
+		Cwd:                "/tmp",
+		Stdin:              []byte("in"),
+		StdinStream:        true,
+		Timeout:            3 * time.Second,
+		IdleTimeout:        4 * time.Second,
+		Grace:              5 * time.Second,
+		HeadBytes:          10,
+		TailBytes:          20,
+		Session:            "s1",
+		Spill:              runbox.SpillNever,
+		PTY:                &runbox.PTYSize{Rows: 24, Cols: 80},
+		CancelOnDisconnect: true, KillLeftovers: true,
 	}
 	res := fullResult()
 	info := runbox.ExecInfo{
@@ -180,14 +182,15 @@ func TestRoundTripProto(t *testing.T) {
 		Env: map[string]string{"A": "1"}, Cwd: "/", Stdin: []byte("in"), StdinStream: true,
 		TimeoutMs: 1, IdleTimeoutMs: 2, GraceMs: 3, HeadBytes: 4, TailBytes: 5,
 		Session: "s1", Spill: runboxv1.SpillMode_SPILL_MODE_ALWAYS,
-		Pty: &runboxv1.PtySize{Rows: 30, Cols: 100},
+		Pty:                &runboxv1.PtySize{Rows: 30, Cols: 100},
+		CancelOnDisconnect: true, KillLeftovers: true,
 	}
 	res := &runboxv1.Result{
 		Id: "exec-1", ExitCode: 137, Signal: "KILL", TimedOut: true, Cancelled: true,
 		IdleTimedOut: true, DurationUs: 99, Stdout: []byte("o"), Stderr: []byte("e"),
 		StdoutDropped: 1, StderrDropped: 2, StdoutBytes: 3, StderrBytes: 4, Killed: 5,
 		Survivors: 6, Pid: 7, StdoutSpill: "/o", StderrSpill: "/e", SpillTruncated: true,
-		Cwd: "/w", CwdFallbackFrom: "/w/x", OomKilled: true,
+		Cwd: "/w", CwdFallbackFrom: "/w/x", OomKilled: true, LeftRunning: 2,
 	}
 	info := &runboxv1.ExecInfo{
 		Id: "exec-1", Pid: 7, State: runboxv1.ExecState_EXEC_STATE_STOPPING,

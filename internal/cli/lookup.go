@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/runbox/runbox"
+)
+
+// providerMatch is one provider's answer to a lookup.
+type providerMatch struct {
+	p   runbox.Provider
+	sb  runbox.Sandbox
+	err error
+}
+
+// lookupAll asks every provider, at once, for the sandbox named key.
+func (a *app) lookupAll(ctx context.Context, key string) []providerMatch {
+	ps := a.allProviders()
+	out := make([]providerMatch, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Go(func() {
+			sb, err := p.Get(ctx, key)
+			out[i] = providerMatch{p: p, sb: sb, err: err}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// findAcross looks a sandbox up by id, id prefix or name across every
+// provider. An exact id beats an exact name, which beats an id prefix; two
+// sandboxes of different providers matching alike are an error naming
+// both. A provider that cannot work here (no docker engine) is passed over;
+// if no provider has the sandbox, the not-found error says which were.
+func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	var found []providerMatch
+	var unavailable []string
+	var firstErr error
+	for _, m := range a.lookupAll(ctx, key) {
+		switch {
+		case m.err == nil:
+			found = append(found, m)
+		case errors.Is(m.err, runbox.ErrProviderUnavailable):
+			unavailable = append(unavailable, m.p.Name())
+		case errors.Is(m.err, runbox.ErrSandboxNotFound) && isPlainNotFound(m.err):
+		default: // a failure, or an ambiguous prefix within one provider
+			if firstErr == nil {
+				firstErr = m.err
+			}
+		}
+	}
+	for _, rank := range []func(runbox.Sandbox) bool{
+		func(sb runbox.Sandbox) bool { return sb.ID == key },
+		func(sb runbox.Sandbox) bool { return sb.Name == key },
+		func(runbox.Sandbox) bool { return true }, // an id prefix
+	} {
+		var best []providerMatch
+		for _, m := range found {
+			if rank(m.sb) {
+				best = append(best, m)
+			}
+		}
+		switch len(best) {
+		case 0:
+			continue
+		case 1:
+			return best[0].p, best[0].sb, nil
+		}
+		return nil, runbox.Sandbox{}, fmt.Errorf("%q is ambiguous: it names %s (use the id)", key, candidates(best))
+	}
+	if firstErr != nil {
+		return nil, runbox.Sandbox{}, firstErr
+	}
+	if len(unavailable) > 0 {
+		return nil, runbox.Sandbox{}, fmt.Errorf("%w (not searched: %s, unavailable here; runbox ls says why)",
+			runbox.ErrSandboxNotFound, strings.Join(unavailable, ", "))
+	}
+	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
+}
+
+// candidates lists matches as "local sandbox 1a2b3c4d5e6f (name), ...".
+func candidates(ms []providerMatch) string {
+	s := make([]string, len(ms))
+	for i, m := range ms {
+		s[i] = m.p.Name() + " sandbox " + m.sb.ID
+		if m.sb.Name != "" {
+			s[i] += " (" + m.sb.Name + ")"
+		}
+	}
+	return strings.Join(s, " and ")
+}
+
+// checkNameFree refuses a name some sandbox of any provider already has
+// as its name or id, so that a name always names one sandbox.
+func (a *app) checkNameFree(ctx context.Context, name string) error {
+	if name == "" {
+		return nil
+	}
+	var taken []providerMatch
+	for _, m := range a.lookupAll(ctx, name) {
+		if m.err == nil && (m.sb.Name == name || m.sb.ID == name) {
+			taken = append(taken, m)
+		}
+	}
+	if len(taken) > 0 {
+		return fmt.Errorf("--name %q is taken: %s has it (names are unique across providers; runbox rm it, or pick another)",
+			name, candidates(taken))
+	}
+	return nil
+}
