@@ -77,8 +77,10 @@ func TestCancelOnDisconnectRace(t *testing.T) {
 		time.Sleep(time.Duration(rand.IntN(5000)) * time.Microsecond) // a random moment, not a synchronisation
 		c.Close()
 		res := waitExited(t, observer, id)
-		if !(res.Cancelled || res.ExitCode == 0) || (res.Cancelled && res.ExitCode == 0 && res.Signal == "") {
-			t.Fatalf("iteration %d: %+v; want exit 0 by itself, or cancelled by a signal", i, res)
+		// Cancelled with exit 0 is consistent too: the cancel came while
+		// the command ran, and it finished by itself before the signal.
+		if !res.Cancelled && (res.ExitCode != 0 || res.Signal != "") {
+			t.Fatalf("iteration %d: %+v; want exit 0 by itself, or cancelled", i, res)
 		}
 	}
 }
