@@ -49,7 +49,7 @@ func cases() []testCase {
 		{name: "AttachReplay", run: testAttachReplay},
 		{name: "GitNoPrompt", run: testGitNoPrompt},
 		{name: "SpillThroughClient", run: testSpillThroughClient},
-	}, append(append(filesCases(), authCases()...), inputCases()...)...)
+	}, append(append(append(filesCases(), authCases()...), inputCases()...), documentedCases()...)...)
 }
 
 // testWedge: a timed-out command leaves the sandbox serving the next one.
