@@ -79,8 +79,13 @@ func TestStopKillsCgroupEscapees(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q: want 0", r.ExitCode, r.Stderr)
 		}
 		waitCount(t, m, 1)
-		// Past retention the ended exec (its cgroup empty) is forgotten.
-		time.Sleep(300 * time.Millisecond)
+		// Past retention the ended exec (its cgroup empty) is forgotten:
+		// wait for that, not for a time.
+		for deadline := time.Now().Add(time.Minute); s.Info().Retained != 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the ended exec is still retained a minute past its %v retention", 50*time.Millisecond)
+			}
+		}
 		shutdown(t, s)
 		if n := countAlive(m); n != 0 {
 			t.Errorf("%d `sleep %s` outside the exec's cgroup survived the daemon's shutdown", n, m)
