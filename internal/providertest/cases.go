@@ -841,7 +841,7 @@ func sameBytes(t *testing.T, what string, got, want []byte) {
 // bomb leaves no survivor, and the sandbox serves at once afterwards.
 func testForkBombBesideServing(t *testing.T, fx Fixture) {
 	if !fx.PidsLimit {
-		t.Skip("the provider has no pids limit")
+		skipNoLimit(t, fx, "pids")
 	}
 	spec := fx.Spec
 	spec.Pids = 64
@@ -889,7 +889,7 @@ func testForkBombBesideServing(t *testing.T, fx Fixture) {
 // and never runboxd.
 func testOOMKillerSparesDaemon(t *testing.T, fx Fixture) {
 	if !fx.MemoryLimit {
-		t.Skip("the provider has no memory limit")
+		skipNoLimit(t, fx, "memory")
 	}
 	spec := fx.Spec
 	spec.Memory = 128 << 20
@@ -908,4 +908,13 @@ k=0; for p in $pids; do wait $p || k=$((k+1)); done; echo killed $k`, client.Wit
 		t.Errorf("runboxd changed from pid %d to pid %d: the OOM killer chose it", before.Pid, after.Pid)
 	}
 	wantOK(t, s.exec(t, "echo ok"), "ok\n")
+}
+
+// skipNoLimit skips a case that needs the provider's limit of kind.
+func skipNoLimit(t *testing.T, fx Fixture, kind string) {
+	t.Helper()
+	if fx.NoLimitsReason != "" {
+		t.Skipf("no %s limit here: %s", kind, fx.NoLimitsReason)
+	}
+	t.Skipf("the provider has no %s limit", kind)
 }

@@ -63,6 +63,10 @@ type Fixture struct {
 	// MemoryLimit says the provider enforces SandboxSpec.Memory; without it
 	// the OOM case skips.
 	MemoryLimit bool
+	// NoLimitsReason says why PidsLimit or MemoryLimit is false where the
+	// provider has such limits but cannot enforce them here, and how to make
+	// the cases run; the skip says it.
+	NoLimitsReason string
 }
 
 // Liveness bounds and settle times named by the acceptance list. They bound

@@ -118,6 +118,12 @@ func TestCommandsStayInTheirCgroup(t *testing.T) {
 			testStaysInCgroup(t, c)
 		})
 	}
+	// Without cgroups (a rootless sandbox, or --cgroup=off) runboxd tracks
+	// an exec's processes through /proc: the same escapes must not work.
+	t.Run("proc", func(t *testing.T) {
+		_, c := create(t, p, runbox.SandboxSpec{DaemonArgs: []string{"--cgroup=off"}})
+		testStaysInCgroup(t, c)
+	})
 }
 
 func testStaysInCgroup(t *testing.T, c *client.Client) {
@@ -129,15 +135,24 @@ func testStaysInCgroup(t *testing.T, c *client.Client) {
 	}
 	const leave = `echo $$ > /sys/fs/cgroup/unified/cgroup.procs; for f in /proc/1/fd/*; do echo $$ > "$f/cgroup.procs"; done`
 	t.Logf("runboxd tracks execs in %s mode", info.CgroupMode)
-	if info.CgroupMode == "cgroup2" {
+	switch info.CgroupMode {
+	case "cgroup2":
 		got := run(t, c, "sh -c '"+leave+" 2>/dev/null; cat /proc/self/cgroup'")
 		if !strings.Contains(got, "0::/runboxd-") {
 			t.Errorf("after trying to leave, the command's cgroup is %q, want its exec's", strings.TrimSpace(got))
 		}
+	case "proc":
+		// No exec cgroup to leave: the escapee below also drops its
+		// environment (env -i), where runboxd's per-exec marker lives, and
+		// leaves its process group and session (setsid), the ways out of
+		// /proc tracking there are.
+	default:
+		t.Fatalf("runboxd reports cgroup mode %q", info.CgroupMode)
 	}
 	m := "leave" + strconv.Itoa(rand.IntN(1e9))
-	// setsid: not in the exec's process group either.
-	res := exec(t, c, "setsid sh -c ': "+m+"; "+leave+" 2>/dev/null; sleep 300; true' & sleep 300",
+	// setsid: not in the exec's process group either; env -i: without the
+	// environment it inherited.
+	res := exec(t, c, "setsid env -i sh -c ': "+m+"; "+leave+" 2>/dev/null; sleep 300; true' & sleep 300",
 		client.WithTimeout(2*time.Second), client.WithGrace(time.Second))
 	if !res.TimedOut {
 		t.Errorf("exec with a 2s timeout: %+v, want timed out", res)
