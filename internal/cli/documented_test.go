@@ -226,3 +226,46 @@ func TestSyncCacheQuietColonPath(t *testing.T) {
 	pull()
 	check("pull over the edit once its mtime moved", "version 1\n")
 }
+
+// TestExecJSONSpill: exec --json of output that outgrows the result's head
+// and tail names each stream's spill file (stdout_spill, stderr_spill), and
+// each file holds its whole stream (the host provider's sandbox is this
+// machine, so the files can be read directly); a small stream has none.
+func TestExecJSONSpill(t *testing.T) {
+	setHome(t)
+	id := up(t)
+	o := rb(t, "exec", "--json", id, "--", "seq 1 200000; seq 1 100000 >&2")
+	var res struct {
+		StdoutDropped int64  `json:"stdout_dropped"`
+		StderrDropped int64  `json:"stderr_dropped"`
+		StdoutSpill   string `json:"stdout_spill"`
+		StderrSpill   string `json:"stderr_spill"`
+	}
+	if err := json.Unmarshal([]byte(o.stdout), &res); err != nil || o.code != 0 {
+		t.Fatalf("exec --json: %v, exit %d, stderr %q", err, o.code, o.stderr)
+	}
+	seq := func(n int) string {
+		var b strings.Builder
+		for i := 1; i <= n; i++ {
+			fmt.Fprintf(&b, "%d\n", i)
+		}
+		return b.String()
+	}
+	for _, s := range []struct {
+		name, path string
+		dropped    int64
+		want       string
+	}{{"stdout", res.StdoutSpill, res.StdoutDropped, seq(200000)}, {"stderr", res.StderrSpill, res.StderrDropped, seq(100000)}} {
+		if s.path == "" || s.dropped != int64(len(s.want))-64<<10 {
+			t.Errorf("%s: spill %q, dropped %d; want a spill file and %d dropped", s.name, s.path, s.dropped, len(s.want)-64<<10)
+			continue
+		}
+		if b, err := os.ReadFile(s.path); err != nil || string(b) != s.want {
+			t.Errorf("%s spill file %s: %d bytes, %v; want the whole %d-byte stream", s.name, s.path, len(b), err, len(s.want))
+		}
+	}
+	o = rb(t, "exec", "--json", id, "--", "echo small")
+	if strings.Contains(o.stdout, "_spill") {
+		t.Errorf("exec --json of small output: %q; want no spill fields", o.stdout)
+	}
+}
