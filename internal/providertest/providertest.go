@@ -63,6 +63,13 @@ type Fixture struct {
 	// MemoryLimit says the provider enforces SandboxSpec.Memory; without it
 	// the OOM case skips.
 	MemoryLimit bool
+	// ToolsSpec, when set, is the spec of the sandboxes of the cases that
+	// need git and python3 inside (GitNoPrompt, LoopbackListener), for a
+	// provider whose Spec lacks them (docker's busybox image); nil uses
+	// Spec. ToolsMissing says why the provider has no such spec here, and
+	// how to make one.
+	ToolsSpec    *runbox.SandboxSpec
+	ToolsMissing string
 	// NoLimitsReason says why PidsLimit or MemoryLimit is false where the
 	// provider has such limits but cannot enforce them here, and how to make
 	// the cases run; the skip says it.
