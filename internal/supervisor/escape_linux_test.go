@@ -31,7 +31,7 @@ func escapeCommand(t *testing.T, m, then string) string {
 // from /proc by a unique `sleep N`.
 func TestStopKillsCgroupEscapees(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("moving a process between cgroups needs root")
+		t.Skip("moving a process between cgroups needs root: run the tests as root (CI does)")
 	}
 	if _, err := findCgroup2Dir(); err != nil {
 		if os.Getenv("RUNBOX_REQUIRE_CGROUP2") == "1" {
