@@ -5,6 +5,11 @@
 #
 #   runbox-test:busybox          busybox applets, /bin/sh (busybox ash) and /bin/bash (bash-static)
 #   runbox-test:busybox-nobash   the same without bash, for the sh fallback
+#   runbox-test:tools            runbox-test:busybox plus git and python3, copied from
+#                                this machine's installed Debian packages and every
+#                                package they depend on (docs, man pages and locales
+#                                left out), for the conformance cases that need them
+#                                (GitNoPrompt, LoopbackListener)
 #
 # Both have relative symlinks for every applet, a small /bin/nohup script
 # (busybox-static has no nohup applet), /etc/passwd and /etc/group (root,
@@ -13,8 +18,9 @@
 #
 # Usage: scripts/build-test-image.sh [REPOSITORY]   (default runbox-test)
 #
-# It needs the docker CLI and the busybox-static and bash-static packages;
-# when they are missing and it runs as root with apt-get, it installs them.
+# It needs the docker CLI and the busybox-static, bash-static, git and
+# python3 packages; when they are missing and it runs as root with apt-get,
+# it installs them.
 set -euo pipefail
 
 repo=${1:-runbox-test}
@@ -23,6 +29,8 @@ need_pkgs=()
 command -v docker >/dev/null || { echo "build-test-image: the docker CLI is missing (apt-get install docker.io)" >&2; exit 1; }
 dpkg -s busybox-static >/dev/null 2>&1 || need_pkgs+=(busybox-static)
 dpkg -s bash-static >/dev/null 2>&1 || need_pkgs+=(bash-static)
+dpkg -s git >/dev/null 2>&1 || need_pkgs+=(git)
+dpkg -s python3 >/dev/null 2>&1 || need_pkgs+=(python3)
 if [ ${#need_pkgs[@]} -gt 0 ]; then
 	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${need_pkgs[@]}"
@@ -93,10 +101,67 @@ mkroot() {
 	chmod 0644 "$root/etc/passwd" "$root/etc/group"
 }
 
-# build TAG WITH_BASH makes the image TAG unless it is already up to date.
+# closure PKG... prints the installed packages PKG... depend on, directly
+# or not (Depends and Pre-Depends; of alternatives, the first installed),
+# themselves included, one per line.
+closure() {
+	local -A seen=()
+	local queue=("$@") p dep alt name
+	while [ ${#queue[@]} -gt 0 ]; do
+		p=${queue[0]}
+		queue=("${queue[@]:1}")
+		[ -n "${seen[$p]:-}" ] && continue
+		dpkg-query -W -f='${db:Status-Abbrev}' "$p" 2>/dev/null | grep -q '^ii' || continue
+		seen[$p]=1
+		while IFS= read -r dep; do
+			IFS='|' read -ra alt <<<"$dep"
+			for name in "${alt[@]}"; do
+				name=$(sed 's/([^)]*)//; s/\[[^]]*\]//; s/[[:space:]]//g; s/:any$//' <<<"$name")
+				[ -n "$name" ] || continue
+				if dpkg-query -W -f='${db:Status-Abbrev}' "$name" 2>/dev/null | grep -q '^ii'; then
+					queue+=("$name")
+					break
+				fi
+			done
+		done < <(dpkg-query -W -f='${Depends}, ${Pre-Depends}\n' "$p" | tr ',' '\n')
+	done
+	printf '%s\n' "${!seen[@]}" | sort
+}
+
+# addpkgs ROOT PKG... copies the files of the installed packages PKG... and
+# of everything they depend on into ROOT (documentation, man pages and
+# locales left out; what busybox already put there is kept).
+addpkgs() {
+	local root=$1
+	shift
+	local list="$work/files-$$"
+	closure "$@" | xargs dpkg-query -L 2>/dev/null |
+		grep -Ev '^/usr/share/(doc|man|info|locale|lintian|bug)(/|$)' |
+		while IFS= read -r f; do
+			[ -e "$f" ] || [ -L "$f" ] || continue
+			[ -d "$f" ] && [ ! -L "$f" ] && continue # made as needed
+			# Debian's usr-merge: /bin, /sbin and /lib* are links into
+			# /usr; copy the files by their /usr paths.
+			case $f in /bin/* | /sbin/* | /lib/* | /lib64/*) [ -e "/usr$f" ] || [ -L "/usr$f" ] && f=/usr$f ;; esac
+			printf '%s\n' "${f#/}"
+		done | sort -u >"$list"
+	tar -C / --no-recursion -cf - -T "$list" | tar -C "$root" --keep-old-files -xf - 2>/dev/null || true
+	# The dynamic loader and libraries where Debian's programs look for them.
+	for d in lib lib64; do
+		[ -e "$root/$d" ] || [ ! -d "$root/usr/$d" ] || ln -s "usr/$d" "$root/$d"
+	done
+	rm -f "$list"
+}
+
+# build TAG WITH_BASH [PKG...] makes the image TAG unless it is already up
+# to date; PKG... are Debian packages added to it.
 build() {
-	local tag=$1 with_bash=$2 root="$work/root-$2" tarball="$work/rootfs-$2.tar"
+	local tag=$1 with_bash=$2 root="$work/root-$1" tarball="$work/rootfs-$1.tar"
+	shift 2
 	mkroot "$root" "$with_bash"
+	if [ $# -gt 0 ]; then
+		addpkgs "$root" "$@"
+	fi
 	# A reproducible tar: sorted, fixed owner and times, so its digest only
 	# changes when the inputs do.
 	tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$root" -cf "$tarball" .
@@ -118,3 +183,4 @@ build() {
 
 build "$repo:busybox" yes
 build "$repo:busybox-nobash" no
+build "$repo:tools" yes git python3

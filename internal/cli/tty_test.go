@@ -107,10 +107,22 @@ func TestShOnTerminal(t *testing.T) {
 	}
 	// The slave is not this process's controlling terminal, so the kernel
 	// does not send the SIGWINCH a real terminal would.
-	syscall.Kill(os.Getpid(), syscall.SIGWINCH)
-	time.Sleep(300 * time.Millisecond)
-	master.WriteString("stty size\n")
-	waitFor("40 120")
+	if err := syscall.Kill(os.Getpid(), syscall.SIGWINCH); err != nil {
+		t.Fatalf("SIGWINCH: %v", err)
+	}
+	// The resize reaches the sandbox asynchronously: ask for the size until
+	// the new one shows (a deadline, not a sleep, decides when to give up).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		master.WriteString("stty size\n")
+		if seen(out.String, "40 120", 500*time.Millisecond, &mu) {
+			break
+		}
+		if time.Now().After(deadline) {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the shell never saw the new size 40 120: terminal output %q", out.String())
+		}
+	}
 	master.WriteString("exit 3\n")
 	select {
 	case code := <-codeCh:
@@ -127,6 +139,19 @@ func TestShOnTerminal(t *testing.T) {
 	if after.Lflag != before.Lflag || after.Iflag != before.Iflag || after.Oflag != before.Oflag {
 		t.Errorf("terminal not restored: before %+v, after %+v", before, after)
 	}
+}
+
+// seen polls text (read under mu) for want for up to d.
+func seen(text func() string, want string, d time.Duration, mu *sync.Mutex) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		ok := strings.Contains(text(), want)
+		mu.Unlock()
+		if ok {
+			return true
+		}
+	}
+	return false
 }
 
 // openTestPTY opens a pseudo-terminal whose master is non-blocking, so that

@@ -16,7 +16,7 @@ import (
 func needRoot(t *testing.T) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("building a view needs root (CAP_SYS_ADMIN)")
+		t.Skip("building a view needs root (CAP_SYS_ADMIN): run the tests as root (CI does)")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	mrand "math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -28,6 +29,42 @@ const readyBound = 30 * time.Second
 // 20000–60000, so parallel cases and parallel test binaries sharing a
 // network namespace (the host provider) do not clash.
 func randPort() int { return 20000 + mrand.IntN(40001) }
+
+// RequireToolsEnv names the variable that makes a sandbox without git and
+// python3 a failure of the cases needing them, instead of a skip (CI sets
+// it: its machine and images have both).
+const RequireToolsEnv = "RUNBOX_REQUIRE_TOOLS"
+
+// newToolsSandbox creates a sandbox for a case that needs git and python3
+// inside: with the fixture's ToolsSpec when it has one. Where the provider
+// has none, or the sandbox lacks either tool, the case skips saying what is
+// missing and how to get it, or fails when RUNBOX_REQUIRE_TOOLS=1.
+func newToolsSandbox(t *testing.T, fx Fixture) *sandbox {
+	t.Helper()
+	if fx.ToolsMissing != "" {
+		noTools(t, fx.ToolsMissing)
+	}
+	spec := fx.Spec
+	if fx.ToolsSpec != nil {
+		spec = *fx.ToolsSpec
+	}
+	s := newSandboxSpec(t, fx, spec)
+	if m := s.missing(t, "git", "python3"); len(m) > 0 {
+		noTools(t, fmt.Sprintf("the sandbox (image %q) has no %s", spec.Image, strings.Join(m, " or ")))
+	}
+	return s
+}
+
+// noTools skips (or, with RUNBOX_REQUIRE_TOOLS=1, fails) a case that needs
+// git and python3 in its sandbox, saying why they are missing.
+func noTools(t *testing.T, why string) {
+	t.Helper()
+	const how = "install git and python3 on this machine (host, local), build runbox-test:tools with scripts/build-test-image.sh (docker)"
+	if os.Getenv(RequireToolsEnv) == "1" {
+		t.Fatalf("%s=1 but %s: %s", RequireToolsEnv, why, how)
+	}
+	t.Skipf("%s: %s; %s=1 makes this a failure", why, how, RequireToolsEnv)
+}
 
 // missing returns the tools among names that the sandbox has no command
 // for, as its own shell sees them (command -v), so a case can skip where the
@@ -67,7 +104,7 @@ const fetchFunc = `fetch() {
 // loopback and gets the page it serves, and removing the sandbox kills the
 // listener.
 func testLoopbackListener(t *testing.T, fx Fixture) {
-	s := newSandbox(t, fx)
+	s := newToolsSandbox(t, fx)
 	// The served directory's path is unique and on the listener's command
 	// line, so it is the marker that finds the listener.
 	dir := tempPath("listener")
@@ -95,7 +132,7 @@ sleep 0.5; echo up`, dir, token, port)
 		t.Fatalf("exec: %v", err)
 	}
 	if res.ExitCode == 3 {
-		t.Skipf("the sandbox has no listener to start: %s", res.Stderr)
+		noTools(t, fmt.Sprintf("the sandbox has no listener to start: %s", res.Stderr))
 	}
 	wantOK(t, res, "up\n")
 	// The listener runs until the sandbox goes: an exec held by it would
@@ -354,13 +391,9 @@ server.serve_forever()
 // testGitNoPrompt: git asked for a password by a server (401 on clone) fails
 // at once, because runboxd sets GIT_TERMINAL_PROMPT=0 when the request does
 // not set it, instead of waiting for a human. The server runs inside the
-// sandbox, so the case needs git and python3 there; it skips where the
-// sandbox lacks them.
+// sandbox, so the case needs git and python3 there (newToolsSandbox).
 func testGitNoPrompt(t *testing.T, fx Fixture) {
-	s := newSandbox(t, fx)
-	if m := s.missing(t, "git", "python3"); len(m) > 0 {
-		t.Skipf("the sandbox has no %s: git's prompt is not testable here", strings.Join(m, " or "))
-	}
+	s := newToolsSandbox(t, fx)
 	script := tempPath("git401") + ".py"
 	ready := script + ".pid"
 	wantOK(t, s.exec(t, "cat > "+script, client.WithStdin([]byte(gitServer))), "")

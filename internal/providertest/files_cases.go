@@ -136,7 +136,7 @@ func testFilesEscapes(t *testing.T, fx Fixture) {
 			t.Fatal(err)
 		}
 	}
-	s.exec(t, fmt.Sprintf("ln -s %s %s/out && ln -s ../outside %s/rel && ln -s /etc %s/etc", outside, root, root, root))
+	wantOK(t, s.exec(t, fmt.Sprintf("ln -s %s %s/out && ln -s ../outside %s/rel && ln -s /etc %s/etc", outside, root, root, root)), "")
 	for _, p := range []string{"../outside/x", outside + "/x", "out/x", "rel/x", "sub/../../outside/x", "/etc/runbox-x"} {
 		_, err := s.c.WriteFile(ctx, p, strings.NewReader("x"), client.InRoot(root))
 		if !errors.Is(err, runbox.ErrEscapesRoot) {
@@ -569,7 +569,7 @@ func testFilesMaliciousArchives(t *testing.T, fx Fixture) {
 	if _, err := s.c.Sync(ctx, client.Local(src), client.Remote(target), client.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	s.exec(t, fmt.Sprintf("rm -r %s/sub && ln -s %s %s/sub", target, outside, target))
+	wantOK(t, s.exec(t, fmt.Sprintf("rm -r %s/sub && ln -s %s %s/sub", target, outside, target)), "")
 	if _, err := s.c.PutArchive(ctx, target, tarStream(t, reg("sub/f"))); !errors.Is(err, runbox.ErrEscapesRoot) {
 		t.Errorf("entry through a symlink made after the manifest: %v, want ErrEscapesRoot", err)
 	}
@@ -590,8 +590,12 @@ func testFilesMaliciousArchives(t *testing.T, fx Fixture) {
 	}
 }
 
-// testFilesPullSymlinkOut: pulling a sandbox tree that holds a symlink to
-// /etc copies the link and writes nothing outside the destination.
+// testFilesPullSymlinkOut: pulling a sandbox tree that holds symlinks out
+// of it (to /etc, to ../../.., to a directory of this machine) copies the
+// links and writes nothing outside the destination; and when a link the
+// last pull copied has become a directory in the sandbox, the next pull
+// replaces the local link with that directory instead of writing the
+// directory's files through the link.
 func testFilesPullSymlinkOut(t *testing.T, fx Fixture) {
 	s := newSandbox(t, fx)
 	ctx := caseCtx(t)
@@ -600,7 +604,10 @@ func testFilesPullSymlinkOut(t *testing.T, fx Fixture) {
 	if _, err := s.c.WriteFile(ctx, remote+"/a.txt", strings.NewReader("a")); err != nil {
 		t.Fatal(err)
 	}
-	s.exec(t, fmt.Sprintf("ln -s /etc %s/etc && ln -s ../../.. %s/up", remote, remote))
+	// victim is a directory of this machine; in the sandbox the link to it
+	// may dangle, but pulled here it points at victim.
+	victim := t.TempDir()
+	wantOK(t, s.exec(t, fmt.Sprintf("ln -s /etc %[1]s/etc && ln -s ../../.. %[1]s/up && ln -s %[2]s %[1]s/victim", remote, victim)), "")
 	parent := t.TempDir()
 	for _, how := range []string{"sync", "cp"} {
 		dst := filepath.Join(parent, how)
@@ -613,16 +620,29 @@ func testFilesPullSymlinkOut(t *testing.T, fx Fixture) {
 		if err != nil {
 			t.Fatalf("%s pull: %v", how, err)
 		}
-		if l, err := os.Readlink(filepath.Join(dst, "etc")); err != nil || l != "/etc" {
-			t.Errorf("%s: etc is %q (%v), want a link to /etc", how, l, err)
-		}
-		// A second pull must not write through the links either.
-		if how == "sync" {
-			if _, err := s.c.Sync(ctx, client.Remote(remote), client.Local(dst), client.SyncOptions{}); err != nil {
-				t.Fatal(err)
+		for name, target := range map[string]string{"etc": "/etc", "victim": victim} {
+			if l, err := os.Readlink(filepath.Join(dst, name)); err != nil || l != target {
+				t.Errorf("%s: %s is %q (%v), want a link to %s", how, name, l, err, target)
 			}
 		}
 	}
+
+	// In the sandbox the link becomes a directory with a file; the second
+	// sync pull must replace the local link, not write through it.
+	wantOK(t, s.exec(t, fmt.Sprintf("rm %[1]s/victim && mkdir %[1]s/victim && echo planted > %[1]s/victim/planted.txt", remote)), "")
+	dst := filepath.Join(parent, "sync")
+	if _, err := s.c.Sync(ctx, client.Remote(remote), client.Local(dst), client.SyncOptions{}); err != nil {
+		t.Fatalf("second sync pull: %v", err)
+	}
+	if ents, err := os.ReadDir(victim); err != nil || len(ents) != 0 {
+		t.Errorf("the directory the old link pointed at holds %v (%v): the pull wrote through the link", ents, err)
+	}
+	if fi, err := os.Lstat(filepath.Join(dst, "victim")); err != nil || !fi.IsDir() {
+		t.Errorf("after the second pull, victim is %v (%v); want a directory", fi, err)
+	} else if b, err := os.ReadFile(filepath.Join(dst, "victim", "planted.txt")); err != nil || string(b) != "planted\n" {
+		t.Errorf("victim/planted.txt after the second pull: %q, %v", b, err)
+	}
+
 	entries, _ := os.ReadDir(parent)
 	var names []string
 	for _, e := range entries {

@@ -76,7 +76,7 @@ func TestFilterRefusesHostReachingCalls(t *testing.T) {
 // test above sees the filter's answer, not the kernel's own refusal.
 func TestProbesWithoutFilterAreNotRefusedByPermission(t *testing.T) {
 	if unix.Geteuid() != 0 {
-		t.Skip("needs root: as another user the kernel itself answers EPERM to some probes")
+		t.Skip("needs root: as another user the kernel itself answers EPERM to some probes; run the tests as root (CI does)")
 	}
 	for name, err := range calls() {
 		if errors.Is(err, DeniedErrno) {

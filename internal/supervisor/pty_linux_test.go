@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -36,12 +38,27 @@ func TestPTYSeesTerminalOfRequestedSize(t *testing.T) {
 
 func TestPTYResize(t *testing.T) {
 	s := newSup(t, "off")
-	e, _, err := s.Start(runbox.ExecSpec{Command: "sleep 0.5; stty size", PTY: &runbox.PTYSize{Rows: 24, Cols: 80}})
+	// The commands wait for a gate file the test creates once it has
+	// resized, not for a time.
+	gate := filepath.Join(t.TempDir(), "gate")
+	t.Cleanup(func() { os.WriteFile(gate, nil, 0o600) })
+	wait := "while [ ! -e " + gate + " ]; do sleep 0.01; done; "
+	e, _, err := s.Start(runbox.ExecSpec{Command: wait + "stty size", PTY: &runbox.PTYSize{Rows: 24, Cols: 80}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Resize(e.ID(), 40, 120); err != nil {
 		t.Fatalf("resize: %v", err)
+	}
+	plain, _, err := s.Start(runbox.ExecSpec{Command: wait + "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := plain.Resize(10, 10); !errors.Is(err, runbox.ErrInvalidSpec) {
+		t.Errorf("resize without pty: %v", err)
+	}
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
 	}
 	<-e.Done()
 	if got := string(e.Result().Stdout); got != "40 120\r\n" {
@@ -49,13 +66,6 @@ func TestPTYResize(t *testing.T) {
 	}
 	if err := s.Resize(e.ID(), 10, 10); !errors.Is(err, runbox.ErrNotRunning) {
 		t.Errorf("resize after exit: %v", err)
-	}
-	plain, _, err := s.Start(runbox.ExecSpec{Command: "sleep 0.2"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := plain.Resize(10, 10); !errors.Is(err, runbox.ErrInvalidSpec) {
-		t.Errorf("resize without pty: %v", err)
 	}
 	<-plain.Done()
 }

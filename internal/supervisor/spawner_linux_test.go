@@ -34,7 +34,7 @@ func pidsV1Group(t testing.TB) string {
 		if os.Getenv("RUNBOX_REQUIRE_LOCAL") == "1" {
 			t.Fatal("a cgroup v1 pids hierarchy and root are required (RUNBOX_REQUIRE_LOCAL=1)")
 		}
-		t.Skip("needs root and a cgroup v1 pids hierarchy")
+		t.Skip("needs root and a cgroup v1 pids hierarchy (/sys/fs/cgroup/pids): run the tests as root on such a machine (CI does)")
 	}
 	dir := filepath.Join(mnt, "runbox-test-"+marker())
 	if err := os.Mkdir(dir, 0o755); err != nil {

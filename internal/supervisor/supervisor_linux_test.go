@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -238,18 +239,55 @@ func TestCancelRace(t *testing.T) {
 	}
 }
 
+// TestNoZombies: orphans that outlive their exec's leader are reparented
+// to the supervisor (a subreaper) and reaped when they exit. Each orphan
+// waits for a gate file, so the test sees all of them reparented here before
+// it lets them exit; then it waits for the effect (no child left, live or
+// zombie, beyond those it had before) against a generous deadline.
 func TestNoZombies(t *testing.T) {
 	s := newSup(t, "auto")
-	for range 20 {
-		run(t, s, runbox.ExecSpec{Command: "(sleep 0.05 &); sleep 0.1"})
-	}
-	time.Sleep(200 * time.Millisecond)
 	self := os.Getpid()
-	for _, p := range allProcs() {
-		if p.zombie && p.ppid == self {
-			t.Errorf("zombie child %d", p.pid)
+	children := func() (live, zombies []int) {
+		for _, p := range allProcs() {
+			if p.ppid != self {
+				continue
+			}
+			if p.zombie {
+				zombies = append(zombies, p.pid)
+			} else {
+				live = append(live, p.pid)
+			}
+		}
+		return live, zombies
+	}
+	baseLive, _ := children()
+	gate := filepath.Join(t.TempDir(), "gate")
+	// Whatever happens, let the orphans go before the directory does.
+	t.Cleanup(func() { os.WriteFile(gate, nil, 0o600) })
+	const orphans = 20
+	for range orphans {
+		r := run(t, s, runbox.ExecSpec{Command: "(while [ ! -e " + gate + " ]; do sleep 0.01; done &); true"})
+		if !r.OK() {
+			t.Fatalf("exit %d, stderr %q", r.ExitCode, r.Stderr)
 		}
 	}
+	waitChildren := func(what string, done func(live, zombies []int) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			live, zombies := children()
+			if done(live, zombies) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: after 30s, zombie children %v, live children %v (%d before)", what, zombies, live, len(baseLive))
+			}
+		}
+	}
+	waitChildren("orphans reparented to the supervisor", func(live, _ []int) bool { return len(live) >= len(baseLive)+orphans })
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitChildren("orphans reaped", func(live, zombies []int) bool { return len(zombies) == 0 && len(live) <= len(baseLive) })
 }
 
 func TestRetentionForgetsExecs(t *testing.T) {

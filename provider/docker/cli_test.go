@@ -115,11 +115,11 @@ func containsLine(s string, words ...string) bool {
 func TestCLINonRootUser(t *testing.T) {
 	needEngine(t)
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to switch to an unprivileged user")
+		t.Skip("needs root to switch to an unprivileged user: run the tests as root (CI does)")
 	}
 	grp, err := user.LookupGroup("docker")
 	if err != nil {
-		t.Skipf("no docker group on this machine: %v", err)
+		t.Skipf("no docker group on this machine (%v): the docker.io package makes one (groupadd docker)", err)
 	}
 	gid, err := strconv.Atoi(grp.Gid)
 	if err != nil {

@@ -543,7 +543,7 @@ func TestRemoveStopsExecs(t *testing.T) {
 func TestRunboxdFromEnv(t *testing.T) {
 	needEngine(t)
 	if os.Getenv(providertest.RunboxdEnv) == "" {
-		t.Skip("RUNBOX_RUNBOXD is not set")
+		t.Fatal("RUNBOX_RUNBOXD is not set, though TestMain sets it")
 	}
 	home, err := os.MkdirTemp("", "rbxd")
 	if err != nil {

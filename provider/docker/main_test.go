@@ -22,6 +22,8 @@ import (
 var (
 	testImage   = envOr("RUNBOX_TEST_IMAGE", "runbox-test:busybox")
 	noBashImage = envOr("RUNBOX_TEST_IMAGE_NOBASH", "runbox-test:busybox-nobash")
+	// toolsImage has git and python3, for the cases that need them.
+	toolsImage = envOr("RUNBOX_TEST_IMAGE_TOOLS", "runbox-test:tools")
 )
 
 // dockerEngine says whether a usable Docker engine answers here;
@@ -166,9 +168,10 @@ func countLive(ps []proc, marker string) int {
 // are counted with docker top, runboxd is killed with docker kill (it is
 // PID 1, so that is the container dying).
 func fixture(p *docker.Provider, cli *moby.Client) providertest.Fixture {
-	return providertest.Fixture{
+	fx := providertest.Fixture{
 		Provider:    p,
 		Spec:        runbox.SandboxSpec{Image: testImage},
+		ToolsSpec:   &runbox.SandboxSpec{Image: toolsImage},
 		PidsLimit:   true,
 		MemoryLimit: true,
 		CountProcesses: func(t testing.TB, sb runbox.Sandbox, marker string) int {
@@ -200,6 +203,12 @@ func fixture(p *docker.Provider, cli *moby.Client) providertest.Fixture {
 			return 0
 		},
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := cli.ImageInspect(ctx, toolsImage); err != nil {
+		fx.ToolsMissing = fmt.Sprintf("test image %s is missing: %v", toolsImage, err)
+	}
+	return fx
 }
 
 // killContainer is `docker kill` of the sandbox's container.

@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -54,7 +55,9 @@ func probe() string {
 	if err != nil {
 		return fmt.Sprintf("cannot create a local sandbox here: %v", err)
 	}
-	_ = p.Remove(ctx, sb, true)
+	if err := p.Remove(ctx, sb, true); err != nil {
+		return fmt.Sprintf("cannot remove a local sandbox here: %v", err)
+	}
 	return ""
 }
 
@@ -99,7 +102,11 @@ func create(t testing.TB, p *local.Provider, spec runbox.SandboxSpec) (runbox.Sa
 		c.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = p.Remove(ctx, sb, true)
+		// Remove reports what it could not clean up (a cgroup, the state
+		// directory): a leak is a failure, not silence.
+		if err := p.Remove(ctx, sb, true); err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Errorf("cleanup: remove %s: %v", sb.ID, err)
+		}
 	})
 	return sb, c
 }

@@ -210,7 +210,7 @@ func findMarker(marker string) int {
 // not, and no socket of anything is in its view.
 func TestHostSecretsHidden(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root: it plants secrets in /root, /home and /run")
+		t.Skip("needs root: it plants secrets in /root, /home and /run; run the tests as root (CI does)")
 	}
 	m := "secret" + strconv.Itoa(rand.IntN(1e9))
 	var planted []string
@@ -345,7 +345,7 @@ func TestAgentWorkloadsUnderMapping(t *testing.T) {
 	})
 	t.Run("pip", func(t *testing.T) {
 		if exec(t, c, "python3 -m pip --version").ExitCode != 0 {
-			t.Skip("no pip on this machine")
+			t.Skip("no pip on this machine: apt-get install python3-pip")
 		}
 		// A wheel made by hand (no network, no build backend needed).
 		mk := `import zipfile
