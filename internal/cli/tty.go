@@ -96,20 +96,23 @@ func (a *app) execStarted(ctx context.Context, cl *client.Client, spec runbox.Ex
 	return p.Wait(ctx)
 }
 
-// stdinEOFRetypes and stdinEOFEvery bound how often end of file is typed
-// again into a pty whose input came from a file or pipe (see pumpStdin).
+// stdinEOFEvery is how often end of file is typed again into a pty whose
+// input came from a file or pipe (see pumpStdin) at first; after
+// stdinEOFFastRetypes the interval doubles up to stdinEOFMaxEvery.
 const (
-	stdinEOFRetypes = 8
-	stdinEOFEvery   = 250 * time.Millisecond
+	stdinEOFFastRetypes = 8
+	stdinEOFEvery       = 250 * time.Millisecond
+	stdinEOFMaxEvery    = 5 * time.Second
 )
 
 // pumpStdin copies this process's stdin to the exec until end of input,
 // then closes the exec's stdin. On a pty that types the end-of-file
 // character, which a program switching the terminal's mode at that moment
-// (a shell starting its line editor) never sees; so when stdin is not a
-// terminal (retype), the end of file is typed again every stdinEOFEvery,
-// up to stdinEOFRetypes times, until the exec ends: input that has ended
-// reads as end of file however often it is read.
+// (a shell starting its line editor, which flushes pending input) never
+// sees; so when stdin is not a terminal (retype), the end of file is typed
+// again until the exec ends: often at first, then backing off, because a
+// loaded machine may start the shell's line editor seconds late. Input that
+// has ended reads as end of file however often it is read.
 func (a *app) pumpStdin(ctx context.Context, p *client.Process, retype bool, ended <-chan struct{}) {
 	buf := make([]byte, 32<<10)
 	for {
@@ -126,16 +129,20 @@ func (a *app) pumpStdin(ctx context.Context, p *client.Process, retype bool, end
 	if p.CloseStdin(ctx) != nil || !retype {
 		return
 	}
-	t := time.NewTicker(stdinEOFEvery)
-	defer t.Stop()
-	for range stdinEOFRetypes {
+	every := stdinEOFEvery
+	for n := 1; ; n++ {
+		t := time.NewTimer(every)
 		select {
 		case <-t.C:
 		case <-ended:
+			t.Stop()
 			return
 		}
 		if p.CloseStdin(ctx) != nil {
 			return
+		}
+		if n >= stdinEOFFastRetypes {
+			every = min(every*2, stdinEOFMaxEvery)
 		}
 	}
 }
