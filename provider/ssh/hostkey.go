@@ -33,11 +33,19 @@ type HostKeyError struct {
 func (e *HostKeyError) Error() string {
 	offered := e.KeyType + " key " + e.Fingerprint
 	if len(e.Known) == 0 {
-		return fmt.Sprintf("%v: %s offered %s, which is in no known_hosts file (%s); check the fingerprint with the host's administrator (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub on it), then accept it with `ssh %s` once or `runbox up --ssh-accept-new`",
-			ErrHostKeyUnknown, e.Host, offered, strings.Join(e.Files, ", "), strings.Trim(e.Host, "[]"))
+		return fmt.Sprintf("%v: %s offered %s, which is in no known_hosts file (%s); check the fingerprint with the host's administrator (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub on it), then accept it with `%s` once or `runbox up --ssh-accept-new`",
+			ErrHostKeyUnknown, e.Host, offered, strings.Join(e.Files, ", "), sshCommand(e.Host))
 	}
 	return fmt.Sprintf("%v: %s offered %s, but known_hosts holds %s: someone may be in the middle, or the host was reinstalled; if you know it was, remove the old key (ssh-keygen -R '%s') and connect again",
 		ErrHostKeyChanged, e.Host, offered, strings.Join(e.Known, "; "), e.Host)
+}
+
+// sshCommand is the ssh command line that connects to a known_hosts name.
+func sshCommand(name string) string {
+	if host, port, err := net.SplitHostPort(name); err == nil {
+		return "ssh -p " + port + " " + host
+	}
+	return "ssh " + name
 }
 
 // Is matches ErrHostKeyUnknown or ErrHostKeyChanged.
