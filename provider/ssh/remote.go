@@ -100,28 +100,29 @@ echo "$state"
 if [ -n "$3" ] && [ -f "$3/runboxd.log" ]; then tail -c 1500 "$3/runboxd.log"; fi
 `
 
-// cleanupScript kills runboxd ($1, started at $2) if it still runs, then
-// every process of this user whose environment carries RUNBOX_SANDBOX=$3
-// (what a killed runboxd's commands leave), then removes the state
-// directory ($4). It prints how many processes it killed.
+// cleanupScript waits up to $5 seconds for runboxd ($1, started at $2) to
+// exit, kills it if it still runs, then kills every process whose
+// environment carries RUNBOX_SANDBOX=$3 (what a killed runboxd's commands
+// leave; a plain user can read only its own processes' environments), and
+// removes the state directory ($4). It prints how many processes it
+// killed.
 const cleanupScript = `
-pid=$1 start=$2 sandbox=$3 dir=$4
-killed=0
-if [ -r "/proc/$pid/stat" ]; then
-	rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || rest=
+pid=$1 start=$2 sandbox=$3 dir=$4 wait=$5
+alive() {
+	rest=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || return 1
 	set -- $rest
-	if [ "$#" -ge 20 ] && [ "${20}" = "$start" ]; then kill -KILL "$pid" 2>/dev/null && killed=$((killed+1)); fi
-fi
-me=$(id -u)
+	[ "$#" -ge 20 ] && [ "${20}" = "$start" ] && [ "$1" != Z ] && [ "$1" != X ]
+}
+i=0
+while [ "$i" -lt "$((wait * 20))" ] && alive; do sleep 0.05; i=$((i+1)); done
+killed=0
+if alive; then kill -KILL "$pid" 2>/dev/null && killed=1; fi
 for round in 1 2 3; do
 	found=0
-	for e in /proc/[0-9]*/environ; do
+	for e in $(grep -lsxz "RUNBOX_SANDBOX=$sandbox" /proc/[0-9]*/environ); do
 		p=${e#/proc/}; p=${p%/environ}
 		[ "$p" = "$$" ] && continue
-		[ -O "/proc/$p" ] || [ "$me" = 0 ] || continue
-		if tr '\0' '\n' < "$e" 2>/dev/null | grep -qx "RUNBOX_SANDBOX=$sandbox"; then
-			kill -KILL "$p" 2>/dev/null && found=$((found+1))
-		fi
+		kill -KILL "$p" 2>/dev/null && found=$((found+1))
 	done
 	killed=$((killed+found))
 	[ "$found" = 0 ] && break

@@ -19,9 +19,9 @@ import (
 // directory on the host, and then its record here. The cached runboxd
 // binary stays for the next sandbox.
 //
-// A sandbox whose runboxd is already gone is removed only with force (its
-// commands' leftovers may have run unsupervised), else the error wraps
-// runbox.ErrSandboxLost. With force, a host that cannot be reached at all
+// A sandbox whose runboxd is already gone (or does not answer) is removed
+// only with force (its commands' leftovers may have run unsupervised),
+// else the error wraps runbox.ErrSandboxLost when runboxd is gone. With force, a host that cannot be reached at all
 // loses only the record here, and the error is nil.
 func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
 	fail := func(err error) error { return &runbox.Error{Op: "remove", Sandbox: sb.ID, Err: err} }
@@ -49,46 +49,38 @@ func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) er
 		}
 		return fail(fmt.Errorf("cannot reach the host to stop the sandbox (%w); remove only its record here with force", err))
 	}
-	alive, _, err := l.status(ctx, rec, false)
-	if err != nil {
-		return fail(err)
+	c := client.New(p.Dialer(runbox.Sandbox{ID: rec.ID}), client.WithSandboxName(rec.ID))
+	defer c.Close()
+	ictx, cancel := context.WithTimeout(ctx, aliveTimeout)
+	_, err = c.Info(ictx)
+	cancel()
+	wait := 0
+	switch {
+	case err == nil:
+		shutdown(ctx, c)
+		wait = int(exitTimeout / time.Second)
+	case !force:
+		return fail(fmt.Errorf("runboxd on %s does not answer; remove it with force: %w", rec.Endpoint, err))
 	}
-	if !alive && !force {
-		return fail(fmt.Errorf("%w: runboxd (pid %d) is not running on %s; remove it with force", runbox.ErrSandboxLost, rec.Pid, rec.Endpoint))
-	}
-	if alive {
-		p.shutdown(ctx, l, rec)
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute+exitTimeout)
 	defer cancel()
-	if _, err := l.run(cctx, "remove the sandbox", cleanupScript, nil, strconv.Itoa(rec.Pid), rec.StartTime, rec.ID, rec.RemoteDir); err != nil {
+	if _, err := l.run(cctx, "remove the sandbox", cleanupScript, nil, strconv.Itoa(rec.Pid), rec.StartTime, rec.ID, rec.RemoteDir, strconv.Itoa(wait)); err != nil {
 		return fail(err)
 	}
 	return removeLocal(sbDir, fail)
 }
 
-// shutdown asks runboxd to stop every exec and exit, and waits up to
-// exitTimeout for it to be gone (the cleanup that follows kills it if not).
-func (p *Provider) shutdown(ctx context.Context, l *link, rec record) {
-	sctx := ctx
+// shutdown asks runboxd to stop every exec and exit (the cleanup that
+// follows waits for it to be gone, and kills it if not).
+func shutdown(ctx context.Context, c *client.Client) {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
+		ctx, cancel = context.WithTimeout(ctx, shutdownTimeout)
 		defer cancel()
 	}
-	c := client.New(p.Dialer(runbox.Sandbox{ID: rec.ID}), client.WithSandboxName(rec.ID))
 	// An error is expected when runboxd exits before its answer gets out;
 	// whether it stopped is decided by looking at the process.
-	_ = c.Shutdown(sctx, 0)
-	c.Close()
-	deadline := time.Now().Add(exitTimeout)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		alive, _, err := l.status(ctx, rec, false)
-		if err == nil && !alive {
-			return
-		}
-		time.Sleep(5 * pollInterval)
-	}
+	_ = c.Shutdown(ctx, 0)
 }
 
 // removeLocal removes the sandbox's record and secret here.
