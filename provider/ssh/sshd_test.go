@@ -25,8 +25,14 @@ import (
 // its own configuration, host key, authorized_keys and log in a temporary
 // directory. It never touches a system sshd or its files.
 
-// sshdPath is the OpenSSH server the tests start.
-const sshdPath = "/usr/sbin/sshd"
+// sshdPath is the OpenSSH server the tests start: $RUNBOX_TEST_SSHD, else
+// Debian's.
+var sshdPath = func() string {
+	if p := os.Getenv("RUNBOX_TEST_SSHD"); p != "" {
+		return p
+	}
+	return "/usr/sbin/sshd"
+}()
 
 // testUser is the non-root account the tests log in as when they run as
 // root (.ci/run creates it: useradd -m runbox-ssh-test; usermod -p '*').
