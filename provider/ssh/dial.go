@@ -57,7 +57,7 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 // runboxd that is gone makes the error wrap runbox.ErrSandboxLost.
 func (l *link) dialSocket(ctx context.Context, rec record) (net.Conn, error) {
 	for attempt := 0; ; attempt++ {
-		client, err := l.client(ctx)
+		client, err := l.reconnect(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -81,6 +81,35 @@ func (l *link) dialSocket(ctx context.Context, rec record) (net.Conn, error) {
 			return nil, fmt.Errorf("ssh: open a channel to %s on %s: %w", rec.socket(), l.ep.addr(), err)
 		}
 	}
+}
+
+// reconnect returns the link's client, dialling again for up to
+// reconnectPatience while the host cannot be reached (a network outage, an
+// sshd restarting), so a stream broken by a dropped connection outlives a
+// longer outage than the client's own reconnect window. A refused host key
+// or login fails at once.
+func (l *link) reconnect(ctx context.Context) (*gossh.Client, error) {
+	deadline := time.Now().Add(reconnectPatience)
+	backoff := 50 * time.Millisecond
+	for {
+		client, err := l.client(ctx)
+		if err == nil || permanent(err) || ctx.Err() != nil || time.Now().After(deadline) {
+			return client, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// permanent reports whether a failure to connect will not go away by
+// trying again: a host key or a login refused, a configuration error.
+func permanent(err error) bool {
+	return errors.Is(err, ErrHostKeyUnknown) || errors.Is(err, ErrHostKeyChanged) || errors.Is(err, ErrAuth) ||
+		strings.Contains(err.Error(), "ssh config")
 }
 
 // explain adds to err, a failure to reach rec's socket, whether runboxd

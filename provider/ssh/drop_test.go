@@ -101,3 +101,38 @@ func TestSSHConnectionKilledMidExec(t *testing.T) {
 		t.Logf("round %d: killed %d sshd process(es) after line %d; exit %d, %d bytes streamed once", round, n, at, res.ExitCode, len(w.String()))
 	}
 }
+
+// An outage longer than the client's own reconnect window (sshd stopped
+// for 3 s, every connection dropped, then started again) does not lose the
+// exec either: the provider keeps dialling while the host does not answer,
+// and the stream resumes with every line once.
+func TestSSHDRestartedMidExec(t *testing.T) {
+	e := newEnv(t, nonRootUser(t))
+	p := e.provider(t, "rbx")
+	sb := create(t, p, runbox.SandboxSpec{})
+	c := newClient(t, p, sb)
+	var want strings.Builder
+	for i := 1; i <= 60; i++ {
+		fmt.Fprintf(&want, "line %d\n", i)
+	}
+	w := &lineWriter{want: "line 3\n", signal: make(chan struct{})}
+	restarted := make(chan struct{})
+	go func() {
+		defer close(restarted)
+		select {
+		case <-w.signal:
+			e.sshd.restart(t, 3*time.Second)
+		case <-time.After(time.Minute):
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := c.Exec(ctx, "for i in $(seq 1 60); do echo line $i; sleep 0.1; done; exit 5", client.WithStdout(w))
+	<-restarted
+	if err != nil {
+		t.Fatalf("exec across an sshd restart: %v", err)
+	}
+	if res.ExitCode != 5 || w.String() != want.String() {
+		t.Errorf("exit %d, streamed %q; want 5 and every line once", res.ExitCode, w.String())
+	}
+}

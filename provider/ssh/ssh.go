@@ -37,6 +37,10 @@ const (
 	exitTimeout = 10 * time.Second
 	// pollInterval is how often Create and Remove look at runboxd.
 	pollInterval = 20 * time.Millisecond
+	// reconnectPatience is how long a dial keeps trying to reach a host
+	// that does not answer before it fails (and the client, after its own
+	// window, reports the sandbox lost).
+	reconnectPatience = 30 * time.Second
 	// keepaliveEvery and keepaliveTimeout detect a connection whose peer
 	// vanished without closing it: it is closed, so the next call dials a
 	// fresh one.

@@ -229,6 +229,29 @@ func (s *sshd) stop() {
 	s.cmd.Process.Kill()
 }
 
+// restart stops the server and every connection it serves, waits for
+// down, and starts it again on the same port with the same host key.
+func (s *sshd) restart(t testing.TB, down time.Duration) {
+	t.Helper()
+	s.killSessions()
+	s.cmd.Process.Kill()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		c, err := net.Dial("tcp", s.addr())
+		if err != nil {
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("the stopped sshd still accepts connections")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(down) // the outage itself, not a synchronisation
+	if err := s.start(); err != nil {
+		t.Fatalf("restart sshd: %v", err)
+	}
+}
+
 func (s *sshd) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
 // knownHostsLine is the known_hosts line for the server's host key.
