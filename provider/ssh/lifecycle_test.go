@@ -59,6 +59,20 @@ func running(pid int) bool {
 	return i > 0 && len(st) > i+2 && st[i+2] != 'Z' && st[i+2] != 'X'
 }
 
+// waitCount polls (up to a minute) until want processes carry m, and
+// returns the last count: a background child execs its sleep some time
+// after the shell that started it has returned.
+func waitCount(m string, want int) int {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, _ := providertest.ProcCount(m)
+		if n == want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // marker returns a unique `sleep N` command.
 func marker() string { return "sleep 3137" + strconv.Itoa(100000+rand.IntN(899999)) }
 
@@ -99,7 +113,7 @@ func TestRemoveLeavesNothing(t *testing.T) {
 			if err != nil || !res.OK() {
 				t.Fatalf("exec: %+v, %v", res, err)
 			}
-			if n, _ := providertest.ProcCount(m); n != 3 {
+			if n := waitCount(m, 3); n != 3 {
 				t.Fatalf("%d background sleeps run, want 3", n)
 			}
 			pid, _ := strconv.Atoi(sb.Detail["pid"])
@@ -168,7 +182,7 @@ func TestRemoteDaemonKilled(t *testing.T) {
 	if err := p.Remove(ctx, sb, false); !errors.Is(err, runbox.ErrSandboxLost) {
 		t.Errorf("remove without force: %v; want ErrSandboxLost", err)
 	}
-	if n, _ := providertest.ProcCount(m); n != 1 {
+	if n := waitCount(m, 1); n != 1 {
 		t.Fatalf("%d orphaned sleep(s) before rm -f, want 1", n)
 	}
 	if err := p.Remove(ctx, sb, true); err != nil {

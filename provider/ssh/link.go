@@ -24,8 +24,6 @@ type link struct {
 	mu     sync.Mutex
 	cur    *conn
 	closed bool
-	// dials counts connections made, for tests and errors.
-	dials int
 	// verified maps the SHA-256 of a runboxd binary this link has checked
 	// on the remote host to its remote path, so Create checks it once per
 	// provider, not once per sandbox.
@@ -92,7 +90,6 @@ func (l *link) client(ctx context.Context) (*gossh.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.dials++
 	l.cur = c
 	go l.watch(c)
 	return c.client, nil

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"encoding/pem"
 	"fmt"
 	"net"
@@ -231,8 +232,7 @@ func (s *sshd) stop() {
 
 // restart stops the server and every connection it serves, waits for
 // down, and starts it again on the same port with the same host key.
-func (s *sshd) restart(t testing.TB, down time.Duration) {
-	t.Helper()
+func (s *sshd) restart(down time.Duration) error {
 	s.killSessions()
 	s.cmd.Process.Kill()
 	for deadline := time.Now().Add(30 * time.Second); ; {
@@ -242,14 +242,15 @@ func (s *sshd) restart(t testing.TB, down time.Duration) {
 		}
 		c.Close()
 		if time.Now().After(deadline) {
-			t.Fatal("the stopped sshd still accepts connections")
+			return errors.New("the stopped sshd still accepts connections")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(down) // the outage itself, not a synchronisation
 	if err := s.start(); err != nil {
-		t.Fatalf("restart sshd: %v", err)
+		return fmt.Errorf("restart sshd: %w", err)
 	}
+	return nil
 }
 
 func (s *sshd) addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
