@@ -241,3 +241,31 @@ func TestArchMismatch(t *testing.T) {
 		}
 	}
 }
+
+// A runboxd that cannot start fails Create with the reason from its log,
+// and leaves no state on the host and no record here.
+func TestDaemonThatCannotStart(t *testing.T) {
+	e := newEnv(t, nonRootUser(t))
+	p := e.provider(t, "rbx")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, err := p.Create(ctx, runbox.SandboxSpec{DaemonArgs: []string{"--cgroup=bogus"}})
+	t.Logf("create: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "unknown cgroup mode") {
+		t.Fatalf("create with a runboxd that exits at once: %v; want its log's reason", err)
+	}
+	if sbs, err := p.List(ctx); err != nil || len(sbs) != 0 {
+		t.Errorf("list after the failed create: %v, %v; want none", sbs, err)
+	}
+	var rerr *runbox.Error
+	if !errors.As(err, &rerr) || rerr.Sandbox == "" {
+		t.Fatalf("the error %v does not name the sandbox", err)
+	}
+	home := "/root"
+	if e.user != "root" {
+		home = "/home/" + e.user
+	}
+	if _, err := os.Stat(filepath.Join(home, ".local/state/runbox/sandboxes", rerr.Sandbox)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("state of %s left on the host: %v", rerr.Sandbox, err)
+	}
+}

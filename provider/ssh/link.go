@@ -29,7 +29,14 @@ type link struct {
 	// provider, not once per sandbox.
 	verified  map[string]string
 	installMu sync.Mutex
+	// sessions bounds the shell sessions open at once on the connection:
+	// sshd refuses more than its MaxSessions (10 by default) per
+	// connection. Channels to runboxd's socket are not sessions.
+	sessions chan struct{}
 }
+
+// maxSessions is how many remote scripts a link runs at once.
+const maxSessions = 8
 
 // conn is one SSH connection, with the jump hosts' connections it runs
 // through.
@@ -66,7 +73,7 @@ func (p *Provider) linkFor(target string) (*link, error) {
 	if p.links == nil {
 		p.links = make(map[string]*link)
 	}
-	l := &link{p: p, ep: ep}
+	l := &link{p: p, ep: ep, sessions: make(chan struct{}, maxSessions)}
 	p.links[key] = l
 	return l, nil
 }
@@ -276,6 +283,12 @@ func (e *runError) Unwrap() error { return e.err }
 // returns its stdout. stdin, when not nil, is the script's standard input.
 // A connection that breaks before the session opens is dialled again once.
 func (l *link) run(ctx context.Context, what, script string, stdin io.Reader, args ...string) ([]byte, error) {
+	select {
+	case l.sessions <- struct{}{}:
+		defer func() { <-l.sessions }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%s: %w", what, context.Cause(ctx))
+	}
 	var sess *gossh.Session
 	for attempt := 0; ; attempt++ {
 		client, err := l.client(ctx)
@@ -286,8 +299,13 @@ func (l *link) run(ctx context.Context, what, script string, stdin io.Reader, ar
 		if err == nil {
 			break
 		}
-		l.reset(client)
-		if attempt > 0 || ctx.Err() != nil {
+		// A refused channel is the server's answer on a live connection;
+		// anything else means the connection broke: dial a fresh one.
+		var oce *gossh.OpenChannelError
+		if !errors.As(err, &oce) {
+			l.reset(client)
+		}
+		if oce != nil || attempt > 0 || ctx.Err() != nil {
 			return nil, fmt.Errorf("%s: open an ssh session: %w", what, err)
 		}
 	}

@@ -51,8 +51,10 @@ trap - EXIT
 // the socket's too long), and starts runboxd ($2) in a new session,
 // detached from the SSH session, with the secret's hash ($3), in the
 // workdir ($4, created if absent; "" is $HOME), with the remaining
-// arguments. It prints the state directory, runboxd's pid and start time (field 22
-// of its stat), the workdir and the boot id.
+// arguments. It waits (up to 30 s) until the socket is there or runboxd
+// has exited, so that the first dial finds it, and prints the state
+// directory, runboxd's pid and start time (field 22 of its stat), the
+// workdir and the boot id.
 // RUNBOX_SANDBOX=<id> in runboxd's environment is inherited by every
 // command, so what outlives a killed runboxd can still be found.
 const startScript = `
@@ -81,6 +83,9 @@ if command -v setsid >/dev/null 2>&1; then set -- setsid "$@"; fi
 RUNBOX_SANDBOX=$sandbox nohup "$@" </dev/null >>"$dir/runboxd.log" 2>&1 &
 pid=$!
 start=$(sed 's/^.*) //' "/proc/$pid/stat" | cut -d' ' -f20)
+running() { state=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -c1) && [ -n "$state" ] && [ "$state" != Z ]; }
+i=0
+while [ ! -S "$dir/runboxd.sock" ] && running && [ "$i" -lt 600 ]; do sleep 0.05; i=$((i+1)); done
 printf '%s\n' "$dir" "$pid" "$start" "$workdir"
 cat /proc/sys/kernel/random/boot_id
 `

@@ -184,8 +184,6 @@ PubkeyAuthentication yes
 PermitRootLogin prohibit-password
 AllowTcpForwarding yes
 AllowStreamLocalForwarding yes
-MaxStartups 200
-MaxSessions 100
 LogLevel DEBUG1
 `, s.port, s.dir, s.dir, s.dir)
 	if err := os.WriteFile(filepath.Join(s.dir, "sshd_config"), []byte(conf), 0o644); err != nil {
