@@ -190,6 +190,9 @@ LogLevel DEBUG1
 		return err
 	}
 	cmd := exec.Command(sshdPath, "-D", "-f", filepath.Join(s.dir, "sshd_config"), "-E", s.log)
+	// A test binary that dies (a timeout's panic skips the cleanups) takes
+	// its server along.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
