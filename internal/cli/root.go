@@ -25,6 +25,7 @@ import (
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
+	"github.com/runbox/runbox/provider/ssh"
 )
 
 // Version is runbox's version, set at build time with
@@ -67,10 +68,11 @@ var providers = []struct {
 	{host.ProviderName, func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{local.ProviderName, func(e env) runbox.Provider { return &local.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{docker.ProviderName, func(e env) runbox.Provider { return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
+	{ssh.ProviderName, func(e env) runbox.Provider { return &ssh.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 }
 
 // plannedProviders are named in errors so users know they are coming.
-var plannedProviders = []string{"ssh", "kubernetes"}
+var plannedProviders = []string{"kubernetes"}
 
 // defaultProvider is the provider up and run use without --provider or
 // $RUNBOX_PROVIDER.

@@ -51,6 +51,7 @@ type upFlags struct {
 	memory, network                string
 	pids                           int64
 	cpus                           float64
+	ssh                            sshFlags
 }
 
 func (f *upFlags) add(fs *pflag.FlagSet, def string) {
@@ -66,16 +67,20 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
+	f.ssh.add(fs)
 	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 }
 
 // upSpec returns the provider and sandbox spec the flags ask for.
 func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
-	p, err := a.provider(f.provider)
+	p, err := a.provider(f.ssh.provider(f.provider))
 	if err != nil {
 		if f.provider == os.Getenv("RUNBOX_PROVIDER") {
 			err = fmt.Errorf("$RUNBOX_PROVIDER: %w (set it to one of them, or unset it for %s)", err, defaultProvider)
 		}
+		return nil, runbox.SandboxSpec{}, err
+	}
+	if err := f.ssh.configure(p); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)

@@ -45,8 +45,9 @@ func hideHost(cfg Config, root string) error {
 		if err := unix.Mount(filepath.Join(root, "dev/null"), dst, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("jail: hide %s: %w", f, err)
 		}
-		// Not nodev: the file is /dev/null, which must open (and read
-		// empty), not fail with EACCES.
+		// Not nodev: the mask is the null device, which must open (and
+		// read empty) where the host's file was; read-only, it takes no
+		// writes.
 		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, ""); err != nil {
 			return fmt.Errorf("jail: hide %s: %w", f, err)
 		}

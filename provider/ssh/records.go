@@ -1,0 +1,247 @@
+package ssh
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/procbox"
+	"github.com/runbox/runbox/internal/sandboxkey"
+)
+
+// record is an ssh sandbox as this machine keeps it, in
+// $RUNBOX_HOME/ssh/<id>/sandbox.json beside its secret. The remote host
+// holds no record: only runboxd, its socket, log and state.
+type record struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name,omitempty"`
+	Created time.Time `json:"created"`
+	// Target is the host as given ([user@]host[:port] or an alias),
+	// resolved through the SSH configuration at every connection.
+	Target string `json:"target"`
+	// Endpoint is what Target resolved to at creation (user@host:port).
+	Endpoint string `json:"endpoint"`
+	// RemoteDir is the sandbox's state directory on the remote host
+	// (socket, log, state, spill files).
+	RemoteDir string `json:"remote_dir"`
+	// Runboxd is the binary's path on the remote host.
+	Runboxd string `json:"runboxd"`
+	// Workdir is the remote working directory of execs.
+	Workdir string `json:"workdir"`
+	// Pid, StartTime (field 22 of its stat) and BootID name the remote
+	// runboxd process for good.
+	Pid       int    `json:"pid"`
+	StartTime string `json:"start_time"`
+	BootID    string `json:"boot_id"`
+	// Containment is runboxd's mode: "cgroup2" or "proc".
+	Containment string `json:"containment"`
+}
+
+// socket is runboxd's socket on the remote host.
+func (r record) socket() string { return r.RemoteDir + "/runboxd.sock" }
+
+// validName is what a sandbox name may look like (docker's rule).
+var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// validID is what a sandbox id looks like.
+var validID = regexp.MustCompile(`^[0-9a-f]{12}$`)
+
+// secretFile is the name of the file holding a sandbox's secret (0600).
+const secretFile = "secret"
+
+// recordsDir returns $home/ssh.
+func (p *Provider) recordsDir() (string, error) {
+	h, err := p.home()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(h, "ssh"), nil
+}
+
+// readRecords reads every record, oldest first; directories without a
+// readable record (a Create in progress) are skipped.
+func readRecords(dir string) ([]record, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("read ssh sandboxes: %w", err)
+	}
+	var recs []record
+	for _, e := range ents {
+		if !e.IsDir() || !validID.MatchString(e.Name()) {
+			continue
+		}
+		r, err := readRecord(filepath.Join(dir, e.Name()))
+		if err != nil || r.ID != e.Name() {
+			continue
+		}
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(a, b record) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return recs, nil
+}
+
+func readRecord(sbDir string) (record, error) {
+	b, err := os.ReadFile(filepath.Join(sbDir, "sandbox.json"))
+	if err != nil {
+		return record{}, err
+	}
+	var r record
+	if err := json.Unmarshal(b, &r); err != nil {
+		return record{}, fmt.Errorf("sandbox record %s: %w", sbDir, err)
+	}
+	return r, nil
+}
+
+// writeRecord replaces sandbox.json atomically.
+func writeRecord(sbDir string, r record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("sandbox record: %w", err)
+	}
+	tmp := filepath.Join(sbDir, ".sandbox.json.tmp")
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("sandbox record: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(sbDir, "sandbox.json")); err != nil {
+		return fmt.Errorf("sandbox record: %w", err)
+	}
+	return nil
+}
+
+// find returns the record key names (exact id, exact name, unique id
+// prefix) and its directory.
+func (p *Provider) find(key string) (record, string, error) {
+	dir, err := p.recordsDir()
+	if err != nil {
+		return record{}, "", err
+	}
+	recs, err := readRecords(dir)
+	if err != nil {
+		return record{}, "", err
+	}
+	r, err := sandboxkey.Match(recs, key, func(r record) string { return r.ID }, func(r record) string { return r.Name })
+	if err != nil {
+		return record{}, "", err
+	}
+	return r, filepath.Join(dir, r.ID), nil
+}
+
+// reserve picks a fresh id, makes the sandbox's directory with a fresh
+// secret, and writes a preliminary record, under the records' lock, so two
+// Creates never take the same name or id.
+func reserve(dir string, r record) (record, string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return r, "", fmt.Errorf("runbox home: %w", err)
+	}
+	unlock, err := lock(dir)
+	if err != nil {
+		return r, "", err
+	}
+	defer unlock()
+	if r.Name != "" {
+		recs, err := readRecords(dir)
+		if err != nil {
+			return r, "", err
+		}
+		for _, o := range recs {
+			if o.Name == r.Name {
+				return r, "", fmt.Errorf("name %q is used by ssh sandbox %s: %w", r.Name, o.ID, procbox.ErrNameInUse)
+			}
+		}
+	}
+	for range 10 {
+		var b [6]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return r, "", fmt.Errorf("sandbox id: %w", err)
+		}
+		r.ID = hex.EncodeToString(b[:])
+		sbDir := filepath.Join(dir, r.ID)
+		if err := os.Mkdir(sbDir, 0o700); errors.Is(err, fs.ErrExist) {
+			continue
+		} else if err != nil {
+			return r, "", fmt.Errorf("sandbox dir: %w", err)
+		}
+		if err := writeSecret(sbDir); err != nil {
+			os.RemoveAll(sbDir)
+			return r, "", err
+		}
+		if err := writeRecord(sbDir, r); err != nil {
+			os.RemoveAll(sbDir)
+			return r, "", err
+		}
+		return r, sbDir, nil
+	}
+	return r, "", errors.New("cannot pick a fresh sandbox id")
+}
+
+// lock takes an exclusive lock on dir/.lock and returns its release.
+func lock(dir string) (func(), error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock ssh records: %w", err)
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock ssh records: %w", err)
+	}
+	return func() { f.Close() }, nil
+}
+
+// writeSecret makes a fresh secret for the sandbox in sbDir.
+func writeSecret(sbDir string) error {
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(sbDir, secretFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("sandbox secret: %w", err)
+	}
+	_, err = f.Write(secret)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sandbox secret: %w", err)
+	}
+	return nil
+}
+
+// readSecret reads the sandbox's secret; without it the sandbox cannot be
+// reached (runbox.ErrUnauthenticated).
+func readSecret(sbDir string) ([]byte, error) {
+	path := filepath.Join(sbDir, secretFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read the sandbox's secret: %v", runbox.ErrUnauthenticated, err)
+	}
+	if err := daemonauth.CheckSecret(b); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", runbox.ErrUnauthenticated, path, err)
+	}
+	return b, nil
+}
