@@ -353,6 +353,10 @@ var errCreated = errors.New("created")
 func writeKeepingMode(ctx context.Context, t fileTarget, data []byte, perm fs.FileMode) (runbox.FileInfo, error) {
 	old, err := t.ref.cl.Stat(ctx, t.rel, t.opts()...)
 	created := errors.Is(err, runbox.ErrFileNotFound)
+	if err == nil && old.IsSymlink() {
+		// The link is replaced, not followed: a new file.
+		created = true
+	}
 	switch {
 	case err != nil && !created:
 		return runbox.FileInfo{}, err

@@ -117,6 +117,12 @@ type stdio struct {
 func startStdio(t *testing.T, args ...string) *stdio {
 	t.Helper()
 	home, workdir := testHome(t)
+	return startStdioHome(t, home, workdir, args...)
+}
+
+// startStdioHome is startStdio with a given home and workspace.
+func startStdioHome(t *testing.T, home, workdir string, args ...string) *stdio {
+	t.Helper()
 	s := &stdio{home: home, workdir: workdir, stderr: &lockedBuffer{}}
 	s.cmd = exec.Command(runboxBin, append([]string{"mcp", "--provider", "host", "--workdir", workdir}, args...)...)
 	s.cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock")
