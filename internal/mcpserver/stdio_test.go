@@ -344,4 +344,3 @@ type fileRead struct {
 	EndLine   int64  `json:"end_line"`
 	Truncated bool   `json:"truncated"`
 }
-
