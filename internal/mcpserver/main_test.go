@@ -169,7 +169,10 @@ func (s *stdio) close(t *testing.T) {
 		return
 	}
 	s.stdin.Close()
-	err := s.cmd.Wait()
+	var err error
+	if s.cmd != nil { // nil: a test waited for it already
+		err = s.cmd.Wait()
+	}
 	_ = s.cs.Close()
 	s.cs = nil
 	if err != nil {

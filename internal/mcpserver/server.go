@@ -151,6 +151,10 @@ func (s *Server) MCP() *mcp.Server { return s.mcp }
 // Run serves one MCP session on t until the client ends it or ctx ends,
 // then cleans up after it (see Close) and returns.
 func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
+	// When ctx ends (runbox mcp got SIGTERM), stop what the calls run at
+	// once: the SDK closes the session only once its calls have returned.
+	stop := context.AfterFunc(ctx, s.cancelCalls)
+	defer stop()
 	err := s.mcp.Run(ctx, t)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -168,18 +172,21 @@ func (s *Server) Run(ctx context.Context, t mcp.Transport) error {
 // call in progress is cancelled at once, its commands stopped with the stop
 // protocol, and the session cleaned up.
 func (s *Server) RunIO(ctx context.Context, r io.ReadCloser, w io.WriteCloser) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	in := &eofReader{r: r, onEnd: func() {
-		// The client is gone: cancel what its calls are running now,
-		// rather than after each call's timeout.
-		s.mu.Lock()
-		for _, st := range s.sessions {
-			st.cancel()
-		}
-		s.mu.Unlock()
-	}}
+	// When the client is gone, cancel what its calls run now, rather than
+	// after each call's timeout.
+	in := &eofReader{r: r, onEnd: s.cancelCalls}
 	return s.Run(ctx, &mcp.IOTransport{Reader: in, Writer: w})
+}
+
+// cancelCalls ends every session's context: the calls in progress stop
+// their commands (stop protocol) and return, and background execs are
+// cancelled. The sessions are cleaned up when the SDK closes them.
+func (s *Server) cancelCalls() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, st := range s.sessions {
+		st.cancel()
+	}
 }
 
 // eofReader calls onEnd once when a read fails (end of input).
@@ -212,9 +219,7 @@ func (s *Server) Close(ctx context.Context) error {
 		all = append(all, st)
 	}
 	s.mu.Unlock()
-	for _, st := range all {
-		st.cancel() // stop what the calls in progress run
-	}
+	s.cancelCalls()
 	done := make(chan struct{})
 	go func() {
 		// Closing a session waits for its calls in progress; then its

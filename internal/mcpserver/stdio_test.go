@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -191,13 +192,39 @@ func TestClientGoneStopsExec(t *testing.T) {
 		_, _ = s.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{
 			"command": "sleep " + m, "timeout_seconds": 600}})
 	}()
-	eventually(t, "the exec runs", func() bool { return procs(t, m) == 1 })
+	eventually(t, "the exec runs", func() bool { return procs(t, m) >= 1 })
 	s.close(t) // closes stdin, waits for runbox mcp to exit
 	if n := procs(t, m); n != 0 {
 		t.Errorf("%d processes survive the session", n)
 	}
 	if sbs := hostSandboxes(t, s.home); len(sbs) != 0 {
 		t.Errorf("sandboxes left after the session: %v", sbs)
+	}
+}
+
+// SIGTERM to runbox mcp during a long exec stops the exec at once with
+// everything it started, removes the session's sandbox, and runbox mcp
+// exits 0.
+func TestSignalStopsExec(t *testing.T) {
+	s := startStdio(t)
+	m := marker()
+	go func() {
+		_, _ = s.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{
+			"command": fmt.Sprintf("sleep %s & sleep %s", m, m), "timeout_seconds": 600}})
+	}()
+	eventually(t, "the exec runs", func() bool { return procs(t, m) >= 2 })
+	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.cmd.Wait(); err != nil {
+		t.Errorf("runbox mcp after SIGTERM: %v; stderr: %s", err, s.stderr)
+	}
+	s.cmd = nil
+	if n := procs(t, m); n != 0 {
+		t.Errorf("%d processes survive", n)
+	}
+	if sbs := hostSandboxes(t, s.home); len(sbs) != 0 {
+		t.Errorf("sandboxes left: %v", sbs)
 	}
 }
 
