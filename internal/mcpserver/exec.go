@@ -28,9 +28,11 @@ type ExecInput struct {
 	ID             string            `json:"id,omitempty" jsonschema:"exec id to use (default: generated); an id that exists is attached to, never run twice"`
 }
 
+// hintOn and hintOff are the values of the tools' optional annotation
+// hints (the SDK takes them by pointer).
 var (
-	yes = true
-	no  = false
+	hintOn  = true
+	hintOff = false
 )
 
 func (s *Server) addExecTools() {
@@ -42,26 +44,26 @@ Commands of one MCP session share a persistent shell session: cd and export carr
 A command that outlives timeout_seconds (default 120) is stopped together with every process it started, and the call returns at the timeout with the output so far (timed_out: true); nothing is left running.
 For servers, watchers and other long-running commands set background: true: the call returns the exec id at once; use exec_output to read its output and result, exec_cancel to stop it.
 Long output keeps its start and its end; the middle is counted in stdout_dropped and kept whole in stdout_spill, a file readable with file_read.`,
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, OpenWorldHint: &yes},
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, OpenWorldHint: &hintOn},
 	}, call(s, s.exec))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "exec_output",
 		Title: "Read a background command's output",
 		Description: `Return what a background exec printed from byte offset (stdout and stderr merged, in the order printed), waiting up to wait_seconds for more output or for its end, and its result once it has ended.
 Call it again with offset set to next_offset to follow the output.`,
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no},
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.execOutput))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "exec_cancel",
 		Title:       "Stop a command",
 		Description: `Stop an exec and every process it started (SIGTERM, a grace period, then SIGKILL) and return its result. Cancelling an exec that has ended returns its result and changes nothing.`,
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, IdempotentHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.execCancel))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "exec_list",
 		Title:       "List commands",
 		Description: `List the execs the sandbox keeps: running ones, and recently ended ones with their exit codes.`,
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no},
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.execList))
 }
 

@@ -17,19 +17,19 @@ func (s *Server) addSandboxTools() {
 		Title: "Make a sandbox",
 		Description: `Make a new sandbox and return its id; pass it as sandbox to the other tools, or set use to make it this session's default.
 It is removed when this MCP session ends, unless keep is set.`,
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &no, OpenWorldHint: &yes},
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOff, OpenWorldHint: &hintOn},
 	}, call(s, s.sandboxCreate))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_list",
 		Title:       "List sandboxes",
 		Description: `List the sandboxes there are, saying which one is this session's default and which this session made.`,
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no},
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.sandboxList))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_remove",
 		Title:       "Remove a sandbox",
 		Description: `Stop every command in a sandbox and destroy it with its files. Removing this session's default sandbox makes the next call without a sandbox get a fresh one.`,
-		Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes, IdempotentHint: true, OpenWorldHint: &no},
+		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, IdempotentHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.sandboxRemove))
 }
 
