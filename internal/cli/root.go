@@ -180,6 +180,7 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.cpCmd(),
 		a.syncCmd(),
 		a.versionCmd(),
+		a.mcpCmd(),
 	)
 	return root
 }
