@@ -52,7 +52,7 @@ func relay(err error) error {
 	if tag := ce.Meta().Get(errorKey); tag != "" {
 		out.Meta().Set(errorKey, tag)
 	}
-	if !connect.IsWireError(err) && ce.Code() != connect.CodeCanceled && ce.Code() != connect.CodeDeadlineExceeded {
+	if !connect.IsWireError(err) {
 		// The server's own client failed: the connection, not runboxd.
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("connection to the sandbox: %s", ce.Message()))
 	}

@@ -23,9 +23,9 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 		Provider string `json:"provider"`
 	}
 	out := struct {
-		Ready    bool      `json:"ready"`
-		Error    string    `json:"error,omitempty"`
-		Unknown  []unknown `json:"unknown_sandboxes"`
+		Ready   bool      `json:"ready"`
+		Error   string    `json:"error,omitempty"`
+		Unknown []unknown `json:"unknown_sandboxes"`
 	}{Ready: true, Unknown: []unknown{}}
 	s.mu.Lock()
 	started := s.started

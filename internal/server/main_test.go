@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,7 +32,9 @@ type testServer struct {
 	stop  func()
 }
 
-type serverOpt func(*server.Config)
+type serverConfig = server.Config
+
+type serverOpt func(*serverConfig)
 
 func startServer(t *testing.T, opts ...serverOpt) *testServer {
 	t.Helper()
@@ -68,7 +71,11 @@ func (ts *testServer) start(t *testing.T, opts ...serverOpt) {
 		o(&cfg)
 	}
 	srv := server.New(cfg)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr := "127.0.0.1:0"
+	if ts.url != "" { // a restart: the same address, so clients find it again
+		addr = strings.TrimPrefix(ts.url, "http://")
+	}
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,14 @@ import (
 // failed: runboxd's own answers as they are; a failed connection is
 // ErrSandboxLost when the provider confirms the sandbox is gone, else
 // Unavailable (the Go client retries it).
-func (s *Server) upstreamError(r *routed, err error) error {
-	if !answered(err) && connect.CodeOf(err) != connect.CodeCanceled {
+func (s *Server) upstreamError(ctx context.Context, r *routed, err error) error {
+	if s.streams.Err() != nil && !answered(err) {
+		return errShuttingDown
+	}
+	if ctx.Err() != nil {
+		return connect.NewError(connect.CodeCanceled, context.Cause(ctx))
+	}
+	if !answered(err) {
 		if lost := s.checkLost(r.rec); lost != nil {
 			return lost
 		}
@@ -37,8 +43,11 @@ func forwardUnary[Req, Res any](s *Server, ctx context.Context, req *connect.Req
 	}
 	defer r.release()
 	resp, err := call(r.up)(ctx, connect.NewRequest(req.Msg))
+	if err != nil && s.recoverLost(ctx, r, err) {
+		resp, err = call(r.up)(ctx, connect.NewRequest(req.Msg))
+	}
 	if err != nil {
-		return nil, s.upstreamError(r, err)
+		return nil, s.upstreamError(ctx, r, err)
 	}
 	out := connect.NewResponse(resp.Msg)
 	markRecreated(r, out.Header())
@@ -57,7 +66,7 @@ func forwardServerStream[Req, Res any](s *Server, ctx context.Context, req *conn
 	defer cancel()
 	up, err := call(r.up)(ctx, connect.NewRequest(req.Msg))
 	if err != nil {
-		return s.upstreamError(r, err)
+		return s.upstreamError(ctx, r, err)
 	}
 	defer up.Close()
 	for up.Receive() {
@@ -66,7 +75,7 @@ func forwardServerStream[Req, Res any](s *Server, ctx context.Context, req *conn
 		}
 	}
 	if err := up.Err(); err != nil {
-		return s.upstreamError(r, err)
+		return s.upstreamError(ctx, r, err)
 	}
 	return nil
 }
@@ -93,7 +102,7 @@ func forwardClientStream[Req, Res any](s *Server, ctx context.Context, in *conne
 	}
 	resp, err := up.CloseAndReceive()
 	if err != nil {
-		return nil, s.upstreamError(r, err)
+		return nil, s.upstreamError(ctx, r, err)
 	}
 	out := connect.NewResponse(resp.Msg)
 	markRecreated(r, out.Header())

@@ -47,16 +47,18 @@ func (p *execProxy) Run(ctx context.Context, req *connect.Request[runboxv1.RunRe
 // and returns its result once seen. The exec's audit row is completed with
 // the result, or by a watcher if the call ends first. With cutAtShutdown
 // (streams) the call ends when the server shuts down; without (unary Run)
-// it is let finish.
+// it is let finish. A sandbox found lost before the exec started is
+// recreated (when its spec says so) and the exec run in the new one.
 func (s *Server) runExec(ctx context.Context, r *routed, msg *runboxv1.RunRequest, send func(*runboxv1.ExecEvent) error, cutAtShutdown bool) (*runboxv1.Result, error) {
 	msg = proto.Clone(msg).(*runboxv1.RunRequest)
 	if msg.Spec.Id == "" {
 		msg.Spec.Id = newExecID()
 	}
 	key := execKey{r.rec.ID, msg.Spec.Id}
-	t, newRow, err := s.beginExec(ctx, r, msg.Spec)
-	if err != nil {
-		return nil, err
+	if cutAtShutdown {
+		var cancel context.CancelFunc
+		ctx, cancel = s.streamContext(ctx)
+		defer cancel()
 	}
 	sawExit := false
 	defer func() {
@@ -64,49 +66,76 @@ func (s *Server) runExec(ctx context.Context, r *routed, msg *runboxv1.RunReques
 			s.leaveExec(key)
 		}
 	}()
-	if cutAtShutdown {
-		var cancel context.CancelFunc
-		ctx, cancel = s.streamContext(ctx)
-		defer cancel()
-	}
-	up, err := r.up.rpc.Run(ctx, connect.NewRequest(msg))
-	if err != nil {
-		return nil, s.execFailed(r, key, newRow, err)
-	}
-	defer up.Close()
-	for up.Receive() {
-		ev := up.Msg()
-		switch e := ev.GetEvent().(type) {
-		case *runboxv1.ExecEvent_Started:
-			if e.Started.GetAttached() && newRow {
-				s.notNew(key, t)
-			}
-		case *runboxv1.ExecEvent_Exited:
-			sawExit = true
-			s.finishExec(key, e.Exited.GetResult())
-			if err := send(ev); err != nil {
-				return nil, err
-			}
-			return e.Exited.GetResult(), nil
-		}
-		if err := send(ev); err != nil {
+	for attempt := 0; ; attempt++ {
+		t, newRow, err := s.beginExec(ctx, r, msg.Spec)
+		if err != nil {
 			return nil, err
 		}
+		up, err := r.up.rpc.Run(ctx, connect.NewRequest(msg))
+		events := 0
+		if err == nil {
+			for up.Receive() {
+				events++
+				ev := up.Msg()
+				switch e := ev.GetEvent().(type) {
+				case *runboxv1.ExecEvent_Started:
+					if e.Started.GetAttached() && newRow {
+						s.notNew(key, t)
+					}
+				case *runboxv1.ExecEvent_Exited:
+					sawExit = true
+					s.finishExec(key, e.Exited.GetResult())
+					up.Close()
+					if err := send(ev); err != nil {
+						return nil, err
+					}
+					return e.Exited.GetResult(), nil
+				}
+				if err := send(ev); err != nil {
+					up.Close()
+					return nil, err
+				}
+			}
+			err = up.Err()
+			up.Close()
+			if err == nil {
+				return nil, connect.NewError(connect.CodeUnavailable, errors.New("runboxd ended the stream before the exec's exit event"))
+			}
+		}
+		if events == 0 && attempt == 0 && s.recoverLost(ctx, r, err) {
+			continue // the sandbox was lost and is recreated: run it there
+		}
+		return nil, s.execFailed(ctx, r, key, newRow && events == 0, err)
 	}
-	if err := up.Err(); err != nil {
-		return nil, s.execFailed(r, key, false, err)
+}
+
+// recoverLost is called when a call's connection to r's runboxd failed
+// before anything came back. If the sandbox turns out lost and its spec
+// asks for it, the sandbox is recreated, r now routes to the new one, and
+// recoverLost returns true: the call may be made again.
+func (s *Server) recoverLost(ctx context.Context, r *routed, err error) bool {
+	if answered(err) || ctx.Err() != nil || s.streams.Err() != nil {
+		return false
 	}
-	return nil, connect.NewError(connect.CodeUnavailable, errors.New("runboxd ended the stream before the exec's exit event"))
+	if s.checkLost(r.rec) == nil {
+		return false
+	}
+	rec, gerr := s.store.GetSandbox(ctx, r.rec.Tenant, r.rec.ID)
+	if gerr != nil {
+		return false
+	}
+	r.rec = rec
+	return s.recreateOrFail(ctx, r) == nil
 }
 
 // execFailed answers a Run that failed. A refusal by runboxd (bad spec,
 // spawn failure, cancelled id) closes the exec's row if this call opened
 // it: the command never ran.
-func (s *Server) execFailed(r *routed, key execKey, newRow bool, err error) error {
+func (s *Server) execFailed(ctx context.Context, r *routed, key execKey, newRow bool, err error) error {
 	if answered(err) && newRow {
 		s.failExec(key, registry.OutcomeRefused, connect.NewError(connect.CodeOf(err), errors.New(errMessage(err))).Error())
 	}
-	return s.upstreamError(r, err)
+	return s.upstreamError(ctx, r, err)
 }
 
 func errMessage(err error) string {
@@ -136,7 +165,7 @@ func (p *execProxy) Attach(ctx context.Context, req *connect.Request[runboxv1.At
 	defer cancel()
 	up, err := r.up.rpc.Attach(ctx, connect.NewRequest(req.Msg))
 	if err != nil {
-		return s.upstreamError(r, err)
+		return s.upstreamError(ctx, r, err)
 	}
 	defer up.Close()
 	for up.Receive() {
@@ -150,7 +179,7 @@ func (p *execProxy) Attach(ctx context.Context, req *connect.Request[runboxv1.At
 		}
 	}
 	if err := up.Err(); err != nil {
-		return s.upstreamError(r, err)
+		return s.upstreamError(ctx, r, err)
 	}
 	return nil
 }

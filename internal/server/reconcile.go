@@ -46,16 +46,8 @@ func (s *Server) reconcile(ctx context.Context) error {
 			if r.Provider != name || r.State == registry.StateLost {
 				continue
 			}
-			sb, ok := have[r.ProviderID]
-			switch {
-			case !ok:
-				s.markLost(r, fmt.Sprintf("the %s provider no longer has sandbox %s", name, r.ProviderID))
-			case !sb.Alive:
-				why := sb.Detail["lost"]
-				if why == "" {
-					why = "its runboxd does not answer"
-				}
-				s.markLost(r, why)
+			if sb, ok := have[r.ProviderID]; !ok || !sb.Alive {
+				s.checkLost(r) // confirms before marking it lost
 			}
 		}
 	}

@@ -117,19 +117,16 @@ func (s *Server) upstreamFor(ctx context.Context, rec registry.Sandbox) (*upstre
 		return nil, apiError(fmt.Errorf("%w: sandbox %s: provider %q is not enabled on this server", runbox.ErrProviderUnavailable, rec.ID, rec.Provider))
 	}
 	sb, err := p.Get(ctx, rec.ProviderID)
-	switch {
-	case errors.Is(err, runbox.ErrSandboxNotFound):
-		s.markLost(rec, fmt.Sprintf("the %s provider no longer has sandbox %s", rec.Provider, rec.ProviderID))
-		return nil, nil
-	case err != nil:
+	if err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
 		return nil, apiError(fmt.Errorf("look up sandbox %s: %w", rec.ID, err))
-	case !sb.Alive:
-		why := sb.Detail["lost"]
-		if why == "" {
-			why = "its runboxd does not answer"
+	}
+	if err != nil || !sb.Alive {
+		if lost := s.checkLost(rec); lost != nil {
+			return nil, nil
 		}
-		s.markLost(rec, why)
-		return nil, nil
+		if sb, err = p.Get(ctx, rec.ProviderID); err != nil || !sb.Alive {
+			return nil, apiError(fmt.Errorf("%w: sandbox %s does not answer now; try again", runbox.ErrProviderUnavailable, rec.ID))
+		}
 	}
 	up = newUpstream(p, sb)
 	s.mu.Lock()
@@ -157,32 +154,58 @@ func (s *Server) dropUpstream(id string) {
 // checkLost is called when a call to rec's runboxd failed on its
 // connection. It asks the provider whether the sandbox is still there; if
 // not, the sandbox is marked lost and the error to answer is returned
-// (ErrSandboxLost, tagged). nil means the sandbox answers: the failure was
-// the connection's, and the caller may retry.
+// (ErrSandboxLost, tagged). nil means the sandbox answers (or cannot be
+// judged now): the failure was the connection's, and the caller may retry.
 func (s *Server) checkLost(rec registry.Sandbox) error {
-	ctx, cancel := context.WithTimeout(s.bg, 10*time.Second)
-	defer cancel()
-	p, ok := s.cfg.Providers[rec.Provider]
-	if !ok {
-		return nil
-	}
-	sb, err := p.Get(ctx, rec.ProviderID)
-	why := ""
-	switch {
-	case errors.Is(err, runbox.ErrSandboxNotFound):
-		why = fmt.Sprintf("the %s provider no longer has sandbox %s", rec.Provider, rec.ProviderID)
-	case err != nil:
-		return nil // cannot tell: let the caller retry
-	case !sb.Alive:
-		why = sb.Detail["lost"]
-		if why == "" {
-			why = "its runboxd does not answer"
-		}
-	default:
+	why, lost := s.probeLost(rec)
+	if !lost {
 		return nil
 	}
 	s.markLost(rec, why)
 	return lostError(rec.ID, why)
+}
+
+// probeAttempts and probePause: a sandbox is lost only when its provider
+// says so this many times in a row, this far apart. One missed probe (a
+// busy machine can take a second to answer) must not condemn a sandbox.
+const (
+	probeAttempts = 3
+	probePause    = 500 * time.Millisecond
+)
+
+// probeLost asks rec's provider whether the sandbox is gone: the provider
+// no longer has it, or its runboxd does not answer, every time asked.
+func (s *Server) probeLost(rec registry.Sandbox) (why string, lost bool) {
+	p, ok := s.cfg.Providers[rec.Provider]
+	if !ok {
+		return "", false
+	}
+	for i := 0; i < probeAttempts; i++ {
+		if i > 0 {
+			select {
+			case <-s.bg.Done():
+				return "", false
+			case <-time.After(probePause):
+			}
+		}
+		ctx, cancel := context.WithTimeout(s.bg, 10*time.Second)
+		sb, err := p.Get(ctx, rec.ProviderID)
+		cancel()
+		switch {
+		case errors.Is(err, runbox.ErrSandboxNotFound):
+			why = fmt.Sprintf("the %s provider no longer has sandbox %s", rec.Provider, rec.ProviderID)
+		case err != nil:
+			return "", false // cannot tell
+		case !sb.Alive:
+			why = sb.Detail["lost"]
+			if why == "" {
+				why = "its runboxd does not answer"
+			}
+		default:
+			return "", false
+		}
+	}
+	return why, true
 }
 
 // lostError is the answer for a call to a lost sandbox.

@@ -91,11 +91,11 @@ type Server struct {
 	wg         sync.WaitGroup
 
 	mu        sync.Mutex
-	upstreams map[string]*upstream    // by sandbox id
-	usage     map[string]*usage       // by sandbox id
-	execs     map[execKey]*execTrack  // execs known to be running
-	creating  map[string]int          // sandboxes being created, by tenant
-	unknown   []runbox.Sandbox        // found at start, not in the registry
+	upstreams map[string]*upstream   // by sandbox id
+	usage     map[string]*usage      // by sandbox id
+	execs     map[execKey]*execTrack // execs known to be running
+	creating  map[string]int         // sandboxes being created, by tenant
+	unknown   []runbox.Sandbox       // found at start, not in the registry
 
 	recreateMu sync.Mutex // one recreate at a time
 	started    bool       // Start has finished
