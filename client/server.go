@@ -172,7 +172,13 @@ func (s *Server) error(op, sandbox string, ctx context.Context, err error) error
 	if _, _, tagged := wire.FromConnectError(err); !tagged && !connect.IsWireError(err) && ctx.Err() == nil {
 		return &runbox.Error{Op: op, Sandbox: sandbox, Err: fmt.Errorf("%w: runbox serve at %s: %v", runbox.ErrProviderUnavailable, s.host, err)}
 	}
-	return &runbox.Error{Op: op, Sandbox: sandbox, Err: cause(ctx, err)}
+	err = cause(ctx, err)
+	if errors.Is(err, runbox.ErrSandboxNotFound) {
+		// The server's message names the sandbox, which the *runbox.Error
+		// already does: say it as a local lookup would.
+		err = runbox.ErrSandboxNotFound
+	}
+	return &runbox.Error{Op: op, Sandbox: sandbox, Err: err}
 }
 
 // sandbox converts the server's description.
