@@ -26,6 +26,10 @@ var (
 	ErrNameTaken = errors.New("name already in use")
 )
 
+// maxConns bounds the store's connections (SQLite serialises writers;
+// readers run beside them in WAL mode).
+const maxConns = 4
+
 // Store is an open registry database. It is safe for concurrent use.
 type Store struct {
 	db *sql.DB
@@ -47,6 +51,14 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open registry %s: %w", path, err)
 	}
+	// A fixed pool of connections that are never closed while the store is
+	// open: SQLite keeps the file descriptors of a closed connection open
+	// while another connection holds a lock on the same file, so a pool
+	// that grows and shrinks under load would pile up descriptors.
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
 	s := &Store{db: db}
 	if err := s.migrate(ctx); err != nil {
 		db.Close()
