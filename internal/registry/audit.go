@@ -90,6 +90,14 @@ func (s *Store) Lifecycle(ctx context.Context, tenant, sandbox, kind, detail str
 	return nil
 }
 
+const (
+	openExecFindQuery   = `SELECT id FROM audit WHERE sandbox = ? AND exec_id = ? AND kind = 'exec' AND ended_ms = 0`
+	openExecInsertQuery = `INSERT INTO audit (tenant, sandbox, kind, exec_id, command, started_ms) VALUES (?, ?, 'exec', ?, ?, ?)`
+	finishExecQuery     = `UPDATE audit SET ended_ms = ?, exit_code = ?, signal = ?, timed_out = ?,
+		cancelled = ?, killed = ?, stdout_bytes = ?, stderr_bytes = ?, outcome = ?, detail = ?
+		WHERE id = ? AND ended_ms = 0`
+)
+
 // OpenExec returns the id of the unfinished row of exec in sandbox, or
 // starts one; created says which.
 func (s *Store) OpenExec(ctx context.Context, tenant, sandbox, execID, command string) (id int64, created bool, err error) {
@@ -98,16 +106,14 @@ func (s *Store) OpenExec(ctx context.Context, tenant, sandbox, execID, command s
 		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
 	}
 	defer tx.Rollback()
-	err = tx.QueryRowContext(ctx, `SELECT id FROM audit WHERE sandbox = ? AND exec_id = ? AND kind = 'exec' AND ended_ms = 0`,
-		sandbox, execID).Scan(&id)
+	err = tx.StmtContext(ctx, s.openExecFind).QueryRowContext(ctx, sandbox, execID).Scan(&id)
 	if err == nil {
 		return id, false, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
 	}
-	res, err := tx.ExecContext(ctx, `INSERT INTO audit (tenant, sandbox, kind, exec_id, command, started_ms) VALUES (?, ?, 'exec', ?, ?, ?)`,
-		tenant, sandbox, execID, command, ms(time.Now()))
+	res, err := tx.StmtContext(ctx, s.openExecInsert).ExecContext(ctx, tenant, sandbox, execID, command, ms(time.Now()))
 	if err != nil {
 		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
 	}
@@ -120,10 +126,7 @@ func (s *Store) OpenExec(ctx context.Context, tenant, sandbox, execID, command s
 // FinishExec ends an exec's row with its result; a row already ended is
 // left as it is (the first result recorded wins).
 func (s *Store) FinishExec(ctx context.Context, id int64, r ExecResult) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE audit SET ended_ms = ?, exit_code = ?, signal = ?, timed_out = ?,
-		cancelled = ?, killed = ?, stdout_bytes = ?, stderr_bytes = ?, outcome = ?, detail = ?
-		WHERE id = ? AND ended_ms = 0`,
-		ms(time.Now()), r.ExitCode, r.Signal, r.TimedOut, r.Cancelled, r.Killed, r.StdoutBytes, r.StderrBytes,
+	_, err := s.finishExecStmt.ExecContext(ctx, ms(time.Now()), r.ExitCode, r.Signal, r.TimedOut, r.Cancelled, r.Killed, r.StdoutBytes, r.StderrBytes,
 		r.Outcome, r.Detail, id)
 	if err != nil {
 		return fmt.Errorf("audit exec row %d: %w", id, err)

@@ -33,6 +33,30 @@ const maxConns = 4
 // Store is an open registry database. It is safe for concurrent use.
 type Store struct {
 	db *sql.DB
+	// The statements of every API call, prepared once (parsing SQL cost
+	// more than running it).
+	authStmt, getSandboxStmt, openExecFind, openExecInsert, finishExecStmt *sql.Stmt
+}
+
+// prepare prepares the hot statements.
+func (s *Store) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		stmt **sql.Stmt
+		q    string
+	}{
+		{&s.authStmt, authQuery},
+		{&s.getSandboxStmt, getSandboxQuery},
+		{&s.openExecFind, openExecFindQuery},
+		{&s.openExecInsert, openExecInsertQuery},
+		{&s.finishExecStmt, finishExecQuery},
+	} {
+		st, err := s.db.PrepareContext(ctx, p.q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", p.q, err)
+		}
+		*p.stmt = st
+	}
+	return nil
 }
 
 // Open opens (creating it if absent) the database at path and applies
@@ -61,6 +85,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	db.SetConnMaxIdleTime(0)
 	s := &Store{db: db}
 	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open registry %s: %w", path, err)
+	}
+	if err := s.prepare(ctx); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("open registry %s: %w", path, err)
 	}

@@ -82,11 +82,13 @@ func (s *Store) NameTaken(ctx context.Context, tenant, name string) (bool, error
 	return n > 0, err
 }
 
+const getSandboxQuery = `SELECT ` + sandboxCols + ` FROM sandboxes
+	WHERE tenant = ? AND (id = ? OR name = ?) ORDER BY id = ? DESC LIMIT 1`
+
 // GetSandbox returns tenant's sandbox whose id or name is key; ErrNotFound
 // when it has none (another tenant's sandbox included).
 func (s *Store) GetSandbox(ctx context.Context, tenant, key string) (Sandbox, error) {
-	sb, err := scanSandbox(s.db.QueryRowContext(ctx, `SELECT `+sandboxCols+` FROM sandboxes
-		WHERE tenant = ? AND (id = ? OR name = ?) ORDER BY id = ? DESC LIMIT 1`, tenant, key, key, key))
+	sb, err := scanSandbox(s.getSandboxStmt.QueryRowContext(ctx, tenant, key, key, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return Sandbox{}, ErrNotFound
 	}

@@ -81,14 +81,15 @@ func (s *Store) CreateToken(ctx context.Context, tenant string) (Token, string, 
 	return t, token, nil
 }
 
+const authQuery = `SELECT t.name, t.created_ms, t.max_sandboxes, t.max_execs
+	FROM tokens k JOIN tenants t ON t.name = k.tenant WHERE k.hash = ? AND k.revoked_ms = 0`
+
 // Authenticate returns the tenant a valid token belongs to; ErrNotFound
 // for a token that is unknown or revoked.
 func (s *Store) Authenticate(ctx context.Context, token string) (Tenant, error) {
 	var t Tenant
 	var created int64
-	err := s.db.QueryRowContext(ctx, `SELECT t.name, t.created_ms, t.max_sandboxes, t.max_execs
-		FROM tokens k JOIN tenants t ON t.name = k.tenant WHERE k.hash = ? AND k.revoked_ms = 0`,
-		HashToken(token)).Scan(&t.Name, &created, &t.MaxSandboxes, &t.MaxExecs)
+	err := s.authStmt.QueryRowContext(ctx, HashToken(token)).Scan(&t.Name, &created, &t.MaxSandboxes, &t.MaxExecs)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Tenant{}, ErrNotFound
 	}

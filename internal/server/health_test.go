@@ -7,7 +7,7 @@ import (
 )
 
 // waitReady polls /healthz until the server answers.
-func waitReady(t *testing.T, url string) {
+func waitReady(t testing.TB, url string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -36,7 +36,12 @@ type serverConfig = server.Config
 
 type serverOpt func(*serverConfig)
 
-func startServer(t *testing.T, opts ...serverOpt) *testServer {
+func startServer(t *testing.T, opts ...serverOpt) *testServer { return startServerTB(t, opts...) }
+
+// startServerB is startServer for benchmarks.
+func startServerB(b *testing.B, opts ...serverOpt) *testServer { return startServerTB(b, opts...) }
+
+func startServerTB(t testing.TB, opts ...serverOpt) *testServer {
 	t.Helper()
 	home, err := os.MkdirTemp("", "rbs")
 	if err != nil {
@@ -54,7 +59,7 @@ func startServer(t *testing.T, opts ...serverOpt) *testServer {
 }
 
 // start (re)starts the server on ts's home and registry.
-func (ts *testServer) start(t *testing.T, opts ...serverOpt) {
+func (ts *testServer) start(t testing.TB, opts ...serverOpt) {
 	t.Helper()
 	store, err := registry.Open(context.Background(), filepath.Join(ts.home, "runbox.db"))
 	if err != nil {
@@ -94,7 +99,7 @@ func (ts *testServer) start(t *testing.T, opts ...serverOpt) {
 }
 
 // removeAll removes every host sandbox left in home.
-func removeAll(t *testing.T, home string) {
+func removeAll(t testing.TB, home string) {
 	p := &host.Provider{Home: home}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -106,8 +111,11 @@ func removeAll(t *testing.T, home string) {
 	}
 }
 
+// tokenB is token for benchmarks.
+func (ts *testServer) tokenB(b *testing.B, tenant string) string { return ts.token(b, tenant) }
+
 // token makes a token for tenant.
-func (ts *testServer) token(t *testing.T, tenant string) string {
+func (ts *testServer) token(t testing.TB, tenant string) string {
 	t.Helper()
 	_, tok, err := ts.store.CreateToken(context.Background(), tenant)
 	if err != nil {
