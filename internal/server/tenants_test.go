@@ -54,8 +54,13 @@ func TestTenantsSeeOnlyTheirOwn(t *testing.T) {
 				want = msg
 			}
 		}
-		if want != `sandbox "`+key+`": no such sandbox` {
+		if want != "no such sandbox" {
 			t.Errorf("get %s says %q", key, want)
+		}
+		// On the wire: the same code and message, the key aside.
+		_, out := post(t, ts.url, ts.token(t, "b"), "/runbox.v1.SandboxService/Get", "", []byte(`{"id":"`+key+`"}`))
+		if out["code"] != "not_found" || out["message"] != `sandbox "`+key+`": no such sandbox` {
+			t.Errorf("tenant b's Get %s on the wire: %v", key, out)
 		}
 		cb.Close()
 	}

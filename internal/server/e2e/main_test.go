@@ -131,7 +131,10 @@ func (sp *serveProc) start(extra ...string) {
 	cmd := exec.Command(sp.bin, args...)
 	cmd.Env = sp.env()
 	pr, pw := io.Pipe()
-	sp.log = &syncBuffer{}
+	if sp.log == nil {
+		sp.log = &syncBuffer{} // one log across restarts
+	}
+	log := sp.log
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -142,7 +145,7 @@ func (sp *serveProc) start(extra ...string) {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
-			sp.log.Write(append(sc.Bytes(), '\n'))
+			log.Write(append(sc.Bytes(), '\n'))
 			var line struct{ Msg, Addr string }
 			if json.Unmarshal(sc.Bytes(), &line) == nil && line.Msg == "serving" {
 				addr <- line.Addr
