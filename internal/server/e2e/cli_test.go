@@ -21,6 +21,9 @@ func TestCLIThroughServer(t *testing.T) {
 	defer os.RemoveAll(localHome)
 	local := []string{"RUNBOX_HOME=" + localHome, "RUNBOX_PROVIDER=host"}
 
+	tree := t.TempDir()
+	os.MkdirAll(filepath.Join(tree, "sub"), 0o755)
+	os.WriteFile(filepath.Join(tree, "sub", "a.txt"), []byte("synced\n"), 0o644)
 	file := filepath.Join(t.TempDir(), "in.txt")
 	if err := os.WriteFile(file, []byte("copied in\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -67,6 +70,9 @@ func TestCLIThroughServer(t *testing.T) {
 		{"exec", "-i", "SB", "--", "cat"},
 		{"cp", file, "SB:/tmp/in-SB.txt"},
 		{"exec", "SB", "--", "cat /tmp/in-SB.txt"},
+		{"sync", "-q", tree, "SB:/tmp/tree-SB"},
+		{"exec", "SB", "--", "cat /tmp/tree-SB/sub/a.txt"},
+		{"kill", "-s", "TERM", "SB", "bg1"},
 		{"exec", "nosuchsandbox", "--", "true"},
 		{"exec", "SB", "--", "/no/such/binary"},
 		{"attach", "SB", "no-such-exec"},
