@@ -18,15 +18,38 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/host"
 )
 
-// TestMain builds runboxd once, exports it as $RUNBOX_RUNBOXD, and checks
-// for leaked goroutines at the end.
-func TestMain(m *testing.M) { providertest.Main(m) }
+// TestMain builds runboxd once, exports it as $RUNBOX_RUNBOXD, removes the
+// binaries built for the tests, and checks for leaked goroutines at the end.
+func TestMain(m *testing.M) { os.Exit(mainCode(m)) }
+
+func mainCode(m *testing.M) int {
+	defer providertest.RemoveBuild()
+	path, err := providertest.BuildRunboxd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	os.Setenv(providertest.RunboxdEnv, path)
+	code := m.Run()
+	if bins.dir != "" {
+		os.RemoveAll(bins.dir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	return code
+}
 
 var bins struct {
 	once sync.Once
