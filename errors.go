@@ -66,6 +66,9 @@ var (
 	// same id with the same spec attaches to the exec instead of running it
 	// again, and the same id with another spec is refused.
 	ErrExecIDConflict = errors.New("exec id already in use by a different spec")
+	// ErrQuotaExceeded means a tenant of runbox serve has used up one of
+	// its quotas (sandboxes, concurrent execs); the message names the limit.
+	ErrQuotaExceeded = errors.New("quota exceeded")
 )
 
 // Error is an error from an operation on a sandbox, carrying which operation,

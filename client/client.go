@@ -24,6 +24,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -102,6 +103,7 @@ type options struct {
 	window                 time.Duration
 	pingAfter, pingTimeout time.Duration
 	headroom, maxOverdue   time.Duration
+	tls                    *tls.Config // NewRemote over https
 }
 
 // WithSandboxName names the sandbox in errors.

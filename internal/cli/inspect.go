@@ -6,8 +6,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/runbox/runbox/client"
 )
 
 func (a *app) inspectCmd() *cobra.Command {
@@ -25,7 +23,7 @@ the daemon's state (version, cgroup mode, exec counts, goroutines, open files).`
 			}
 			out := inspectJSON{sandboxJSON: sandboxToJSON(sb)}
 			if sb.Alive {
-				cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+				cl := a.clientFor(p, sb)
 				defer cl.Close()
 				info, err := cl.Info(c.Context())
 				if err != nil {

@@ -144,7 +144,8 @@ type app struct {
 	stdout io.Writer
 	stderr io.Writer
 
-	made map[string]runbox.Provider // providers made so far, by name
+	made   map[string]runbox.Provider // providers made so far, by name
+	remote remoteFlags                // --host and --token (remote.go)
 }
 
 func (a *app) newRoot() *cobra.Command {
@@ -181,12 +182,32 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.syncCmd(),
 		a.versionCmd(),
 		a.mcpCmd(),
+		a.serveCmd(),
+		a.tokenCmd(),
+		a.auditCmd(),
 	)
+	a.addRemoteFlags(root)
 	return root
 }
 
-// provider returns the named provider, made once per invocation.
+// provider returns the named provider, made once per invocation; through
+// a server (RUNBOX_HOST), the server's provider of that name.
 func (a *app) provider(name string) (runbox.Provider, error) {
+	if srv, err := a.remoteServer(); err != nil || srv != nil {
+		if err != nil {
+			return nil, err
+		}
+		if !a.remote.providerSet {
+			name = ""
+		}
+		return &remoteProvider{Server: srv, provider: name}, nil
+	}
+	return a.localProvider(name)
+}
+
+// localProvider returns the named provider of this machine, made once per
+// invocation.
+func (a *app) localProvider(name string) (runbox.Provider, error) {
 	if p, ok := a.made[name]; ok {
 		return p, nil
 	}
@@ -215,6 +236,9 @@ func (a *app) closeProviders() {
 			_ = c.Close()
 		}
 	}
+	if a.remote.server != nil {
+		a.remote.server.Close()
+	}
 }
 
 // providerNames lists the available providers, sorted.
@@ -227,8 +251,12 @@ func providerNames() []string {
 	return names
 }
 
-// allProviders returns every available provider, in lookup order.
+// allProviders returns every available provider, in lookup order
+// (through a server: the server).
 func (a *app) allProviders() []runbox.Provider {
+	if srv, _ := a.remoteServer(); srv != nil {
+		return []runbox.Provider{&remoteProvider{Server: srv}}
+	}
 	ps := make([]runbox.Provider, 0, len(providers))
 	for _, pr := range providers {
 		p, _ := a.provider(pr.name)
@@ -240,6 +268,13 @@ func (a *app) allProviders() []runbox.Provider {
 // find looks a sandbox up by id, id prefix or name across every provider
 // (see findAcross).
 func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	if srv, err := a.remoteServer(); err != nil || srv != nil {
+		if err != nil {
+			return nil, runbox.Sandbox{}, err
+		}
+		sb, err := srv.Get(ctx, key)
+		return &remoteProvider{Server: srv}, sb, err
+	}
 	return a.findAcross(ctx, key)
 }
 
@@ -272,7 +307,7 @@ func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.
 		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; %s removes it)",
 			runbox.ErrSandboxLost, why, sb.ID, rm)
 	}
-	return sb, client.New(p.Dialer(sb), client.WithSandboxName(sb.ID)), nil
+	return sb, a.clientFor(p, sb), nil
 }
 
 // fail wraps err as a *runbox.Error for op on sandbox key, so the message

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/client"
 )
 
 // removeTimeout bounds removing run's throwaway sandbox once the command
@@ -47,7 +46,7 @@ string, several are an argv.`,
 				return fail("create", uf.name, "", err)
 			}
 			defer a.removeAfterRun(ctx, p, sb)
-			cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+			cl := a.clientFor(p, sb)
 			defer cl.Close()
 			return fail("exec", sb.ID, ef.id, a.exec(ctx, cl, sb, command, &ef))
 		},

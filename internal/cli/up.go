@@ -52,6 +52,7 @@ type upFlags struct {
 	pids                           int64
 	cpus                           float64
 	ssh                            sshFlags
+	server                         serverOptions // remote.go
 }
 
 func (f *upFlags) add(fs *pflag.FlagSet, def string) {
@@ -68,6 +69,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
 	f.ssh.add(fs)
+	f.server.add(fs)
 	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 }
 
@@ -81,6 +83,9 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	if err := f.ssh.configure(p); err != nil {
+		return nil, runbox.SandboxSpec{}, err
+	}
+	if err := f.server.apply(p); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)

@@ -488,8 +488,17 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			spilled.Wait()
 		}
 	}()
+	late := 0 // bytes read after the drain deadline (see readAvailable)
 	for {
 		n, err := f.Read(buf)
+		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && late < maxLateDrainBytes {
+			// The drain deadline passed, maybe before this goroutine got
+			// to read what the pipe already held (on a busy machine it can
+			// be scheduled later than the deadline): take what is there
+			// now, without waiting for more.
+			n, err = readAvailable(f, buf)
+			late += n
+		}
 		if n > 0 {
 			chunk := buf[:n:n]
 			if n >= readChunkSize/2 {
@@ -520,4 +529,32 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			return
 		}
 	}
+}
+
+// maxLateDrainBytes bounds what readStream reads past the drain deadline,
+// so that a background process writing without pause cannot hold the
+// result back.
+const maxLateDrainBytes = 1 << 20
+
+// readAvailable reads what f (a pipe) holds now, without waiting: 0 bytes
+// and os.ErrDeadlineExceeded when it holds nothing (or at end of file).
+func readAvailable(f *os.File, buf []byte) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	_ = f.SetReadDeadline(time.Time{}) // RawConn.Read refuses a passed deadline
+	var n int
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		n, rerr = unix.Read(int(fd), buf)
+		return true // never wait for more
+	}); err != nil {
+		return 0, err
+	}
+	if n <= 0 || rerr != nil {
+		return 0, os.ErrDeadlineExceeded
+	}
+	_ = f.SetReadDeadline(time.Now()) // keep every later Read from waiting
+	return n, nil
 }

@@ -317,10 +317,9 @@ func TestEverySentinelHasATag(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Sentinels only the client or providers produce: never on the wire.
-	// Decided by the client or the connection's handshake, never sent in an
-	// RPC error.
-	notOnWire := map[string]bool{"ErrSandboxLost": true, "ErrSandboxNotFound": true, "ErrOutputLost": true,
-		"ErrProviderUnavailable": true, "ErrUnauthenticated": true}
+	// (ErrSandboxLost, ErrSandboxNotFound and ErrUnauthenticated are on the
+	// wire from runbox serve; runboxd itself never sends them.)
+	notOnWire := map[string]bool{"ErrOutputLost": true, "ErrProviderUnavailable": true}
 	tagged := map[string]bool{}
 	for _, s := range sentinels {
 		for name, err := range map[string]error{
@@ -331,6 +330,8 @@ func TestEverySentinelHasATag(t *testing.T) {
 			"ErrIsDirectory": runbox.ErrIsDirectory, "ErrNotDirectory": runbox.ErrNotDirectory,
 			"ErrEscapesRoot": runbox.ErrEscapesRoot, "ErrInvalidPath": runbox.ErrInvalidPath,
 			"ErrTooLarge": runbox.ErrTooLarge, "ErrExecIDConflict": runbox.ErrExecIDConflict,
+			"ErrSandboxNotFound": runbox.ErrSandboxNotFound, "ErrSandboxLost": runbox.ErrSandboxLost,
+			"ErrUnauthenticated": runbox.ErrUnauthenticated, "ErrQuotaExceeded": runbox.ErrQuotaExceeded,
 		} {
 			if s.err == err {
 				tagged[name] = true

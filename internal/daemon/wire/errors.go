@@ -36,6 +36,16 @@ const (
 	// TagExecIDConflict is runbox.ErrExecIDConflict: an exec id reused with
 	// a different spec.
 	TagExecIDConflict = "exec-id-conflict"
+	// Tags the control plane (runbox serve) sends; runboxd never does.
+	// TagSandboxNotFound is runbox.ErrSandboxNotFound: no sandbox of the
+	// caller's tenant has that id or name.
+	TagSandboxNotFound = "sandbox-not-found"
+	// TagSandboxLost is runbox.ErrSandboxLost: the sandbox's runboxd is gone.
+	TagSandboxLost = "sandbox-lost"
+	// TagUnauthenticated is runbox.ErrUnauthenticated: no valid bearer token.
+	TagUnauthenticated = "unauthenticated"
+	// TagQuotaExceeded is runbox.ErrQuotaExceeded: a tenant's quota is used up.
+	TagQuotaExceeded = "quota-exceeded"
 	// TagInternal marks a failure of the daemon that is none of the above.
 	// It tells the client the daemon answered (so this is not a transport
 	// failure to retry) without naming a sentinel.
@@ -62,6 +72,10 @@ var sentinels = []struct {
 	{runbox.ErrInvalidPath, TagInvalidPath, connect.CodeInvalidArgument},
 	{runbox.ErrTooLarge, TagTooLarge, connect.CodeResourceExhausted},
 	{runbox.ErrExecIDConflict, TagExecIDConflict, connect.CodeAlreadyExists},
+	{runbox.ErrSandboxNotFound, TagSandboxNotFound, connect.CodeNotFound},
+	{runbox.ErrSandboxLost, TagSandboxLost, connect.CodeUnavailable},
+	{runbox.ErrUnauthenticated, TagUnauthenticated, connect.CodeUnauthenticated},
+	{runbox.ErrQuotaExceeded, TagQuotaExceeded, connect.CodeResourceExhausted},
 }
 
 // ToConnectError converts an error from the supervisor into the connect error

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox/internal/registry"
+)
+
+func (a *app) auditCmd() *cobra.Command {
+	var db, tenant, sandbox string
+	var asJSON bool
+	var limit int
+	c := &cobra.Command{
+		Use:   "audit [--tenant T] [--sandbox S] [--limit N] [--json]",
+		Short: "Print runbox serve's audit log: every exec and lifecycle call",
+		Long: `Print the audit log of runbox serve from its registry database (--db,
+default $RUNBOX_HOME/runbox.db), oldest first: one row per exec (tenant,
+sandbox, exec id, command, start, end, exit code, signal, timed out,
+cancelled, killed processes, bytes out) and per lifecycle call (create,
+delete, reap, lost, recreate). An exec still running has no end.
+--json prints one JSON object per line.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return fmt.Errorf("audit: --limit must not be negative")
+			}
+			store, err := registry.Open(c.Context(), a.dbPath(db))
+			if err != nil {
+				return fmt.Errorf("audit: %w", err)
+			}
+			defer store.Close()
+			rows, err := store.Audit(c.Context(), registry.AuditFilter{Tenant: tenant, Sandbox: sandbox, Limit: limit})
+			if err != nil {
+				return fmt.Errorf("audit: %w", err)
+			}
+			if asJSON {
+				for _, r := range rows {
+					if err := writeJSON(a.stdout, auditToJSON(r)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "TIME\tTENANT\tSANDBOX\tKIND\tEXEC\tEXIT\tOUTCOME\tDURATION\tCOMMAND/DETAIL")
+			for _, r := range rows {
+				exit, dur := "-", "-"
+				if r.ExitCode != nil {
+					exit = strconv.Itoa(*r.ExitCode)
+				}
+				if !r.Ended.IsZero() && r.Kind == registry.KindExec {
+					dur = r.Ended.Sub(r.Started).Round(time.Millisecond).String()
+				}
+				outcome := r.Outcome
+				if outcome == "" {
+					outcome = "running"
+				}
+				what := r.Command
+				if what == "" {
+					what = r.Detail
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Started.UTC().Format(time.RFC3339), r.Tenant,
+					r.Sandbox, r.Kind, dash(r.ExecID), exit, outcome, dur, oneLine(what))
+			}
+			return tw.Flush()
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&db, "db", "", "the registry database (default $RUNBOX_HOME/runbox.db)")
+	fs.StringVar(&tenant, "tenant", "", "only this tenant's rows")
+	fs.StringVar(&sandbox, "sandbox", "", "only this sandbox's rows (its id)")
+	fs.IntVar(&limit, "limit", 0, "only the newest N rows (0: all)")
+	fs.BoolVar(&asJSON, "json", false, "one JSON object per line")
+	return c
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// auditJSON is one audit row in audit --json.
+type auditJSON struct {
+	ID          int64      `json:"id"`
+	Tenant      string     `json:"tenant"`
+	Sandbox     string     `json:"sandbox"`
+	Kind        string     `json:"kind"`
+	ExecID      string     `json:"exec_id,omitempty"`
+	Command     string     `json:"command,omitempty"`
+	Started     time.Time  `json:"started"`
+	Ended       *time.Time `json:"ended"`
+	ExitCode    *int       `json:"exit_code"`
+	Signal      string     `json:"signal,omitempty"`
+	TimedOut    bool       `json:"timed_out"`
+	Cancelled   bool       `json:"cancelled"`
+	Killed      int        `json:"killed"`
+	StdoutBytes int64      `json:"stdout_bytes"`
+	StderrBytes int64      `json:"stderr_bytes"`
+	Outcome     string     `json:"outcome"`
+	Detail      string     `json:"detail,omitempty"`
+}
+
+func auditToJSON(r registry.AuditRow) auditJSON {
+	out := auditJSON{ID: r.ID, Tenant: r.Tenant, Sandbox: r.Sandbox, Kind: r.Kind, ExecID: r.ExecID, Command: r.Command,
+		Started: r.Started.UTC(), ExitCode: r.ExitCode, Signal: r.Signal, TimedOut: r.TimedOut, Cancelled: r.Cancelled,
+		Killed: r.Killed, StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes, Outcome: r.Outcome, Detail: r.Detail}
+	if !r.Ended.IsZero() {
+		e := r.Ended.UTC()
+		out.Ended = &e
+	}
+	if out.Outcome == "" {
+		out.Outcome = "running"
+	}
+	return out
+}

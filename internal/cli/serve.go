@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/registry"
+	"github.com/runbox/runbox/internal/server"
+)
+
+// serveFlags are runbox serve's flags.
+type serveFlags struct {
+	listen, tlsCert, tlsKey, db string
+	insecure                    bool
+	providers                   []string
+	workdirRoots                []string
+	workspaces                  string
+	maxSandboxes, maxExecs      int
+	reapInterval, shutdown      time.Duration
+	logLevel                    string
+}
+
+func (a *app) serveCmd() *cobra.Command {
+	var f serveFlags
+	c := &cobra.Command{
+		Use:   "serve [flags]",
+		Short: "Serve the control plane: sandboxes for many tenants over HTTP (Connect, gRPC, JSON)",
+		Long: `Serve runbox's API on one port (gRPC, gRPC-Web and Connect's HTTP/JSON):
+SandboxService (create, get, list, delete, Run) and every sandbox's exec and
+files services, routed by the Runbox-Sandbox header. Every call needs
+"Authorization: Bearer TOKEN" (runbox token create) except /healthz; a
+tenant sees only its own sandboxes. Logs are JSON lines on stderr.
+
+Commands run in the sandboxes' runboxd, not here: stopping or killing the
+server loses nothing, and clients re-attach to the next one. Plain HTTP is
+refused on a non-loopback address unless --insecure is given.
+
+The API, with curl examples: docs/serve.md.`,
+		Args: exactArgs(0, "no arguments"),
+		RunE: func(c *cobra.Command, _ []string) error {
+			return a.serve(c.Context(), &f)
+		},
+	}
+	fs := c.Flags()
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:7070", "address to serve on")
+	fs.StringVar(&f.tlsCert, "tls-cert", "", "TLS certificate file (PEM); with --tls-key, serve HTTPS")
+	fs.StringVar(&f.tlsKey, "tls-key", "", "TLS key file (PEM)")
+	fs.StringVar(&f.db, "db", "", "the registry database (default $RUNBOX_HOME/runbox.db)")
+	fs.BoolVar(&f.insecure, "insecure", false, "allow plain HTTP on a non-loopback address (tokens cross the network in clear)")
+	fs.StringSliceVar(&f.providers, "providers", []string{"local", "docker"}, "providers tenants may use, the first being the default (host has no isolation: add it knowingly)")
+	fs.StringSliceVar(&f.workdirRoots, "workdir-root", nil, "a directory under which a create may name its workdir (repeatable; default: none, every sandbox gets a fresh workspace)")
+	fs.StringVar(&f.workspaces, "workspaces", "", "where fresh workspaces are made (default $RUNBOX_HOME-workspaces)")
+	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 0, "default per-tenant limit of sandboxes (0: none)")
+	fs.IntVar(&f.maxExecs, "max-execs", 0, "default per-tenant limit of concurrently running execs (0: none)")
+	fs.DurationVar(&f.reapInterval, "reap-interval", 10*time.Second, "how often idle, expired and lost sandboxes are looked for")
+	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long unary calls in flight get to finish")
+	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	return c
+}
+
+func (a *app) serve(ctx context.Context, f *serveFlags) error {
+	if (f.tlsCert == "") != (f.tlsKey == "") {
+		return fmt.Errorf("serve: --tls-cert and --tls-key go together")
+	}
+	if err := server.CheckListen(f.listen, f.tlsCert != "", f.insecure); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return fmt.Errorf("serve: --log-level %q: want debug, info, warn or error", f.logLevel)
+	}
+	if f.reapInterval <= 0 || f.shutdown <= 0 {
+		return fmt.Errorf("serve: --reap-interval and --shutdown-timeout must be positive")
+	}
+	if f.maxSandboxes < 0 || f.maxExecs < 0 {
+		return fmt.Errorf("serve: --max-sandboxes and --max-execs must not be negative")
+	}
+	log := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	providers := map[string]runbox.Provider{}
+	for _, name := range f.providers {
+		p, err := a.localProvider(name)
+		if err != nil {
+			return fmt.Errorf("serve: --providers: %w", err)
+		}
+		providers[name] = p
+	}
+	if len(providers) == 0 {
+		return fmt.Errorf("serve: --providers: name at least one")
+	}
+	var roots []string
+	for _, r := range f.workdirRoots {
+		abs, err := filepath.Abs(r)
+		if err != nil {
+			return fmt.Errorf("serve: --workdir-root %s: %w", r, err)
+		}
+		roots = append(roots, abs)
+	}
+	workspaces := f.workspaces
+	if workspaces == "" {
+		workspaces = strings.TrimRight(a.env.Home, "/") + "-workspaces"
+	}
+	var tlsConfig *tls.Config
+	if f.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(f.tlsCert, f.tlsKey)
+		if err != nil {
+			return fmt.Errorf("serve: TLS: %w", err)
+		}
+		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	}
+	store, err := registry.Open(ctx, a.dbPath(f.db))
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	defer store.Close()
+	ln, err := net.Listen("tcp", f.listen)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	srv := server.New(server.Config{
+		Store: store, Providers: providers, DefaultProvider: f.providers[0],
+		WorkspaceDir: workspaces, WorkdirRoots: roots,
+		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
+		ReapInterval: f.reapInterval, Log: log,
+	})
+	return srv.Serve(ctx, ln, server.ServeOptions{TLS: tlsConfig, ShutdownTimeout: f.shutdown})
+}
+
+// dbPath is the registry database: flag, else $RUNBOX_HOME/runbox.db.
+func (a *app) dbPath(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	if p := os.Getenv("RUNBOX_DB"); p != "" {
+		return p
+	}
+	return filepath.Join(a.env.Home, "runbox.db")
+}

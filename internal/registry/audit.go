@@ -1,0 +1,190 @@
+package registry
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Audit kinds.
+const (
+	KindExec     = "exec"
+	KindCreate   = "create"
+	KindDelete   = "delete"
+	KindReap     = "reap"
+	KindLost     = "lost"
+	KindRecreate = "recreate"
+)
+
+// Outcomes of an exec row.
+const (
+	OutcomeRunning   = ""          // not ended yet
+	OutcomeExited    = "exited"    // ran to its end (any status)
+	OutcomeTimedOut  = "timed_out" // stopped by its timeout
+	OutcomeCancelled = "cancelled" // stopped by a cancel
+	OutcomeRefused   = "refused"   // never ran (bad spec, spawn failure)
+	OutcomeLost      = "lost"      // its sandbox was lost before the result was known
+)
+
+// AuditRow is one audit entry: an exec or a lifecycle call.
+type AuditRow struct {
+	ID                       int64
+	Tenant                   string
+	Sandbox                  string
+	Kind                     string
+	ExecID                   string
+	Command                  string
+	Started                  time.Time
+	Ended                    time.Time // zero while an exec runs
+	ExitCode                 *int      // nil until known
+	Signal                   string
+	TimedOut                 bool
+	Cancelled                bool
+	Killed                   int
+	StdoutBytes, StderrBytes int64
+	Outcome                  string
+	Detail                   string
+}
+
+// ExecResult is what ends an exec's row.
+type ExecResult struct {
+	ExitCode                 int
+	Signal                   string
+	TimedOut, Cancelled      bool
+	Killed                   int
+	StdoutBytes, StderrBytes int64
+	Outcome                  string
+	Detail                   string
+}
+
+const auditCols = `id, tenant, sandbox, kind, exec_id, command, started_ms, ended_ms, exit_code, signal,
+	timed_out, cancelled, killed, stdout_bytes, stderr_bytes, outcome, detail`
+
+func scanAudit(row interface{ Scan(...any) error }) (AuditRow, error) {
+	var a AuditRow
+	var started, ended int64
+	var code sql.NullInt64
+	if err := row.Scan(&a.ID, &a.Tenant, &a.Sandbox, &a.Kind, &a.ExecID, &a.Command, &started, &ended, &code,
+		&a.Signal, &a.TimedOut, &a.Cancelled, &a.Killed, &a.StdoutBytes, &a.StderrBytes, &a.Outcome, &a.Detail); err != nil {
+		return AuditRow{}, err
+	}
+	a.Started, a.Ended = fromMs(started), fromMs(ended)
+	if code.Valid {
+		c := int(code.Int64)
+		a.ExitCode = &c
+	}
+	return a, nil
+}
+
+// Lifecycle records a lifecycle call (create, delete, reap, lost, recreate)
+// as one finished row.
+func (s *Store) Lifecycle(ctx context.Context, tenant, sandbox, kind, detail string) error {
+	now := ms(time.Now())
+	_, err := s.db.ExecContext(ctx, `INSERT INTO audit (tenant, sandbox, kind, started_ms, ended_ms, outcome, detail)
+		VALUES (?, ?, ?, ?, ?, 'done', ?)`, tenant, sandbox, kind, now, now, detail)
+	if err != nil {
+		return fmt.Errorf("audit %s of %s: %w", kind, sandbox, err)
+	}
+	return nil
+}
+
+const (
+	openExecFindQuery   = `SELECT id FROM audit WHERE sandbox = ? AND exec_id = ? AND kind = 'exec' AND ended_ms = 0`
+	openExecInsertQuery = `INSERT INTO audit (tenant, sandbox, kind, exec_id, command, started_ms) VALUES (?, ?, 'exec', ?, ?, ?)`
+	finishExecQuery     = `UPDATE audit SET ended_ms = ?, exit_code = ?, signal = ?, timed_out = ?,
+		cancelled = ?, killed = ?, stdout_bytes = ?, stderr_bytes = ?, outcome = ?, detail = ?
+		WHERE id = ? AND ended_ms = 0`
+)
+
+// OpenExec returns the id of the unfinished row of exec in sandbox, or
+// starts one; created says which.
+func (s *Store) OpenExec(ctx context.Context, tenant, sandbox, execID, command string) (id int64, created bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	defer tx.Rollback()
+	err = tx.StmtContext(ctx, s.openExecFind).QueryRowContext(ctx, sandbox, execID).Scan(&id)
+	if err == nil {
+		return id, false, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	res, err := tx.StmtContext(ctx, s.openExecInsert).ExecContext(ctx, tenant, sandbox, execID, command, ms(time.Now()))
+	if err != nil {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	if id, err = res.LastInsertId(); err != nil {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	return id, true, tx.Commit()
+}
+
+// FinishExec ends an exec's row with its result; a row already ended is
+// left as it is (the first result recorded wins).
+func (s *Store) FinishExec(ctx context.Context, id int64, r ExecResult) error {
+	_, err := s.finishExecStmt.ExecContext(ctx, ms(time.Now()), r.ExitCode, r.Signal, r.TimedOut, r.Cancelled, r.Killed, r.StdoutBytes, r.StderrBytes,
+		r.Outcome, r.Detail, id)
+	if err != nil {
+		return fmt.Errorf("audit exec row %d: %w", id, err)
+	}
+	return nil
+}
+
+// DropExec deletes an exec row that turned out not to be a new exec.
+func (s *Store) DropExec(ctx context.Context, id int64) error {
+	_, err := s.db.ExecContext(ctx, `DELETE FROM audit WHERE id = ? AND kind = 'exec' AND ended_ms = 0`, id)
+	return err
+}
+
+// OpenExecs returns every exec row not yet ended, oldest first.
+func (s *Store) OpenExecs(ctx context.Context) ([]AuditRow, error) {
+	return s.queryAudit(ctx, `SELECT `+auditCols+` FROM audit WHERE kind = 'exec' AND ended_ms = 0 ORDER BY id`)
+}
+
+// AuditFilter selects audit rows; empty fields match everything.
+type AuditFilter struct {
+	Tenant, Sandbox string
+	// Limit keeps the newest Limit rows (0: all).
+	Limit int
+}
+
+// Audit returns the rows f selects, oldest first.
+func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditRow, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = -1
+	}
+	return s.queryAudit(ctx, `SELECT * FROM (SELECT `+auditCols+` FROM audit
+		WHERE (? = '' OR tenant = ?) AND (? = '' OR sandbox = ?) ORDER BY id DESC LIMIT ?) ORDER BY id`,
+		f.Tenant, f.Tenant, f.Sandbox, f.Sandbox, limit)
+}
+
+// AuditRow returns the row with id.
+func (s *Store) AuditRow(ctx context.Context, id int64) (AuditRow, error) {
+	a, err := scanAudit(s.db.QueryRowContext(ctx, `SELECT `+auditCols+` FROM audit WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return AuditRow{}, ErrNotFound
+	}
+	return a, err
+}
+
+func (s *Store) queryAudit(ctx context.Context, q string, args ...any) ([]AuditRow, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read audit: %w", err)
+	}
+	defer rows.Close()
+	var out []AuditRow
+	for rows.Next() {
+		a, err := scanAudit(rows)
+		if err != nil {
+			return nil, fmt.Errorf("read audit: %w", err)
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}

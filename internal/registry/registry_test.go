@@ -1,0 +1,144 @@
+package registry
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func open(t *testing.T) (*Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "runbox.db")
+	s, err := Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, path
+}
+
+func TestTokensStoreOnlyHashes(t *testing.T) {
+	ctx := context.Background()
+	s, path := open(t)
+	tok, secret, err := s.CreateToken(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn, err := s.Authenticate(ctx, secret)
+	if err != nil || tn.Name != "acme" {
+		t.Fatalf("Authenticate = %+v, %v; want tenant acme", tn, err)
+	}
+	if _, err := s.Authenticate(ctx, secret+"x"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("wrong token: %v, want ErrNotFound", err)
+	}
+	// The database file (and its WAL) never holds the token itself.
+	s.db.Exec("PRAGMA wal_checkpoint(TRUNCATE)")
+	for _, f := range []string{path, path + "-wal"} {
+		b, _ := os.ReadFile(f)
+		if bytes.Contains(b, []byte(secret)) || bytes.Contains(b, []byte(secret[4:])) {
+			t.Fatalf("%s holds the token in clear", f)
+		}
+	}
+	if err := s.RevokeToken(ctx, tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Authenticate(ctx, secret); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("revoked token: %v, want ErrNotFound", err)
+	}
+	if err := s.RevokeToken(ctx, "tok_nope"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("revoke unknown: %v", err)
+	}
+	toks, _ := s.ListTokens(ctx, "")
+	if len(toks) != 1 || toks[0].Revoked.IsZero() {
+		t.Fatalf("ListTokens = %+v, want one revoked token", toks)
+	}
+	if _, _, err := s.CreateToken(ctx, "bad name!"); err == nil {
+		t.Fatal("a tenant name with a space and '!' was accepted")
+	}
+}
+
+func TestMigrationsAreVersionedAndReopenable(t *testing.T) {
+	ctx := context.Background()
+	s, path := open(t)
+	if v, _ := s.Version(ctx); v != SchemaVersion {
+		t.Fatalf("version %d, want %d", v, SchemaVersion)
+	}
+	s.Close()
+	s2, err := Open(ctx, path) // nothing left to apply
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s2.db.Exec("PRAGMA user_version = 99")
+	s2.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(ctx, path); err == nil {
+		t.Fatal("a database from a newer schema was opened")
+	}
+}
+
+func TestSandboxesBelongToTheirTenant(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	now := time.Now()
+	sb := Sandbox{ID: "sb1", Tenant: "a", Name: "web", Provider: "host", ProviderID: "p1", Spec: "{}",
+		Labels: map[string]string{"k": "v"}, State: StateReady, Created: now, LastUsed: now}
+	if err := s.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.GetSandbox(ctx, "a", "web"); err != nil || got.ID != "sb1" || got.Labels["k"] != "v" {
+		t.Fatalf("get by name = %+v, %v", got, err)
+	}
+	if _, err := s.GetSandbox(ctx, "b", "sb1"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("other tenant's get: %v, want ErrNotFound", err)
+	}
+	sb.ID = "sb2"
+	if err := s.InsertSandbox(ctx, sb); !errors.Is(err, ErrNameTaken) {
+		t.Fatalf("duplicate name: %v, want ErrNameTaken", err)
+	}
+	sb.Tenant = "b" // another tenant may use the name
+	if err := s.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.CountSandboxes(ctx, "a"); n != 1 {
+		t.Fatalf("tenant a has %d sandboxes, want 1", n)
+	}
+}
+
+func TestAuditExecRows(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	id, created, err := s.OpenExec(ctx, "a", "sb1", "e1", "echo hi")
+	if err != nil || !created {
+		t.Fatalf("OpenExec = %d, %v, %v", id, created, err)
+	}
+	again, created, err := s.OpenExec(ctx, "a", "sb1", "e1", "echo hi")
+	if err != nil || created || again != id {
+		t.Fatalf("reopen = %d, %v, %v; want the same row", again, created, err)
+	}
+	open, _ := s.OpenExecs(ctx)
+	if len(open) != 1 {
+		t.Fatalf("open execs: %d", len(open))
+	}
+	if err := s.FinishExec(ctx, id, ExecResult{ExitCode: 3, Outcome: OutcomeExited, StdoutBytes: 3}); err != nil {
+		t.Fatal(err)
+	}
+	// The first result wins.
+	s.FinishExec(ctx, id, ExecResult{ExitCode: 9, Outcome: OutcomeLost})
+	row, _ := s.AuditRow(ctx, id)
+	if row.ExitCode == nil || *row.ExitCode != 3 || row.Ended.IsZero() || row.Outcome != OutcomeExited {
+		t.Fatalf("row = %+v", row)
+	}
+	s.Lifecycle(ctx, "b", "sb2", KindCreate, "")
+	if rows, _ := s.Audit(ctx, AuditFilter{Tenant: "a"}); len(rows) != 1 {
+		t.Fatalf("tenant a's rows: %d", len(rows))
+	}
+	if rows, _ := s.Audit(ctx, AuditFilter{}); len(rows) != 2 {
+		t.Fatalf("all rows: %d", len(rows))
+	}
+}

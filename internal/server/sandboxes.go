@@ -1,0 +1,333 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/registry"
+)
+
+// sandboxService implements runboxv1connect.SandboxServiceHandler.
+type sandboxService struct{ s *Server }
+
+// createTimeout bounds a provider's Create, which goes on if the caller
+// leaves (a half-made sandbox would otherwise be left unregistered).
+const createTimeout = 5 * time.Minute
+
+func newSandboxID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "sb-" + hex.EncodeToString(b)
+}
+
+func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runboxv1.CreateSandboxRequest]) (*connect.Response[runboxv1.CreateSandboxResponse], error) {
+	s := h.s
+	tenant := tenantOf(ctx)
+	spec := req.Msg.GetSpec()
+	if spec == nil {
+		spec = &runboxv1.SandboxSpec{}
+	}
+	spec = cloneSpec(spec)
+	if spec.Provider == "" {
+		spec.Provider = s.cfg.DefaultProvider
+	}
+	if err := s.checkSandboxSpec(spec); err != nil {
+		return nil, err
+	}
+	if spec.Name != "" {
+		if taken, err := s.store.NameTaken(ctx, tenant.Name, spec.Name); err != nil {
+			return nil, apiError(err)
+		} else if taken {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: tenant %s already has a sandbox named %q", tenant.Name, spec.Name))
+		}
+	}
+	// Count the sandboxes being created too, so that concurrent creates
+	// cannot overshoot the quota.
+	max := s.quotas(tenant).MaxSandboxes
+	have, err := s.store.CountSandboxes(ctx, tenant.Name)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	s.mu.Lock()
+	if max > 0 && have+s.creating[tenant.Name] >= max {
+		n := have + s.creating[tenant.Name]
+		s.mu.Unlock()
+		return nil, quota(tenant.Name, "max_sandboxes", n, max)
+	}
+	s.creating[tenant.Name]++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.creating[tenant.Name]--
+		s.mu.Unlock()
+	}()
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	id := newSandboxID()
+	sb, workspace, err := s.provision(cctx, id, spec)
+	if err != nil {
+		return nil, err
+	}
+	specJSON, _ := protojson.Marshal(spec)
+	now := time.Now()
+	rec := registry.Sandbox{
+		ID: id, Tenant: tenant.Name, Name: spec.Name, Provider: spec.Provider, ProviderID: sb.ID,
+		Spec: string(specJSON), Labels: spec.Labels, Workspace: workspace, State: registry.StateReady,
+		Created: now, LastUsed: now,
+	}
+	if err := s.store.InsertSandbox(cctx, rec); err != nil {
+		s.unprovision(cctx, spec.Provider, sb, workspace)
+		if errors.Is(err, registry.ErrNameTaken) {
+			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: %w", err))
+		}
+		return nil, apiError(err)
+	}
+	if err := s.store.Lifecycle(cctx, tenant.Name, id, registry.KindCreate, spec.Provider+" "+sb.ID); err != nil {
+		s.log.Error("audit", "err", err)
+	}
+	s.log.Info("sandbox created", "sandbox", id, "tenant", tenant.Name, "provider", spec.Provider, "provider_id", sb.ID)
+	return connect.NewResponse(&runboxv1.CreateSandboxResponse{Sandbox: s.sandboxProto(rec)}), nil
+}
+
+// provision makes a provider sandbox for spec, with a fresh workspace when
+// the spec names no workdir (never the server's own directory).
+func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.SandboxSpec) (runbox.Sandbox, string, error) {
+	p := s.cfg.Providers[spec.Provider]
+	rs := runbox.SandboxSpec{
+		Image: spec.Image, Workdir: spec.Workdir, Memory: spec.MemoryBytes, Pids: spec.Pids,
+		CPUs: spec.Cpus, Network: spec.Network,
+	}
+	workspace := ""
+	if rs.Workdir == "" && spec.Provider != "docker" {
+		workspace = filepath.Join(s.cfg.WorkspaceDir, id)
+		if err := os.MkdirAll(workspace, 0o755); err != nil {
+			return runbox.Sandbox{}, "", apiError(fmt.Errorf("make workspace of %s: %w", id, err))
+		}
+		rs.Workdir = workspace
+	}
+	sb, err := p.Create(ctx, rs)
+	if err != nil {
+		if workspace != "" {
+			os.RemoveAll(workspace)
+		}
+		if errors.Is(err, runbox.ErrProviderUnavailable) {
+			return runbox.Sandbox{}, "", connect.NewError(connect.CodeFailedPrecondition, err)
+		}
+		return runbox.Sandbox{}, "", apiError(fmt.Errorf("create %s sandbox: %w", spec.Provider, err))
+	}
+	return sb, workspace, nil
+}
+
+// unprovision removes a provider sandbox and its workspace.
+func (s *Server) unprovision(ctx context.Context, provider string, sb runbox.Sandbox, workspace string) error {
+	var err error
+	if p, ok := s.cfg.Providers[provider]; ok && sb.ID != "" {
+		err = p.Remove(ctx, sb, true)
+		if errors.Is(err, runbox.ErrSandboxNotFound) {
+			err = nil
+		}
+	}
+	if workspace != "" {
+		os.RemoveAll(workspace)
+	}
+	return err
+}
+
+func (h *sandboxService) Get(ctx context.Context, req *connect.Request[runboxv1.GetSandboxRequest]) (*connect.Response[runboxv1.GetSandboxResponse], error) {
+	key := req.Msg.GetId()
+	if key == "" {
+		return nil, invalid("id", "empty: give a sandbox's id or name")
+	}
+	rec, err := h.s.store.GetSandbox(ctx, tenantOf(ctx).Name, key)
+	if errors.Is(err, registry.ErrNotFound) {
+		return nil, notFound(key)
+	}
+	if err != nil {
+		return nil, apiError(err)
+	}
+	return connect.NewResponse(&runboxv1.GetSandboxResponse{Sandbox: h.s.sandboxProto(rec)}), nil
+}
+
+func (h *sandboxService) List(ctx context.Context, req *connect.Request[runboxv1.ListSandboxesRequest]) (*connect.Response[runboxv1.ListSandboxesResponse], error) {
+	recs, err := h.s.store.ListSandboxes(ctx, tenantOf(ctx).Name)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	out := &runboxv1.ListSandboxesResponse{Sandboxes: []*runboxv1.Sandbox{}}
+	for _, rec := range recs {
+		if hasLabels(rec.Labels, req.Msg.GetLabels()) {
+			out.Sandboxes = append(out.Sandboxes, h.s.sandboxProto(rec))
+		}
+	}
+	return connect.NewResponse(out), nil
+}
+
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *sandboxService) Delete(ctx context.Context, req *connect.Request[runboxv1.DeleteSandboxRequest]) (*connect.Response[runboxv1.DeleteSandboxResponse], error) {
+	key := req.Msg.GetId()
+	if key == "" {
+		return nil, invalid("id", "empty: give a sandbox's id or name")
+	}
+	rec, err := h.s.store.GetSandbox(ctx, tenantOf(ctx).Name, key)
+	if errors.Is(err, registry.ErrNotFound) {
+		return nil, notFound(key)
+	}
+	if err != nil {
+		return nil, apiError(err)
+	}
+	if rec.State == registry.StateLost && !req.Msg.GetForce() {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"sandbox %s is lost (%s): processes it started may have outlived it; delete it with force", rec.ID, rec.LostReason))
+	}
+	if err := h.s.removeSandbox(context.WithoutCancel(ctx), rec, req.Msg.GetForce(), registry.KindDelete, "deleted by the tenant", false); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&runboxv1.DeleteSandboxResponse{}), nil
+}
+
+// removeSandbox removes a sandbox with the stop protocol and forgets it.
+// With onlyIdle (the reaper), it gives up if the sandbox is in use.
+func (s *Server) removeSandbox(ctx context.Context, rec registry.Sandbox, force bool, kind, detail string, onlyIdle bool) error {
+	if !s.beginRemove(rec.ID, onlyIdle) {
+		return connect.NewError(connect.CodeAborted, fmt.Errorf("sandbox %s is in use", rec.ID))
+	}
+	defer s.endRemove(rec.ID)
+	s.dropUpstream(rec.ID)
+	if p, ok := s.cfg.Providers[rec.Provider]; ok {
+		sb, err := p.Get(ctx, rec.ProviderID)
+		if err == nil {
+			err = p.Remove(ctx, sb, force || rec.State == registry.StateLost)
+		}
+		if err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
+			return apiError(fmt.Errorf("remove sandbox %s: %w", rec.ID, err))
+		}
+	}
+	if rec.Workspace != "" {
+		os.RemoveAll(rec.Workspace)
+	}
+	if err := s.store.DeleteSandbox(ctx, rec.ID); err != nil {
+		return apiError(err)
+	}
+	if err := s.store.Lifecycle(ctx, rec.Tenant, rec.ID, kind, detail); err != nil {
+		s.log.Error("audit", "err", err)
+	}
+	s.execsLost(rec.ID, "sandbox removed")
+	s.log.Info("sandbox removed", "sandbox", rec.ID, "tenant", rec.Tenant, "why", kind, "detail", detail)
+	return nil
+}
+
+// recreateOrFail replaces r's lost sandbox with a fresh one of the same
+// spec when the spec asks for it (r.recreated is then set), else returns
+// the lost error.
+func (s *Server) recreateOrFail(ctx context.Context, r *routed) error {
+	var spec runboxv1.SandboxSpec
+	if err := protojson.Unmarshal([]byte(r.rec.Spec), &spec); err != nil {
+		return apiError(fmt.Errorf("sandbox %s spec: %w", r.rec.ID, err))
+	}
+	if !spec.Recreate {
+		return lostError(r.rec.ID, r.rec.LostReason)
+	}
+	s.recreateMu.Lock()
+	defer s.recreateMu.Unlock()
+	cur, err := s.store.GetSandbox(ctx, r.rec.Tenant, r.rec.ID)
+	if err != nil {
+		return notFound(r.rec.ID)
+	}
+	if cur.State != registry.StateLost { // another call recreated it
+		up, err := s.upstreamFor(ctx, cur)
+		if err != nil || up == nil {
+			return lostError(cur.ID, "recreated, but not answering")
+		}
+		r.rec, r.up, r.recreated = cur, up, true
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	defer cancel()
+	if p, ok := s.cfg.Providers[cur.Provider]; ok { // the remains of the old one
+		if old, err := p.Get(cctx, cur.ProviderID); err == nil {
+			p.Remove(cctx, old, true)
+		}
+	}
+	if cur.Workspace != "" {
+		os.RemoveAll(cur.Workspace)
+	}
+	sb, _, err := s.provision(cctx, cur.ID, &spec)
+	if err != nil {
+		return err
+	}
+	if err := s.store.Recreated(cctx, cur.ID, sb.ID); err != nil {
+		return apiError(err)
+	}
+	detail := fmt.Sprintf("lost (%s); replaced by %s sandbox %s", cur.LostReason, cur.Provider, sb.ID)
+	if err := s.store.Lifecycle(cctx, cur.Tenant, cur.ID, registry.KindRecreate, detail); err != nil {
+		s.log.Error("audit", "err", err)
+	}
+	s.log.Warn("sandbox recreated", "sandbox", cur.ID, "tenant", cur.Tenant, "detail", detail)
+	cur, err = s.store.GetSandbox(cctx, cur.Tenant, cur.ID)
+	if err != nil {
+		return apiError(err)
+	}
+	up, err := s.upstreamFor(cctx, cur)
+	if err != nil {
+		return err
+	}
+	if up == nil {
+		return lostError(cur.ID, "recreated, but its runboxd does not answer")
+	}
+	r.rec, r.up, r.recreated = cur, up, true
+	return nil
+}
+
+// sandboxProto is rec as the API returns it.
+func (s *Server) sandboxProto(rec registry.Sandbox) *runboxv1.Sandbox {
+	var spec runboxv1.SandboxSpec
+	_ = protojson.Unmarshal([]byte(rec.Spec), &spec)
+	state := runboxv1.SandboxState_SANDBOX_STATE_READY
+	if rec.State == registry.StateLost {
+		state = runboxv1.SandboxState_SANDBOX_STATE_LOST
+	}
+	lastUsed := rec.LastUsed
+	s.mu.Lock()
+	if u := s.usage[rec.ID]; u != nil && u.lastUsed.After(lastUsed) {
+		lastUsed = u.lastUsed
+	}
+	running := s.runningIn(rec.ID)
+	s.mu.Unlock()
+	return &runboxv1.Sandbox{
+		Id: rec.ID, Name: rec.Name, Provider: rec.Provider, Spec: &spec, State: state,
+		LostReason: rec.LostReason, CreatedAtUnixMs: rec.Created.UnixMilli(), LastUsedAtUnixMs: lastUsed.UnixMilli(),
+		Recreated: int32(rec.Recreated), RunningExecs: int32(running), ProviderId: rec.ProviderID,
+	}
+}
+
+// quotas returns tenant's quotas: its own where set, else the server's.
+func (s *Server) quotas(t registry.Tenant) Quotas {
+	q := s.cfg.Quotas
+	if t.MaxSandboxes > 0 {
+		q.MaxSandboxes = t.MaxSandboxes
+	}
+	if t.MaxExecs > 0 {
+		q.MaxExecs = t.MaxExecs
+	}
+	return q
+}

@@ -1,0 +1,187 @@
+// Package server is runbox serve, the control plane: it holds the
+// providers, keeps a registry of each tenant's sandboxes and an audit log
+// (internal/registry), and serves on one port, over the Connect stack
+// (gRPC, gRPC-Web and Connect's HTTP/JSON):
+//
+//   - SandboxService: create, get, list, delete, and a unary Run;
+//   - RunboxService and FilesService, proxied to the runboxd of the sandbox
+//     the Runbox-Sandbox request header names, event for event, so
+//     streaming, attach and replay behave as against runboxd itself;
+//   - /healthz, /readyz and /metrics (Prometheus), and a mount point for
+//     MCP at /mcp.
+//
+// Every call but /healthz needs "Authorization: Bearer TOKEN"; a tenant
+// sees only its own sandboxes, and another tenant's id answers NotFound
+// exactly like one that never existed. Commands run in runboxd, not here:
+// the server can be killed at any time, and on restart it resumes watching
+// the execs it had started, so no result and no audit row is lost.
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/registry"
+)
+
+// SandboxHeader names the request header that routes a RunboxService or
+// FilesService call to a sandbox (its id or name).
+const SandboxHeader = "Runbox-Sandbox"
+
+// RecreatedHeader is set on a response whose sandbox was found lost and
+// replaced by a fresh one (spec.recreate) before the call ran.
+const RecreatedHeader = "Runbox-Sandbox-Recreated"
+
+// Quotas are a tenant's limits; zero means no limit.
+type Quotas struct {
+	// MaxSandboxes bounds the tenant's sandboxes.
+	MaxSandboxes int
+	// MaxExecs bounds the tenant's concurrently running execs.
+	MaxExecs int
+}
+
+// Config is what a Server is made of.
+type Config struct {
+	// Store is the registry; the Server does not close it.
+	Store *registry.Store
+	// Providers are the providers tenants may create sandboxes with, by
+	// name.
+	Providers map[string]runbox.Provider
+	// DefaultProvider is used when a create names none.
+	DefaultProvider string
+	// WorkspaceDir holds the fresh workspaces of sandboxes created without
+	// a workdir (one directory per sandbox, removed with it).
+	WorkspaceDir string
+	// WorkdirRoots are the directories a create may name a workdir under;
+	// none means a create may not name one.
+	WorkdirRoots []string
+	// Quotas apply to tenants that have none of their own.
+	Quotas Quotas
+	// ReapInterval is how often the reaper looks for idle, expired and
+	// lost sandboxes; zero means 10 s.
+	ReapInterval time.Duration
+	// Log receives the server's structured logs; nil discards them.
+	Log *slog.Logger
+	// MCP, when set, is served at /mcp behind the same bearer tokens
+	// (TenantFromContext names the caller's tenant).
+	MCP http.Handler
+}
+
+// Server is the control plane. Make one with New, serve its Handler (or
+// call Serve), and Close it.
+type Server struct {
+	cfg     Config
+	store   *registry.Store
+	log     *slog.Logger
+	metrics *metrics
+
+	// bg is the context of background work (watchers, the reaper); Close
+	// ends it. streams ends streaming calls at shutdown.
+	bg         context.Context
+	stopBG     context.CancelFunc
+	streams    context.Context
+	endStreams context.CancelFunc
+	wg         sync.WaitGroup
+
+	mu        sync.Mutex
+	upstreams map[string]*upstream   // by sandbox id
+	usage     map[string]*usage      // by sandbox id
+	execs     map[execKey]*execTrack // execs known to be running
+	creating  map[string]int         // sandboxes being created, by tenant
+	unknown   []runbox.Sandbox       // found at start, not in the registry
+
+	recreateMu sync.Mutex // one recreate at a time
+	started    bool       // Start has finished
+}
+
+// New returns a Server for cfg. It starts nothing: call Start (Serve does).
+func New(cfg Config) *Server {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ReapInterval <= 0 {
+		cfg.ReapInterval = 10 * time.Second
+	}
+	bg, stopBG := context.WithCancel(context.Background())
+	streams, endStreams := context.WithCancel(context.Background())
+	s := &Server{
+		cfg: cfg, store: cfg.Store, log: cfg.Log,
+		bg: bg, stopBG: stopBG, streams: streams, endStreams: endStreams,
+		upstreams: make(map[string]*upstream),
+		usage:     make(map[string]*usage),
+		execs:     make(map[execKey]*execTrack),
+		creating:  make(map[string]int),
+	}
+	s.metrics = newMetrics(s)
+	return s
+}
+
+// Start reconciles the registry with the providers (sandboxes gone are
+// marked lost; sandboxes the registry does not know are reported, never
+// adopted or deleted), resumes watching the execs left running by a
+// previous run, and starts the reaper.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.reconcile(ctx); err != nil {
+		return err
+	}
+	if err := s.resumeExecs(ctx); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.reapLoop()
+	}()
+	s.mu.Lock()
+	s.started = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Close ends background work and the connections to sandboxes. Sandboxes
+// and their execs keep running; a later server resumes them.
+func (s *Server) Close() error {
+	s.endStreams()
+	s.stopBG()
+	s.wg.Wait()
+	s.mu.Lock()
+	for id, up := range s.upstreams {
+		up.close()
+		delete(s.upstreams, id)
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// Handler returns the HTTP handler serving every endpoint.
+func (s *Server) Handler() http.Handler {
+	opts := connect.WithHandlerOptions(
+		// A message over the limit is refused from its length prefix.
+		connect.WithReadMaxBytes(runbox.MaxMessageBytes),
+		// JSON requests with unknown fields are refused, naming the field.
+		connect.WithCodec(strictJSON{name: "json"}),
+		connect.WithCodec(strictJSON{name: "json; charset=utf-8"}),
+		connect.WithInterceptors(s.metrics.interceptor(s.log)),
+	)
+	api := http.NewServeMux()
+	api.Handle(runboxv1connect.NewSandboxServiceHandler(&sandboxService{s}, opts))
+	api.Handle(runboxv1connect.NewRunboxServiceHandler(&execProxy{s}, opts))
+	api.Handle(runboxv1connect.NewFilesServiceHandler(&filesProxy{s}, opts))
+	api.Handle("/metrics", s.metrics.handler())
+	api.HandleFunc("/readyz", s.readyz)
+	if s.cfg.MCP != nil {
+		api.Handle("/mcp", s.cfg.MCP)
+		api.Handle("/mcp/", s.cfg.MCP)
+	}
+	root := http.NewServeMux()
+	root.HandleFunc("/healthz", healthz)
+	root.Handle("/", s.authenticate(api))
+	return root
+}

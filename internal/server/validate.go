@@ -1,0 +1,117 @@
+package server
+
+import (
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"google.golang.org/protobuf/proto"
+
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+)
+
+// Label limits.
+const (
+	maxLabels          = 64
+	maxLabelKeyBytes   = 128
+	maxLabelValueBytes = 1024
+	maxNameBytes       = 63
+)
+
+func cloneSpec(spec *runboxv1.SandboxSpec) *runboxv1.SandboxSpec {
+	return proto.Clone(spec).(*runboxv1.SandboxSpec)
+}
+
+// checkSandboxSpec refuses a create request the server will not carry
+// out, naming the field.
+func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
+	if _, ok := s.cfg.Providers[spec.Provider]; !ok {
+		names := make([]string, 0, len(s.cfg.Providers))
+		for n := range s.cfg.Providers {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		return invalid("spec.provider", "%q is not offered by this server (it offers: %s)", spec.Provider, strings.Join(names, ", "))
+	}
+	switch {
+	case spec.MemoryBytes < 0:
+		return invalid("spec.memory_bytes", "must not be negative (got %d)", spec.MemoryBytes)
+	case spec.Pids < 0:
+		return invalid("spec.pids", "must not be negative (got %d)", spec.Pids)
+	case spec.Cpus < 0:
+		return invalid("spec.cpus", "must not be negative (got %g)", spec.Cpus)
+	case spec.IdleTtlMs < 0:
+		return invalid("spec.idle_ttl_ms", "must not be negative (got %d); 0 means no idle limit", spec.IdleTtlMs)
+	case spec.MaxLifetimeMs < 0:
+		return invalid("spec.max_lifetime_ms", "must not be negative (got %d); 0 means no lifetime limit", spec.MaxLifetimeMs)
+	case len(spec.Name) > maxNameBytes:
+		return invalid("spec.name", "is %d bytes, more than %d", len(spec.Name), maxNameBytes)
+	case strings.HasPrefix(spec.Name, "sb-"):
+		return invalid("spec.name", "%q: names starting with \"sb-\" could be taken for ids", spec.Name)
+	case len(spec.Labels) > maxLabels:
+		return invalid("spec.labels", "%d labels, more than %d", len(spec.Labels), maxLabels)
+	}
+	for k, v := range spec.Labels {
+		if k == "" || len(k) > maxLabelKeyBytes {
+			return invalid("spec.labels", "key %q: want 1 to %d bytes", k, maxLabelKeyBytes)
+		}
+		if len(v) > maxLabelValueBytes {
+			return invalid("spec.labels", "value of %q is %d bytes, more than %d", k, len(v), maxLabelValueBytes)
+		}
+	}
+	switch spec.Network {
+	case "", "none", "host":
+	default:
+		if spec.Provider != "docker" {
+			return invalid("spec.network", "%q: want none or host", spec.Network)
+		}
+	}
+	if spec.Workdir != "" {
+		if !filepath.IsAbs(spec.Workdir) {
+			return invalid("spec.workdir", "%q is not an absolute path", spec.Workdir)
+		}
+		clean := filepath.Clean(spec.Workdir)
+		if !slices.ContainsFunc(s.cfg.WorkdirRoots, func(root string) bool { return within(clean, root) }) {
+			if len(s.cfg.WorkdirRoots) == 0 {
+				return invalid("spec.workdir", "not allowed: this server takes no workdir (start it with --workdir-root DIR); leave it empty for a fresh workspace")
+			}
+			return invalid("spec.workdir", "%q is not under a directory this server allows (%s)", spec.Workdir, strings.Join(s.cfg.WorkdirRoots, ", "))
+		}
+		spec.Workdir = clean
+	}
+	return nil
+}
+
+// within reports whether path is root or beneath it (both clean).
+func within(path, root string) bool {
+	root = filepath.Clean(root)
+	rel, err := filepath.Rel(root, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+}
+
+// checkExecSpec refuses an exec spec with a negative duration or no
+// command, naming the field (runboxd checks the rest: sizes, NUL bytes).
+func checkExecSpec(field string, spec *runboxv1.ExecSpec) error {
+	if spec == nil {
+		return invalid(field, "missing: give a command (spec.command) or an argv (spec.argv)")
+	}
+	switch {
+	case spec.TimeoutMs < 0:
+		return invalid(field+".timeout_ms", "must not be negative (got %d); 0 means no timeout", spec.TimeoutMs)
+	case spec.IdleTimeoutMs < 0:
+		return invalid(field+".idle_timeout_ms", "must not be negative (got %d)", spec.IdleTimeoutMs)
+	case spec.GraceMs < 0:
+		return invalid(field+".grace_ms", "must not be negative (got %d)", spec.GraceMs)
+	case spec.HeadBytes < 0:
+		return invalid(field+".head_bytes", "must not be negative (got %d)", spec.HeadBytes)
+	case spec.TailBytes < 0:
+		return invalid(field+".tail_bytes", "must not be negative (got %d)", spec.TailBytes)
+	case spec.Command == "" && len(spec.CommandRaw) == 0 && len(spec.Argv) == 0 && len(spec.ArgvRaw) == 0:
+		return invalid(field, "no command: set command (a shell string) or argv")
+	case !utf8.ValidString(spec.Id):
+		return invalid(field+".id", "not valid UTF-8")
+	}
+	return nil
+}
