@@ -29,6 +29,8 @@ func TestCLIThroughServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := regexp.MustCompile(`\b(sb-[0-9a-f]{12}|[0-9a-f]{12})\b`)
+	// cp and sync's summary line says how long the copy took.
+	took := regexp.MustCompile(` in [0-9.]+(ns|µs|ms|s)\b`)
 	type result struct {
 		stdout, stderr string
 		code           int
@@ -41,6 +43,7 @@ func TestCLIThroughServer(t *testing.T) {
 		// This machine has no docker engine for these tests; the local
 		// CLI says so where the server (which holds only host) does not.
 		e = strings.ReplaceAll(e, " (not searched: docker, unavailable here; runbox ls says why)", "")
+		e = took.ReplaceAllString(e, " in TIME")
 		return result{ids.ReplaceAllString(o, "ID"), ids.ReplaceAllString(e, "ID"), code}
 	}
 	up := func(env []string) string {
