@@ -192,9 +192,21 @@ def runboxd_pid(server: Server, sb: runbox.Sandbox) -> int:
     return pid
 
 
-def marker() -> str:
-    """A unique sleep duration, so a test can find its own processes."""
-    return f"{random.randint(3000, 8999)}.{random.randint(100000, 999999)}"
+class Marker(str):
+    """A unique sleep duration, so a test can find its own processes.
+
+    ``sh`` is a shell prelude that sets $M to it without writing it out, so
+    that only the sleeps (``sleep $M``) carry it in their command lines, not
+    the shells that start them."""
+
+    sh: str
+
+
+def marker() -> Marker:
+    a, b = random.randint(3000, 8999), random.randint(100000, 999999)
+    m = Marker(f"{a}.{b}")
+    m.sh = f"M={a}.; export M=${{M}}{b}; "
+    return m
 
 
 def count_procs(mark: str) -> int:
