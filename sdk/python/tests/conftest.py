@@ -99,7 +99,7 @@ class Server:
 
     def token(self, tenant: str = "py", *quota: str) -> str:
         """A token for tenant (made once per tenant and quota)."""
-        key = tenant + " ".join(quota)
+        key = " ".join((tenant,) + quota)
         if key not in self._tokens:
             self._tokens[key] = self.runbox("token", "create", "--tenant", tenant, "--db", self.db, *quota).strip()
         return self._tokens[key]
@@ -114,7 +114,9 @@ class Server:
             os.path.join(bin_dir(), "runbox"), "serve", "--providers", "host", "--listen", self.addr,
             "--db", self.db, "--reap-interval", "200ms", *self.extra,
         ]  # fmt: skip
-        self.proc = subprocess.Popen(args, env=self.env(), stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            args, env=self.env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
         ready: "list[str]" = []
         got = threading.Event()
 
@@ -152,9 +154,9 @@ class Server:
     def close(self) -> None:
         """Removes every sandbox, stops the server, removes its files."""
         if self.proc is not None:
-            for tenant in {k.split(" ")[0] for k in self._tokens}:
+            for token in self._tokens.values():
                 try:
-                    c = runbox.Client(self.url, self._tokens[tenant], timeout=WAIT)
+                    c = runbox.Client(self.url, token, timeout=WAIT)
                     for sb in c.list():
                         sb.remove(force=True)
                 except runbox.RunboxError:
