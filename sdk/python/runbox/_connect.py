@@ -276,7 +276,8 @@ class ServerStream:
             self._end(data)
             raise StopIteration
         try:
-            return json.loads(data)
+            msg: Dict[str, Any] = json.loads(data)
+            return msg
         except ValueError as e:
             self.close()
             raise errors.InternalError(f"{self.procedure}: message is not JSON: {e}") from e

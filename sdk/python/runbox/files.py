@@ -210,7 +210,7 @@ class Files:
                 for name in sorted(os.listdir(local_dir)):
                     tar.add(os.path.join(local_dir, name), arcname=name, recursive=True)
             spool.seek(0)
-            return self.put_archive(remote_dir, spool, root=root, delete=delete)  # type: ignore[arg-type]
+            return self.put_archive(remote_dir, spool, root=root, delete=delete)
 
     def download_dir(
         self,
@@ -232,9 +232,9 @@ class Files:
         dest = os.path.realpath(local_dir)
         names: List[str] = []
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
-            self.get_archive(remote_dir, spool, root=root, exclude=exclude)  # type: ignore[arg-type]
+            self.get_archive(remote_dir, spool, root=root, exclude=exclude)
             spool.seek(0)
-            with tarfile.open(fileobj=spool, mode="r") as tar:  # type: ignore[call-overload]
+            with tarfile.open(fileobj=spool, mode="r") as tar:
                 dirs = []
                 for member in tar:
                     _check_member(member, dest)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -59,3 +60,19 @@ def test_pyproject_declares_no_dependency() -> None:
         text = f.read()
     assert re.search(r"^dependencies = \[\]$", text, re.M)
     assert 'requires-python = ">=3.9"' in text
+
+
+def test_types_check_strictly() -> None:
+    """The package is typed (py.typed): mypy --strict finds nothing, for
+    the oldest Python it supports. CI installs mypy (Debian's package)."""
+    if subprocess.run([sys.executable, "-m", "mypy", "--version"], capture_output=True).returncode != 0:
+        if os.environ.get("RUNBOX_REQUIRE_PYTHON") == "1":
+            pytest.fail("mypy is required (RUNBOX_REQUIRE_PYTHON=1): apt-get install mypy")
+        pytest.skip("mypy is not installed: apt-get install mypy")
+    out = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--python-version", "3.9", "--cache-dir", os.devnull, "runbox"],
+        cwd=SDK_DIR,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
