@@ -9,6 +9,7 @@ host provider, on 127.0.0.1 and a free port.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
@@ -57,6 +58,7 @@ def bin_dir() -> str:
         return d
     go = shutil.which("go") or "/usr/local/go/bin/go"
     d = tempfile.mkdtemp(prefix="rbpybin")
+    atexit.register(shutil.rmtree, d, True)
     env = dict(os.environ, CGO_ENABLED="0")
     subprocess.run([go, "build", "-o", d + "/", "./cmd/runbox", "./cmd/runboxd"], cwd=REPO, env=env, check=True)
     _bin_dir = d
