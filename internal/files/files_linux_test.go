@@ -340,3 +340,25 @@ func TestDiff(t *testing.T) {
 		t.Errorf("plan %+v", p)
 	}
 }
+
+// TestNULPathIsInvalidPath: a path with a NUL byte (which a JSON client can
+// send) is ErrInvalidPath for every call, not the kernel's EINVAL.
+func TestNULPathIsInvalidPath(t *testing.T) {
+	f := openRoot(t, t.TempDir())
+	calls := map[string]func() error{
+		"stat":   func() error { _, err := f.Stat("a\x00b", false); return err },
+		"open":   func() error { _, _, err := f.OpenFile("a\x00b"); return err },
+		"mkdir":  func() error { return f.Mkdir("d/a\x00b", 0o755, true) },
+		"remove": func() error { return f.Remove("a\x00b", false) },
+		"move":   func() error { return f.Move("a", "b\x00") },
+		"write": func() error {
+			_, err := f.WriteFile("a\x00b", strings.NewReader("x"), WriteOptions{})
+			return err
+		},
+	}
+	for name, call := range calls {
+		if err := call(); !errors.Is(err, runbox.ErrInvalidPath) {
+			t.Errorf("%s: %v, want ErrInvalidPath", name, err)
+		}
+	}
+}

@@ -79,10 +79,23 @@ func clean(p string) string {
 	return path.Clean(p)
 }
 
+// checkNUL refuses a path with a NUL byte, which no system call can take
+// (a client other than Go's sends one as it is: without this the kernel's
+// EINVAL reached it as an internal error).
+func checkNUL(op, p string) error {
+	if strings.IndexByte(p, 0) >= 0 {
+		return &PathError{Op: op, Path: p, Kind: runbox.ErrInvalidPath, Err: errors.New("path has a NUL byte")}
+	}
+	return nil
+}
+
 // openat resolves p beneath the root with openat2 and opens it with flags
 // (O_CLOEXEC added). The final component is followed unless flags has
 // O_NOFOLLOW.
 func (f *FS) openat(op, p string, flags int, mode uint32) (int, error) {
+	if err := checkNUL(op, p); err != nil {
+		return -1, err
+	}
 	c := clean(p)
 	how := unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: f.resolve}
 	for range resolveRetries {
@@ -102,6 +115,9 @@ func (f *FS) openat(op, p string, flags int, mode uint32) (int, error) {
 // descriptor (O_PATH) and p's last component, which is never "", "." or
 // "..".
 func (f *FS) parent(op, p string) (int, string, error) {
+	if err := checkNUL(op, p); err != nil {
+		return -1, "", err
+	}
 	c := clean(p)
 	dir, base := path.Split(c)
 	if base == "." || base == ".." || base == "" || c == "/" {
