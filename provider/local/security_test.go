@@ -335,7 +335,7 @@ func TestAgentWorkloadsUnderMapping(t *testing.T) {
 	_, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
 	t.Run("apt-get", func(t *testing.T) {
 		if os.Getenv("RUNBOX_TEST_APT") != "1" {
-			t.Skip("set RUNBOX_TEST_APT=1 where Debian's archive is reachable (CI does)")
+			t.Skip("apt-get install in a sandbox needs Debian's archive and fresh package lists, which a test cannot assume: run apt-get update and set RUNBOX_TEST_APT=1 to run it (CI does)")
 		}
 		res := exec(t, c, "apt-get install -y -q sl >/tmp/apt.log 2>&1 || { tail -20 /tmp/apt.log; exit 1; }; /usr/games/sl -h >/dev/null 2>&1; test -x /usr/games/sl",
 			client.WithTimeout(5*time.Minute))
@@ -345,7 +345,7 @@ func TestAgentWorkloadsUnderMapping(t *testing.T) {
 	})
 	t.Run("pip", func(t *testing.T) {
 		if exec(t, c, "python3 -m pip --version").ExitCode != 0 {
-			t.Skip("no pip on this machine: apt-get install python3-pip")
+			t.Skip("the sandbox sees this machine's root, which has no pip for python3: apt-get install python3-pip to run this case")
 		}
 		// A wheel made by hand (no network, no build backend needed).
 		mk := `import zipfile

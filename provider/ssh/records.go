@@ -3,21 +3,19 @@ package ssh
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/procbox"
+	"github.com/runbox/runbox/internal/recordfile"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
@@ -73,59 +71,19 @@ func (p *Provider) recordsDir() (string, error) {
 // readRecords reads every record, oldest first; directories without a
 // readable record (a Create in progress) are skipped.
 func readRecords(dir string) ([]record, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("read ssh sandboxes: %w", err)
-	}
-	var recs []record
-	for _, e := range ents {
-		if !e.IsDir() || !validID.MatchString(e.Name()) {
-			continue
-		}
-		r, err := readRecord(filepath.Join(dir, e.Name()))
-		if err != nil || r.ID != e.Name() {
-			continue
-		}
-		recs = append(recs, r)
-	}
-	slices.SortFunc(recs, func(a, b record) int {
-		if c := a.Created.Compare(b.Created); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
-	})
-	return recs, nil
+	return recordfile.List[record](dir, validID.MatchString)
 }
 
-func readRecord(sbDir string) (record, error) {
-	b, err := os.ReadFile(filepath.Join(sbDir, "sandbox.json"))
-	if err != nil {
-		return record{}, err
-	}
-	var r record
-	if err := json.Unmarshal(b, &r); err != nil {
-		return record{}, fmt.Errorf("sandbox record %s: %w", sbDir, err)
-	}
-	return r, nil
-}
+func readRecord(sbDir string) (record, error) { return recordfile.Read[record](sbDir) }
 
 // writeRecord replaces sandbox.json atomically.
-func writeRecord(sbDir string, r record) error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	tmp := filepath.Join(sbDir, ".sandbox.json.tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	if err := os.Rename(tmp, filepath.Join(sbDir, "sandbox.json")); err != nil {
-		return fmt.Errorf("sandbox record: %w", err)
-	}
-	return nil
-}
+func writeRecord(sbDir string, r record) error { return recordfile.Write(sbDir, r) }
+
+// RecordID is the id the record claims (recordfile.Record).
+func (r record) RecordID() string { return r.ID }
+
+// RecordCreated is when the sandbox was made (recordfile.Record).
+func (r record) RecordCreated() time.Time { return r.Created }
 
 // find returns the record key names (exact id, exact name, unique id
 // prefix) and its directory.

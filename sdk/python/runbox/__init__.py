@@ -56,36 +56,9 @@ in the runbox repository.
 """
 
 from .client import DEFAULT_HOST, Client
-from .errors import (
-    AlreadyExists,
-    DeadlineExceeded,
-    EscapesRoot,
-    ExecCancelled,
-    ExecIDConflict,
-    ExecNotFound,
-    FailedPrecondition,
-    FileNotFound,
-    FilePermission,
-    InternalError,
-    InvalidArgument,
-    InvalidPath,
-    InvalidSpec,
-    IsDirectory,
-    NotDirectory,
-    NotFound,
-    NotRunning,
-    PermissionDenied,
-    QuotaExceeded,
-    ResourceExhausted,
-    RunboxError,
-    SandboxLost,
-    SandboxNotFound,
-    SessionNotFound,
-    SpawnError,
-    TooLarge,
-    Unauthenticated,
-    Unavailable,
-)
+# Every exception class, as errors.__all__ lists them (re-exported below).
+from . import errors
+from .errors import *  # noqa: F401,F403
 from .files import Files
 from .models import ArchiveStats, Chunk, ExecInfo, FileInfo, Gap, Result, SandboxInfo
 from .process import Process
@@ -107,32 +80,5 @@ __all__ = [
     "FileInfo",
     "ArchiveStats",
     "ExecInfo",
-    "RunboxError",
-    "Unauthenticated",
-    "NotFound",
-    "SandboxNotFound",
-    "ExecNotFound",
-    "SessionNotFound",
-    "FileNotFound",
-    "InvalidArgument",
-    "InvalidSpec",
-    "InvalidPath",
-    "ResourceExhausted",
-    "QuotaExceeded",
-    "TooLarge",
-    "FailedPrecondition",
-    "ExecCancelled",
-    "SpawnError",
-    "NotRunning",
-    "IsDirectory",
-    "NotDirectory",
-    "PermissionDenied",
-    "FilePermission",
-    "EscapesRoot",
-    "AlreadyExists",
-    "ExecIDConflict",
-    "SandboxLost",
-    "Unavailable",
-    "DeadlineExceeded",
-    "InternalError",
 ]
+__all__ += errors.__all__
