@@ -17,8 +17,14 @@ type providerMatch struct {
 	err error
 }
 
-// lookupAll asks every provider, at once, for the sandbox named key.
+// lookupAll asks every provider, at once, for the sandbox named key. Once
+// one of them has a sandbox whose id is exactly key, the others are not
+// waited for: ids are random and unique, and an exact id wins any ranking
+// (see findAcross), so an exec by id does not pay for the slowest
+// provider's lookup (a docker engine's, a cluster's).
 func (a *app) lookupAll(ctx context.Context, key string) []providerMatch {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	ps := a.allProviders()
 	out := make([]providerMatch, len(ps))
 	var wg sync.WaitGroup
@@ -26,6 +32,9 @@ func (a *app) lookupAll(ctx context.Context, key string) []providerMatch {
 		wg.Go(func() {
 			sb, err := p.Get(ctx, key)
 			out[i] = providerMatch{p: p, sb: sb, err: err}
+			if err == nil && sb.ID == key {
+				cancel()
+			}
 		})
 	}
 	wg.Wait()
