@@ -23,6 +23,7 @@ import (
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
+	"github.com/runbox/runbox/provider/kubernetes"
 	"github.com/runbox/runbox/provider/local"
 )
 
@@ -66,10 +67,11 @@ var providers = []struct {
 	{host.ProviderName, func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{local.ProviderName, func(e env) runbox.Provider { return &local.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{docker.ProviderName, func(e env) runbox.Provider { return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
+	{kubernetes.ProviderName, func(env) runbox.Provider { return &kubernetes.Provider{} }},
 }
 
 // plannedProviders are named in errors so users know they are coming.
-var plannedProviders = []string{"ssh", "kubernetes"}
+var plannedProviders = []string{"ssh"}
 
 // defaultProvider is the provider up and run use without --provider or
 // $RUNBOX_PROVIDER.

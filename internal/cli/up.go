@@ -47,6 +47,7 @@ type upFlags struct {
 	memory, network                string
 	pids                           int64
 	cpus                           float64
+	kube                           kubeFlags
 }
 
 func (f *upFlags) add(fs *pflag.FlagSet, def string) {
@@ -62,6 +63,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
+	f.kube.add(fs)
 	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 }
 
@@ -69,6 +71,9 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	p, err := a.provider(f.provider)
 	if err != nil {
+		return nil, runbox.SandboxSpec{}, err
+	}
+	if err := f.kube.apply(p); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)

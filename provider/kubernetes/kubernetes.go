@@ -104,6 +104,11 @@ var (
 	// own (the workload's command, the /.runbox volume, a restart policy
 	// that would restart runboxd).
 	ErrTemplateConflict = errors.New("pod template conflicts with runbox")
+	// errNotConfigured means this machine has no kubeconfig and does not
+	// run in a pod: Get finds nothing and List lists nothing, quietly, so
+	// the CLI's lookups across providers stay as they were for users of
+	// other providers; Create fails with runbox.ErrProviderUnavailable.
+	errNotConfigured = errors.New("no kubernetes cluster configured")
 )
 
 // Provider creates sandboxes that are pods with runboxd as the workload
@@ -198,8 +203,11 @@ func (p *Provider) loadConfig() (*rest.Config, string, error) {
 	overrides := &clientcmd.ConfigOverrides{CurrentContext: firstNonEmpty(p.Context, os.Getenv(ContextEnv))}
 	cc := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides)
 	cfg, err := cc.ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, "", fmt.Errorf("%w: %w (set KUBECONFIG or --context, or run in a pod with a service account)", runbox.ErrProviderUnavailable, errNotConfigured)
+	}
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: no kubernetes cluster configured (set KUBECONFIG or --context, or run in a pod with a service account): %v",
+		return nil, "", fmt.Errorf("%w: kubernetes client configuration (set KUBECONFIG or --context, or run in a pod with a service account): %v",
 			runbox.ErrProviderUnavailable, err)
 	}
 	if ns == "" {

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -29,6 +30,9 @@ func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, er
 		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
 	}
 	api, err := p.client()
+	if errors.Is(err, errNotConfigured) {
+		return fail(runbox.ErrSandboxNotFound)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -48,6 +52,9 @@ func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, er
 // Alive when its pod runs and its runboxd answers Info.
 func (p *Provider) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	api, err := p.client()
+	if errors.Is(err, errNotConfigured) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, &runbox.Error{Op: "list", Err: err}
 	}
