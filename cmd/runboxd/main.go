@@ -9,7 +9,6 @@
 //	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
 //	runboxd proxy --socket PATH
 //	runboxd install DEST
-//	runboxd stop
 //	runboxd version
 //
 // Every connection is authenticated (internal/daemonauth): runboxd is given
@@ -60,7 +59,6 @@ const usage = `usage:
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd install DEST    (copy this binary to DEST: a kubernetes sandbox's init container)
-  runboxd stop            (ask PID 1, a container's runboxd, to stop with the stop protocol)
   runboxd version`
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -77,8 +75,6 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return proxy(args[1:], stdin, stdout, stderr)
 	case "install":
 		return install(args[1:], stdout)
-	case "stop":
-		return stopPID1(args[1:])
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return nil

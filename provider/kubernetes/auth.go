@@ -113,9 +113,30 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string) runbox.Dialer {
 	secretObj = firstNonEmpty(secretObj, secretName(id))
 	raw := func(ctx context.Context) (net.Conn, error) {
-		return dialExec(api, api.namespace, pod, socketName(id), func(err error) error {
+		// The pod is watched for as long as the stream lives (see
+		// podwatch.go); a pod already lost is not dialled.
+		base, cancel := context.WithCancel(context.Background())
+		pw, err := watchPod(ctx, base, api, pod)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		if lerr := pw.lost(api.namespace, pod, uid); lerr != nil {
+			pw.stop()
+			cancel()
+			return nil, lerr
+		}
+		c, err := dialExec(api, api.namespace, pod, socketName(id), func(err error) error {
 			return lostCause(ctx, api, pod, uid, err)
 		})
+		if err != nil {
+			pw.stop()
+			cancel()
+			return nil, err
+		}
+		c.setOnEnd(cancel)
+		go pw.follow(base, api, pod, uid, c.fail)
+		return c, nil
 	}
 	var mu sync.Mutex
 	var secret []byte

@@ -38,6 +38,10 @@ type execConn struct {
 	mu     sync.Mutex
 	stderr []byte
 	err    error // why the stream ended (nil: the proxy exited cleanly)
+	lost   error // why the stream was cut (fail), which explains it first
+	// onEnd is called once the stream has ended or the conn is closed.
+	onEnd func()
+	ended bool
 
 	closeOnce sync.Once
 }
@@ -83,8 +87,45 @@ func dialExec(api *kubeAPI, namespace, pod, socket string, explain func(error) e
 		c.err = err
 		c.mu.Unlock()
 		far.Close() // the client's reads see the end
+		c.end()
 	}()
 	return c, nil
+}
+
+// end calls onEnd once.
+func (c *execConn) end() {
+	c.mu.Lock()
+	f := c.onEnd
+	c.onEnd, c.ended = nil, true
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
+}
+
+// setOnEnd sets what end calls; f runs at once if the stream has ended.
+func (c *execConn) setOnEnd(f func()) {
+	c.mu.Lock()
+	ended := c.ended
+	if !ended {
+		c.onEnd = f
+	}
+	c.mu.Unlock()
+	if ended {
+		f()
+	}
+}
+
+// fail cuts the stream because the sandbox is lost (err says why): reads
+// and writes fail with err from now on.
+func (c *execConn) fail(err error) {
+	c.mu.Lock()
+	if c.lost == nil {
+		c.lost = err
+	}
+	c.mu.Unlock()
+	c.far.Close()
+	c.cancel()
 }
 
 // stdinOf hides far's other methods from the executor, which must only
@@ -132,6 +173,12 @@ func (c *execConn) endErr(err error) error {
 	if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
 		return err // a deadline, say
 	}
+	c.mu.Lock()
+	lost := c.lost
+	c.mu.Unlock()
+	if lost != nil {
+		return fmt.Errorf("exec stream to %s cut: %w", c.what, lost)
+	}
 	select {
 	case <-c.done:
 	case <-time.After(time.Second): // the stream's goroutine is finishing
@@ -158,6 +205,7 @@ func (c *execConn) Close() error {
 		c.Conn.Close()
 		c.far.Close()
 		c.cancel()
+		c.end()
 	})
 	return nil
 }

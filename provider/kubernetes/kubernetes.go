@@ -90,9 +90,12 @@ const (
 	// neither the Provider nor the template sets a shorter one.
 	DefaultActiveDeadline = 24 * time.Hour
 	// terminationGrace is the pod's terminationGracePeriodSeconds when the
-	// template sets none: runboxd's preStop hook stops every exec with the
-	// stop protocol (default grace 5 s) within it.
-	terminationGrace = 15
+	// template sets none. runboxd as PID 1 drops the kubelet's SIGTERM (its
+	// commands could send it one too), so a pod deleted from outside lives
+	// this long before the kubelet's SIGKILL; clients know it is lost the
+	// moment its deletion starts (podwatch.go). runbox rm stops every exec
+	// with the stop protocol first.
+	terminationGrace = 5
 )
 
 // Errors specific to the kubernetes provider. Compare with errors.Is.

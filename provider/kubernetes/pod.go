@@ -172,14 +172,6 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	w.Command = []string{podRunboxd}
 	w.Args = append([]string{"serve", "--socket", socketName(pp.id), "--auth-sha256", pp.authSum}, spec.DaemonArgs...)
 	w.Stdin, w.TTY = false, false
-	if w.Lifecycle == nil {
-		w.Lifecycle = &corev1.Lifecycle{}
-	}
-	if w.Lifecycle.PreStop == nil {
-		// Deleting the pod stops every exec with the stop protocol
-		// before the kubelet's SIGKILL (runboxd as PID 1 drops SIGTERM).
-		w.Lifecycle.PreStop = &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{podRunboxd, "stop"}}}
-	}
 	if w.SecurityContext == nil {
 		w.SecurityContext = &corev1.SecurityContext{}
 	}

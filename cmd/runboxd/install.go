@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // install copies this executable to the path in args: what the init
@@ -19,7 +18,11 @@ func install(args []string, stdout io.Writer) error {
 		return errors.New("install: want one argument, the destination path")
 	}
 	dst := args[0]
-	src, err := os.Open("/proc/self/exe")
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("install: %w", err)
+	}
+	src, err := os.Open(self)
 	if err != nil {
 		return fmt.Errorf("install: %w", err)
 	}
@@ -44,19 +47,5 @@ func install(args []string, stdout io.Writer) error {
 		return fmt.Errorf("install: %w", err)
 	}
 	fmt.Fprintf(stdout, "runboxd %s installed at %s\n", versionString(), dst)
-	return nil
-}
-
-// stopPID1 asks the runboxd that is PID 1 of this pid namespace to stop
-// with the stop protocol (it drops SIGTERM, see stopSignalAsPID1): the
-// preStop hook of a kubernetes sandbox's workload container, so deleting
-// the pod stops every exec gracefully before the kubelet's SIGKILL.
-func stopPID1(args []string) error {
-	if len(args) != 0 {
-		return errors.New("stop: takes no arguments")
-	}
-	if err := syscall.Kill(1, stopSignalAsPID1); err != nil {
-		return fmt.Errorf("stop: signal PID 1: %w", err)
-	}
 	return nil
 }
