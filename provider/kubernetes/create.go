@@ -145,9 +145,11 @@ func createPod(ctx context.Context, api *kubeAPI, pod *corev1.Pod) (*corev1.Pod,
 		var err error
 		created, err = api.cs.CoreV1().Pods(api.namespace).Create(ctx, pod, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
+			// The name holds the sandbox's random id: a pod of that name
+			// with its label is this call's own.
 			got, gerr := api.cs.CoreV1().Pods(api.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-			if gerr == nil && got.Annotations[AnnotationSpec] == pod.Annotations[AnnotationSpec] &&
-				slicesEqual(got.Spec.Containers[0].Args, pod.Spec.Containers[0].Args) {
+			if gerr == nil && got.Labels[LabelSandbox] == pod.Labels[LabelSandbox] &&
+				got.Annotations[AnnotationSpec] == pod.Annotations[AnnotationSpec] {
 				created = got
 				return nil
 			}
@@ -155,10 +157,6 @@ func createPod(ctx context.Context, api *kubeAPI, pod *corev1.Pod) (*corev1.Pod,
 		return err
 	})
 	return created, err
-}
-
-func slicesEqual(a, b []string) bool {
-	return strings.Join(a, "\x00") == strings.Join(b, "\x00") && len(a) == len(b)
 }
 
 // waitRunning polls the pod until its workload container runs, and fails

@@ -302,6 +302,12 @@ start_kubelet() {
 		case $h in */unified/ | */systemd/) continue ;; esac
 		mkdir -p "$h$CGROOT" 2>/dev/null || true
 	done
+	# a new v1 cpuset group starts empty: give it its parent's cpus and mems
+	local cs=/sys/fs/cgroup/cpuset
+	if [ -d "$cs/$CGROOT" ]; then
+		[ -n "$(cat "$cs/$CGROOT/cpuset.cpus")" ] || cat "$cs/cpuset.cpus" >"$cs/$CGROOT/cpuset.cpus"
+		[ -n "$(cat "$cs/$CGROOT/cpuset.mems")" ] || cat "$cs/cpuset.mems" >"$cs/$CGROOT/cpuset.mems"
+	fi
 	setsid nsenter -t "$(pid_of mntns)" -m -- "$D/bin/kubelet" --config="$D/config/kubelet-config.yaml" \
 		--kubeconfig="$D/config/kubelet.kubeconfig" --root-dir="$D/data/kubelet" --hostname-override=127.0.0.1 --v=1 \
 		</dev/null >"$D/logs/kubelet.log" 2>&1 &
