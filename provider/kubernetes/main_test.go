@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -236,10 +237,9 @@ func podCgroup(t testing.TB, uid string) string {
 		}
 		return nil
 	})
-	if found == "" {
-		t.Fatalf("no cgroup %s under %s: is the pod on this machine's node (the scripts/k8s harness)?", want, root)
+	if found != "" {
+		podCgroups.Store(uid, found)
 	}
-	podCgroups.Store(uid, found)
 	return found
 }
 
@@ -255,6 +255,18 @@ type hostProc struct {
 func podProcs(t testing.TB, sb runbox.Sandbox) []hostProc {
 	t.Helper()
 	dir := podCgroup(t, sb.Detail["uid"])
+	if dir == "" {
+		// No cgroup: the pod is gone (then it has no processes), or it
+		// does not run on this machine (then the tests cannot look).
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		pod, err := testClient(t).CoreV1().Pods(sb.Detail["namespace"]).Get(ctx, sb.Detail["pod"], metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && (string(pod.UID) != sb.Detail["uid"] || pod.DeletionTimestamp != nil ||
+			pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded) {
+			return nil
+		}
+		t.Fatalf("no cgroup pod%s under /sys/fs/cgroup/pids (pod %v): is the pod on this machine's node (the scripts/k8s harness)?", sb.Detail["uid"], err)
+	}
 	var out []hostProc
 	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
