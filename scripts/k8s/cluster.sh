@@ -299,7 +299,7 @@ start_kubelet() {
 	# The kubelet wants its cgroup root to exist in every hierarchy it uses.
 	local h
 	for h in /sys/fs/cgroup/*/; do
-		case $h in */unified/ | */systemd/) continue ;; esac
+		case $h in */unified/) continue ;; esac
 		mkdir -p "$h$CGROOT" 2>/dev/null || true
 	done
 	# a new v1 cpuset group starts empty: give it its parent's cpus and mems
