@@ -1,13 +1,28 @@
 package cli
 
 import (
+	"flag"
 	"fmt"
+	"io"
 
 	"github.com/spf13/pflag"
+	"k8s.io/klog/v2"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/provider/kubernetes"
 )
+
+// init keeps client-go's log (klog) off the CLI's stderr: its streams
+// report their own closing as errors there, and runbox reports what failed
+// itself, as one line.
+func init() {
+	fs := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(fs)
+	_ = fs.Set("logtostderr", "false")
+	_ = fs.Set("alsologtostderr", "false")
+	_ = fs.Set("stderrthreshold", "FATAL")
+	klog.SetOutput(io.Discard)
+}
 
 // kubeFlags are up's (and run's) flags for the kubernetes provider. The
 // other commands find a sandbox through the same configuration taken from
