@@ -52,12 +52,14 @@ func TestMain(m *testing.M) {
 	if os.Getenv("RUNBOX_PROVIDERTEST_ATTACKER") == "" {
 		cluster = providertest.CheckRequirement("provider/kubernetes", "RUNBOX_REQUIRE_KUBERNETES", checkCluster)
 	}
+	// client-go keeps, for the life of the process, a goroutine that
+	// reloads a kubeconfig's client certificate files (and its poller),
+	// and klog's flusher.
 	providertest.MainIgnoring(m,
 		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Typed[...]).updateUnfinishedWorkLoop"),
-		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*delayingType[...]).waitingLoop"),
-		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.BackoffUntilWithContext.func1"),
-		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"), // idle keep-alive connections of client-go's transport
+		goleak.IgnoreTopFunction("k8s.io/client-go/transport.(*dynamicClientCert).run"),
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.PollImmediateUntil"),
+		goleak.IgnoreTopFunction("k8s.io/apimachinery/pkg/util/wait.PollImmediateUntilWithContext.poller.func1.1"),
 	)
 }
 
