@@ -130,12 +130,19 @@ func tempFile(name string) string {
 
 // TestPodDeletedMidExec: deleting the pod from outside (as `kubectl delete
 // pod` does, with the pod's grace period) while a command runs makes the
-// exec fail with ErrSandboxLost naming the cause within seconds (the
-// preStop hook stops runboxd; it does not wait out the grace period), and
-// the CLI exits 125 saying so.
+// exec fail with ErrSandboxLost naming the cause as soon as the deletion
+// begins (the stream watches its pod), not when the kubelet kills the pod
+// at the end of its grace period, and the CLI exits 125 saying so.
 func TestPodDeletedMidExec(t *testing.T) {
 	needCluster(t)
 	p := newProvider(t)
+	// A long grace period tells "lost because the deletion began" from
+	// "lost because the kubelet killed the pod at the end of its grace".
+	const grace = 60 * time.Second
+	p.PodTemplate = filepath.Join(t.TempDir(), "pod.yaml")
+	if err := os.WriteFile(p.PodTemplate, []byte("apiVersion: v1\nkind: Pod\nspec:\n  terminationGracePeriodSeconds: 60\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sb := create(t, p, runbox.SandboxSpec{})
 	bin := buildCLI(t)
 	home := shortHome(t)
@@ -166,11 +173,14 @@ func TestPodDeletedMidExec(t *testing.T) {
 	var err error
 	select {
 	case err = <-waitDone:
-	case <-time.After(time.Minute):
+	case <-time.After(2 * grace):
 		cmd.Process.Kill()
-		t.Fatalf("runbox exec still running a minute after the pod was deleted")
+		t.Fatalf("runbox exec still running %v after the pod was deleted", 2*grace)
 	}
 	took := time.Since(deleted)
+	if took >= grace {
+		t.Errorf("runbox exec ended %v after the pod's deletion began: only when the kubelet killed the pod (grace %v), not when the deletion began", took, grace)
+	}
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 125 {
 		t.Fatalf("runbox exec after the pod was deleted: %v (stderr %q); want exit status 125", err, stderr.String())

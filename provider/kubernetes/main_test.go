@@ -53,13 +53,20 @@ func TestMain(m *testing.M) {
 		cluster = providertest.CheckRequirement("provider/kubernetes", "RUNBOX_REQUIRE_KUBERNETES", checkCluster)
 	}
 	// client-go keeps, for the life of the process, a goroutine that
-	// reloads a kubeconfig's client certificate files (and its poller),
-	// and klog's flusher.
+	// reloads a kubeconfig's client certificate files (with its poller and
+	// work queue),
+	// klog's flusher, and its cached transports' pooled HTTP/2 connections
+	// to the API server (golang.org/x/net/http2; runbox's own client uses
+	// net/http's).
 	providertest.MainIgnoring(m,
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-		goleak.IgnoreTopFunction("k8s.io/client-go/transport.(*dynamicClientCert).run"),
+		goleak.IgnoreAnyFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
+		goleak.IgnoreAnyFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/transport.(*dynamicClientCert).run"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/transport.(*dynamicClientCert).processNextWorkItem"),
 		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.PollImmediateUntil"),
-		goleak.IgnoreTopFunction("k8s.io/apimachinery/pkg/util/wait.PollImmediateUntilWithContext.poller.func1.1"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*delayingType[...]).waitingLoop"),
+		goleak.IgnoreAnyFunction("k8s.io/client-go/util/workqueue.(*Typed[...]).updateUnfinishedWorkLoop"),
+		goleak.IgnoreAnyFunction("k8s.io/apimachinery/pkg/util/wait.PollImmediateUntilWithContext.poller.func1.1"),
 	)
 }
 
