@@ -92,7 +92,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	dial := p.podDialer(api, running.Name, string(running.UID), id, secretName(id))
 	var last error
 	for {
-		if last = probe(sctx, dial, id); last == nil {
+		if last = probeDaemon(sctx, dial, id); last == nil {
 			break
 		}
 		if errors.Is(last, runbox.ErrSandboxLost) || errors.Is(last, runbox.ErrUnauthenticated) || sctx.Err() != nil {

@@ -23,8 +23,11 @@ import (
 var validID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 
 // Get finds a sandbox by exact id, exact name, or unique id prefix among
-// the namespace's pods labelled by runbox, and probes whether its runboxd
-// answers.
+// the namespace's pods labelled by runbox. Alive comes from the pod's state
+// (its workload container runs and it is not being deleted), without a
+// probe: a probe is an exec stream through the API server, as costly as the
+// command a `runbox exec` is about to run, and that command's own stream
+// reports a runboxd that does not answer. List probes.
 func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error) {
 	fail := func(err error) (runbox.Sandbox, error) {
 		return runbox.Sandbox{}, &runbox.Error{Op: "get", Sandbox: idOrName, Err: err}
@@ -45,7 +48,7 @@ func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, er
 	if err != nil {
 		return fail(err)
 	}
-	return p.toSandbox(ctx, api, &pod), nil
+	return p.toSandbox(ctx, api, &pod, false), nil
 }
 
 // List returns every sandbox in the namespace, oldest first, each marked
@@ -65,7 +68,7 @@ func (p *Provider) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	out := make([]runbox.Sandbox, len(pods))
 	var wg sync.WaitGroup
 	for i := range pods {
-		wg.Go(func() { out[i] = p.toSandbox(ctx, api, &pods[i]) })
+		wg.Go(func() { out[i] = p.toSandbox(ctx, api, &pods[i], true) })
 	}
 	wg.Wait()
 	return out, nil
@@ -116,8 +119,9 @@ func getPod(ctx context.Context, api *kubeAPI, name string) (*corev1.Pod, error)
 	return pod, err
 }
 
-// toSandbox describes pod, probing its runboxd when the pod runs.
-func (p *Provider) toSandbox(ctx context.Context, api *kubeAPI, pod *corev1.Pod) runbox.Sandbox {
+// toSandbox describes pod; with probe, a pod that runs is Alive only if
+// its runboxd answers.
+func (p *Provider) toSandbox(ctx context.Context, api *kubeAPI, pod *corev1.Pod, probe bool) runbox.Sandbox {
 	id := pod.Labels[LabelSandbox]
 	detail := map[string]string{
 		"namespace": pod.Namespace,
@@ -139,7 +143,9 @@ func (p *Provider) toSandbox(ctx context.Context, api *kubeAPI, pod *corev1.Pod)
 	alive := false
 	if why := podLost(pod); why != "" {
 		detail["lost"] = why
-	} else if err := probe(ctx, p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret]), id); err != nil {
+	} else if !probe {
+		alive = true
+	} else if err := probeDaemon(ctx, p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret]), id); err != nil {
 		detail["lost"] = fmt.Sprintf("pod %s/%s runs but its runboxd does not answer: %v", pod.Namespace, pod.Name, err)
 	} else {
 		alive = true
@@ -154,8 +160,8 @@ func (p *Provider) toSandbox(ctx context.Context, api *kubeAPI, pod *corev1.Pod)
 	}
 }
 
-// probe asks runboxd for Info through dial, bounded by aliveTimeout.
-func probe(ctx context.Context, dial runbox.Dialer, name string) error {
+// probeDaemon asks runboxd for Info through dial, bounded by aliveTimeout.
+func probeDaemon(ctx context.Context, dial runbox.Dialer, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
 	defer cancel()
 	c := rbclient.New(dial, rbclient.WithSandboxName(name))
