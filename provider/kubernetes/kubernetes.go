@@ -3,10 +3,12 @@ package kubernetes
 import (
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync"
 	"time"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -155,6 +157,7 @@ var _ runbox.Provider = (*Provider)(nil)
 // kubeAPI is what the provider made from its configuration, once.
 type kubeAPI struct {
 	cfg       *rest.Config
+	hc        *http.Client
 	cs        kubernetes.Interface
 	namespace string
 }
@@ -162,8 +165,16 @@ type kubeAPI struct {
 // Name returns "kubernetes".
 func (p *Provider) Name() string { return ProviderName }
 
-// Close releases nothing the cluster holds: sandboxes live on.
-func (p *Provider) Close() error { return nil }
+// Close closes the provider's idle connections to the API server.
+// Sandboxes live on.
+func (p *Provider) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.api != nil {
+		utilnet.CloseIdleConnectionsFor(p.api.hc.Transport)
+	}
+	return nil
+}
 
 // client returns the API client and namespace, loading the configuration
 // on first use. A configuration that cannot be found or used is
@@ -179,17 +190,28 @@ func (p *Provider) client() (*kubeAPI, error) {
 		return nil, err
 	}
 	cfg = rest.CopyConfig(cfg)
+	// The client certificate and key are read once, here: with files,
+	// client-go would start a goroutine that reloads them for the life of
+	// the process (a process that must pick up rotated files makes a new
+	// Provider).
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, fmt.Errorf("%w: kubernetes client credentials: %v", runbox.ErrProviderUnavailable, err)
+	}
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "runbox"
 	}
 	// client-go's own limiter would queue calls behind each other; the
 	// provider bounds and retries its calls itself.
 	cfg.QPS, cfg.Burst = 50, 100
-	cs, err := kubernetes.NewForConfig(cfg)
+	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubernetes client: %v", runbox.ErrProviderUnavailable, err)
 	}
-	p.api = &kubeAPI{cfg: cfg, cs: cs, namespace: ns}
+	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("%w: kubernetes client: %v", runbox.ErrProviderUnavailable, err)
+	}
+	p.api = &kubeAPI{cfg: cfg, hc: hc, cs: cs, namespace: ns}
 	return p.api, nil
 }
 
