@@ -37,7 +37,14 @@ mkdir -p "$D"
 D=$(cd "$D" && pwd)
 export PATH=/usr/local/go/bin:$D/bin:$PATH
 export KUBECONFIG=$D/config/admin.kubeconfig
-SOCK=$D/run/containerd.sock
+# Sockets and the kubelet's state live where a local sandbox's view hides
+# them (provider/local: /run is a fresh tmpfs there, /var/lib/kubelet is
+# masked, and a running containerd's --root and --state are): no socket of
+# the cluster is in reach of a local sandbox's commands.
+NAME=$(basename "$D")
+RUNDIR=/run/$NAME
+KUBELET_ROOT=/var/lib/kubelet/$NAME
+SOCK=$RUNDIR/containerd.sock
 PIDS=$D/pids
 CGROOT=runbox-k8s
 
@@ -173,7 +180,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [ttrpc]
   address = "$SOCK.ttrpc"
 [debug]
-  address = "$D/run/containerd-debug.sock"
+  address = "$RUNDIR/containerd-debug.sock"
   level = "info"
 [plugins."io.containerd.grpc.v1.cri"]
   netns_mounts_under_state_dir = true
@@ -266,8 +273,9 @@ start_apiserver() {
 
 start_containerd() {
 	alive "$(pid_of containerd)" && return 0
-	mkdir -p "$D/data/containerd" "$D/run"
+	mkdir -p "$D/data/containerd" "$RUNDIR"
 	setsid nsenter -t "$(pid_of mntns)" -m -- "$(command -v containerd)" --config "$D/config/containerd.toml" \
+		--root "$D/data/containerd/root" --state "$D/data/containerd/state" --address "$SOCK" \
 		</dev/null >"$D/logs/containerd.log" 2>&1 &
 	record containerd $!
 	wait_for 60 containerd ctr -a "$SOCK" version
@@ -295,7 +303,7 @@ start_control() {
 
 start_kubelet() {
 	alive "$(pid_of kubelet)" && return 0
-	mkdir -p "$D/data/kubelet" "$D/data/kubelet-podlogs"
+	mkdir -p "$KUBELET_ROOT" "$D/data/kubelet-podlogs"
 	# The kubelet wants its cgroup root to exist in every hierarchy it uses.
 	local h
 	for h in /sys/fs/cgroup/*/; do
@@ -309,7 +317,7 @@ start_kubelet() {
 		[ -n "$(cat "$cs/$CGROOT/cpuset.mems")" ] || cat "$cs/cpuset.mems" >"$cs/$CGROOT/cpuset.mems"
 	fi
 	setsid nsenter -t "$(pid_of mntns)" -m -- "$D/bin/kubelet" --config="$D/config/kubelet-config.yaml" \
-		--kubeconfig="$D/config/kubelet.kubeconfig" --root-dir="$D/data/kubelet" --hostname-override=127.0.0.1 --v=1 \
+		--kubeconfig="$D/config/kubelet.kubeconfig" --root-dir="$KUBELET_ROOT" --hostname-override=127.0.0.1 --v=1 \
 		</dev/null >"$D/logs/kubelet.log" 2>&1 &
 	record kubelet $!
 	wait_for 120 "node registration" kubectl get node 127.0.0.1
@@ -415,7 +423,8 @@ do_stop() {
 do_clean() {
 	do_stop
 	# data/ may hold mounts only the (gone) private namespace saw; nothing on the host
-	rm -rf "$D/data" "$D/run" "$D/logs"
+	rm -rf "$D/data" "$D/run" "$D/logs" "$RUNDIR" "$KUBELET_ROOT"
+	rmdir /var/lib/kubelet 2>/dev/null || true
 	log "data wiped"
 }
 
