@@ -8,6 +8,7 @@
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]
 //	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
 //	runboxd proxy --socket PATH
+//	runboxd install DEST
 //	runboxd version
 //
 // Every connection is authenticated (internal/daemonauth): runboxd is given
@@ -57,6 +58,7 @@ const usage = `usage:
   runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N] [--private DIR]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd proxy --socket PATH
+  runboxd install DEST    (copy this binary to DEST: a kubernetes sandbox's init container)
   runboxd version`
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
@@ -71,6 +73,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return jailServe(args[1:], stderr)
 	case "proxy":
 		return proxy(args[1:], stdin, stdout, stderr)
+	case "install":
+		return install(args[1:], stdout)
 	case "version":
 		fmt.Fprintln(stdout, versionString())
 		return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
+	"github.com/runbox/runbox/provider/kubernetes"
 	"github.com/runbox/runbox/provider/local"
 	"github.com/runbox/runbox/provider/ssh"
 )
@@ -69,10 +70,8 @@ var providers = []struct {
 	{local.ProviderName, func(e env) runbox.Provider { return &local.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{docker.ProviderName, func(e env) runbox.Provider { return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
 	{ssh.ProviderName, func(e env) runbox.Provider { return &ssh.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
+	{kubernetes.ProviderName, func(env) runbox.Provider { return &kubernetes.Provider{} }},
 }
-
-// plannedProviders are named in errors so users know they are coming.
-var plannedProviders = []string{"kubernetes"}
 
 // defaultProvider is the provider up and run use without --provider or
 // $RUNBOX_PROVIDER.
@@ -220,10 +219,6 @@ func (a *app) localProvider(name string) (runbox.Provider, error) {
 			a.made[name] = p
 			return p, nil
 		}
-	}
-	if slices.Contains(plannedProviders, name) {
-		return nil, fmt.Errorf("provider %q is planned but not implemented yet (available: %s): %w",
-			name, strings.Join(providerNames(), ", "), errors.ErrUnsupported)
 	}
 	return nil, fmt.Errorf("unknown provider %q (available: %s)", name, strings.Join(providerNames(), ", "))
 }

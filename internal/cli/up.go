@@ -53,11 +53,11 @@ type upFlags struct {
 	cpus                           float64
 	ssh                            sshFlags
 	server                         serverOptions // remote.go
+	kube                           kubeFlags
 }
 
 func (f *upFlags) add(fs *pflag.FlagSet, def string) {
-	fs.StringVar(&f.provider, "provider", def, "where the sandbox runs ($RUNBOX_PROVIDER sets the default): "+strings.Join(providerNames(), ", ")+
-		" (planned: "+strings.Join(plannedProviders, ", ")+")")
+	fs.StringVar(&f.provider, "provider", def, "where the sandbox runs ($RUNBOX_PROVIDER sets the default): "+strings.Join(providerNames(), ", "))
 	fs.StringVar(&f.image, "image", "", "root filesystem image (providers that use images)")
 	fs.StringVar(&f.rootfs, "rootfs", "", "local: a root filesystem directory to use instead of the host's root")
 	fs.BoolVar(&f.userns, "userns", false, "local: (always on now; kept for old scripts)")
@@ -70,6 +70,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
 	f.ssh.add(fs)
 	f.server.add(fs)
+	f.kube.add(fs)
 	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 }
 
@@ -86,6 +87,9 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	if err := f.server.apply(p); err != nil {
+		return nil, runbox.SandboxSpec{}, err
+	}
+	if err := f.kube.apply(p); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)

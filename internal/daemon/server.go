@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -160,8 +161,19 @@ func Listen(path string) (net.Listener, error) { return ListenMode(path, 0o600) 
 
 // ListenMode is Listen with the socket's mode given: for a daemon whose
 // clients run as another user and whose socket's directory already keeps
-// out everyone else.
+// out everyone else. A path starting with "@" is a Linux abstract socket
+// (a kubernetes sandbox's: nothing in the pod can delete it); mode does not
+// apply to it.
 func ListenMode(path string, mode os.FileMode) (net.Listener, error) {
+	if strings.HasPrefix(path, "@") {
+		// An abstract socket (Linux): no file to probe, remove or chmod;
+		// it lives as long as the listener, in the network namespace.
+		ln, err := net.Listen("unix", path)
+		if err != nil {
+			return nil, fmt.Errorf("listen: %w", err)
+		}
+		return ln, nil
+	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
 			return nil, fmt.Errorf("listen %s: file exists and is not a socket", path)

@@ -1,0 +1,98 @@
+package kubernetes_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+)
+
+// BenchmarkCreateFirstExec measures a pod sandbox from Create to the end
+// of its first exec (`true`): scheduling, the init container installing
+// runboxd, runboxd starting, the exec stream and the exec. Removal is not
+// timed.
+func BenchmarkCreateFirstExec(b *testing.B) {
+	needCluster(b)
+	p := newProvider(b)
+	ctx := context.Background()
+	for b.Loop() {
+		sb, err := p.Create(ctx, runbox.SandboxSpec{Image: testImage})
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+		if r, err := c.Exec(ctx, "true"); err != nil || r.ExitCode != 0 {
+			b.Fatalf("first exec: %v %+v", err, r)
+		}
+		b.StopTimer()
+		c.Close()
+		if err := p.Remove(ctx, sb, true); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkPerCommand runs `true` in one pod three ways per iteration and
+// reports each one's latency and the ratios against `kubectl exec POD --
+// true`, the baseline, measured in the same run:
+//
+//	runbox-client-ms  an Exec of the Go client over its open exec stream
+//	runbox-cli-ms     a `runbox exec SANDBOX -- true` process (find the
+//	                  pod, read its Secret, open a stream, exec)
+//	kubectl-ms        a `kubectl exec` process
+func BenchmarkPerCommand(b *testing.B) {
+	needCluster(b)
+	kubectl, err := exec.LookPath("kubectl")
+	if err != nil {
+		kubectl = filepath.Join(envOr("RUNBOX_K8S_DIR", "/var/tmp/runbox-k8s"), "bin", "kubectl")
+		if _, err := os.Stat(kubectl); err != nil {
+			b.Skip("no kubectl in PATH or $RUNBOX_K8S_DIR/bin: the baseline cannot run")
+		}
+	}
+	p := newProvider(b)
+	sb := create(b, p, runbox.SandboxSpec{})
+	c := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+	defer c.Close()
+	ctx := context.Background()
+	if _, err := c.Exec(ctx, "true"); err != nil { // open the stream
+		b.Fatal(err)
+	}
+	bin := buildCLI(b)
+	home := shortHome(b)
+	env := append(os.Environ(), "RUNBOX_HOME="+home)
+	var lib, cli, kube time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		if r, err := c.Exec(ctx, "true"); err != nil || r.ExitCode != 0 {
+			b.Fatalf("client exec: %v %+v", err, r)
+		}
+		t1 := time.Now()
+		rc := exec.Command(filepath.Join(bin, "runbox"), "exec", sb.ID, "--", "true")
+		rc.Env = env
+		if out, err := rc.CombinedOutput(); err != nil {
+			b.Fatalf("runbox exec: %v: %s", err, out)
+		}
+		t2 := time.Now()
+		kc := exec.Command(kubectl, "exec", "-n", sb.Detail["namespace"], sb.Detail["pod"], "-c", "sandbox", "--", "true")
+		if out, err := kc.CombinedOutput(); err != nil {
+			b.Fatalf("kubectl exec: %v: %s", err, out)
+		}
+		t3 := time.Now()
+		lib += t1.Sub(t0)
+		cli += t2.Sub(t1)
+		kube += t3.Sub(t2)
+	}
+	n := float64(b.N)
+	ms := func(d time.Duration) float64 { return float64(d) / n / 1e6 }
+	b.ReportMetric(ms(lib), "runbox-client-ms")
+	b.ReportMetric(ms(cli), "runbox-cli-ms")
+	b.ReportMetric(ms(kube), "kubectl-ms")
+	b.ReportMetric(float64(kube)/float64(lib), "kubectl/client")
+	b.ReportMetric(float64(kube)/float64(cli), "kubectl/cli")
+}
