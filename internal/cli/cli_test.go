@@ -74,6 +74,9 @@ func setHome(t *testing.T) string {
 	}
 	t.Setenv("RUNBOX_HOME", home)
 	t.Setenv("DOCKER_HOST", "unix://"+home+"/no-docker-engine.sock")
+	// No cluster either: with CI's KUBECONFIG, ls would list (and the
+	// cleanup below remove) the pods provider/kubernetes's tests are using.
+	t.Setenv("KUBECONFIG", home+"/no-kubeconfig")
 	// These tests are about the CLI, on the provider with the least
 	// machinery; provider/local and provider/docker test theirs.
 	t.Setenv("RUNBOX_PROVIDER", "host")

@@ -87,7 +87,7 @@ func benchStdio(b *testing.B) *mcp.ClientSession {
 		b.Fatal(err)
 	}
 	cmd := exec.Command(runboxBin, "mcp", "--provider", "host", "--workdir", os.TempDir())
-	cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock")
+	cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock", "KUBECONFIG="+home+"/no-kubeconfig")
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v0"}, nil).
 		Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {

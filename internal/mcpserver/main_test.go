@@ -125,7 +125,7 @@ func startStdioHome(t *testing.T, home, workdir string, args ...string) *stdio {
 	t.Helper()
 	s := &stdio{home: home, workdir: workdir, stderr: &lockedBuffer{}}
 	s.cmd = exec.Command(runboxBin, append([]string{"mcp", "--provider", "host", "--workdir", workdir}, args...)...)
-	s.cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock")
+	s.cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock", "KUBECONFIG="+home+"/no-kubeconfig")
 	s.cmd.Stderr = s.stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "v0"}, &mcp.ClientOptions{
 		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {

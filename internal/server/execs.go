@@ -120,6 +120,12 @@ func (s *Server) finishExec(key execKey, res *runboxv1.Result) {
 	s.mu.Lock()
 	t := s.execs[key]
 	delete(s.execs, key)
+	if t != nil {
+		// A sandbox is in use until its exec ends: its idle TTL starts
+		// now, not when the exec was started or last followed (an agent
+		// that reads the result of a long command must find the sandbox).
+		s.usageOf(key.sandbox).lastUsed = time.Now()
+	}
 	s.mu.Unlock()
 	if t == nil {
 		return

@@ -101,8 +101,15 @@ func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runbox
 	return connect.NewResponse(&runboxv1.CreateSandboxResponse{Sandbox: s.sandboxProto(rec)}), nil
 }
 
+// hostDirectoryProvider is a provider whose sandboxes run in a directory
+// of this machine (host, local). A sandbox of another provider (docker,
+// ssh, kubernetes) starts in its image's or its remote's own directory, so
+// a workspace made here would mean nothing to it.
+type hostDirectoryProvider interface{ RunsInHostDirectory() bool }
+
 // provision makes a provider sandbox for spec, with a fresh workspace when
-// the spec names no workdir (never the server's own directory).
+// the spec names no workdir and the provider runs in a directory of this
+// machine (never the server's own directory).
 func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.SandboxSpec) (runbox.Sandbox, string, error) {
 	p := s.cfg.Providers[spec.Provider]
 	rs := runbox.SandboxSpec{
@@ -110,7 +117,7 @@ func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.Sandbo
 		CPUs: spec.Cpus, Network: spec.Network,
 	}
 	workspace := ""
-	if rs.Workdir == "" && spec.Provider != "docker" {
+	if hd, ok := p.(hostDirectoryProvider); ok && hd.RunsInHostDirectory() && rs.Workdir == "" {
 		workspace = filepath.Join(s.cfg.WorkspaceDir, id)
 		if err := os.MkdirAll(workspace, 0o755); err != nil {
 			return runbox.Sandbox{}, "", apiError(fmt.Errorf("make workspace of %s: %w", id, err))

@@ -56,8 +56,9 @@ type Config struct {
 	Providers map[string]runbox.Provider
 	// DefaultProvider is used when a create names none.
 	DefaultProvider string
-	// WorkspaceDir holds the fresh workspaces of sandboxes created without
-	// a workdir (one directory per sandbox, removed with it).
+	// WorkspaceDir holds the fresh workspaces of host and local sandboxes
+	// created without a workdir (one directory per sandbox, removed with
+	// it); other providers' sandboxes start in their own directory.
 	WorkspaceDir string
 	// WorkdirRoots are the directories a create may name a workdir under;
 	// none means a create may not name one.

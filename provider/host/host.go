@@ -56,6 +56,10 @@ func (p *Provider) store() *procbox.Store {
 // Name returns "host".
 func (p *Provider) Name() string { return ProviderName }
 
+// RunsInHostDirectory reports that a host sandbox's workdir is a directory
+// of this machine (runbox serve makes a fresh one when a create names none).
+func (p *Provider) RunsInHostDirectory() bool { return true }
+
 // Create starts a new runboxd and returns once it answers. The sandbox's
 // default working directory is spec.Workdir, else the caller's working
 // directory. Image, resource limits and Network "none" are refused with

@@ -34,6 +34,7 @@ func localCLI(t *testing.T) func(args ...string) (code int, stdout, stderr strin
 	t.Setenv("RUNBOX_RUNBOXD", p.Runboxd)
 	t.Setenv("RUNBOX_PROVIDER", "local")
 	t.Setenv("DOCKER_HOST", "unix://"+p.Home+"/no-docker-engine.sock")
+	t.Setenv("KUBECONFIG", p.Home+"/no-kubeconfig") // CI's cluster holds other tests' pods
 	run := func(args ...string) (int, string, string) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -66,6 +66,11 @@ func (p *Provider) store() *procbox.Store {
 // Name returns "local".
 func (p *Provider) Name() string { return ProviderName }
 
+// RunsInHostDirectory reports that a local sandbox's workdir is a
+// directory of this machine, mounted at /workspace (runbox serve makes a
+// fresh one when a create names none).
+func (p *Provider) RunsInHostDirectory() bool { return true }
+
 // Create builds a sandbox and returns once its runboxd answers. The
 // workspace is spec.Workdir (created if absent), else the caller's working
 // directory; spec.Rootfs replaces the host's root; Memory, Pids and CPUs
