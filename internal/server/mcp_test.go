@@ -401,3 +401,42 @@ func TestMCPShutdownEndsSessions(t *testing.T) {
 		t.Errorf("host sandboxes after shutdown: %+v", sbs)
 	}
 }
+
+// /mcp keeps the MCP SDK's DNS-rebinding protection: a request that
+// arrived on loopback naming another host is refused, even with a valid
+// token, unless the server is configured with AnyHost (a reverse proxy on
+// the same machine).
+func TestMCPHostProtection(t *testing.T) {
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`
+	for _, anyHost := range []bool{false, true} {
+		ts := startServer(t, withMCP(server.MCPConfig{AnyHost: anyHost}))
+		token := ts.token(t, "a")
+		for _, host := range []string{"", "runbox.example.com"} {
+			req, _ := http.NewRequest(http.MethodPost, ts.url+"/mcp", strings.NewReader(initialize))
+			if host != "" {
+				req.Host = host
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Authorization", "Bearer "+token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if id := resp.Header.Get("Mcp-Session-Id"); id != "" {
+				del, _ := http.NewRequest(http.MethodDelete, ts.url+"/mcp", nil)
+				del.Host = req.Host
+				del.Header.Set("Mcp-Session-Id", id)
+				del.Header.Set("Authorization", "Bearer "+token)
+				if r, err := http.DefaultClient.Do(del); err == nil {
+					r.Body.Close()
+				}
+			}
+			resp.Body.Close()
+			refused := host != "" && !anyHost
+			if got := resp.StatusCode == http.StatusForbidden; got != refused || (!refused && resp.StatusCode != http.StatusOK) {
+				t.Errorf("AnyHost %v, Host %q: HTTP %d", anyHost, host, resp.StatusCode)
+			}
+		}
+	}
+}
