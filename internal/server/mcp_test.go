@@ -335,8 +335,21 @@ func TestMCPReaperSparesSessionSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Until the session holds it, a running exec keeps it from the reaper.
+	c := api.Sandbox(used.ID)
+	defer c.Close()
+	p, err := c.Start(ctx, "sleep 600")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cs := ts.mustMCP(t, token)
 	toolOK(t, cs, "exec", map[string]any{"command": "export KEPT=yes", "sandbox": "used"})
+	if err := c.Cancel(ctx, p.ID(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// A sandbox with the same TTL, idle from now on: once the reaper has
 	// removed it, "used" has been idle at least as long, past its TTL.
 	control, err := api.CreateSandbox(ctx, runbox.SandboxSpec{}, client.SandboxOptions{IdleTTL: ttl})
@@ -369,14 +382,15 @@ func TestMCPReaperSparesSessionSandbox(t *testing.T) {
 func TestMCPIdleSessionEnds(t *testing.T) {
 	ts := startServer(t, withMCP(server.MCPConfig{SessionIdle: time.Second}))
 	cs := ts.mustMCP(t, ts.token(t, "a"))
-	toolOK(t, cs, "exec", map[string]any{"command": "true"})
-	if reg, onHost := ts.sandboxCount(t); reg != 1 || onHost != 1 {
-		t.Fatalf("after exec: %d registered, %d on the host", reg, onHost)
-	}
+	sb := toolOK(t, cs, "exec", map[string]any{"command": "true"})["sandbox"].(string)
 	waitFor(t, "the idle session's sandbox to be removed", func() bool {
 		reg, onHost := ts.sandboxCount(t)
 		return reg == 0 && onHost == 0
 	})
+	rows, err := ts.store.Audit(context.Background(), registry.AuditFilter{Sandbox: sb})
+	if err != nil || len(rows) != 3 || rows[2].Kind != registry.KindDelete {
+		t.Errorf("audit of the idle session's sandbox: %+v %v", rows, err)
+	}
 }
 
 // Shutting the server down ends its MCP sessions and removes their
