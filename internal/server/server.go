@@ -7,8 +7,10 @@
 //   - RunboxService and FilesService, proxied to the runboxd of the sandbox
 //     the Runbox-Sandbox request header names, event for event, so
 //     streaming, attach and replay behave as against runboxd itself;
-//   - /healthz, /readyz and /metrics (Prometheus), and a mount point for
-//     MCP at /mcp.
+//   - /healthz, /readyz and /metrics (Prometheus);
+//   - MCP over streamable HTTP at /mcp (Config.MCP): each tenant's
+//     sandboxes as MCP tools, made and removed as SandboxService does and
+//     reached through the exec and files services above, in process.
 //
 // Every call but /healthz needs "Authorization: Bearer TOKEN"; a tenant
 // sees only its own sandboxes, and another tenant's id answers NotFound
