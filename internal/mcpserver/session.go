@@ -200,9 +200,10 @@ func (st *session) forget(id string) {
 	}
 }
 
-// lost forgets ref when err says its sandbox is gone, and returns err.
+// lost forgets ref when err says its sandbox is gone (lost, or no longer
+// there at all: removed through runbox serve's API, say), and returns err.
 func (st *session) lost(ref *sandboxRef, err error) error {
-	if errors.Is(err, runbox.ErrSandboxLost) {
+	if errors.Is(err, runbox.ErrSandboxLost) || errors.Is(err, runbox.ErrSandboxNotFound) {
 		st.forget(ref.sb.ID)
 	}
 	return err

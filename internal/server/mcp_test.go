@@ -454,3 +454,33 @@ func TestMCPHostProtection(t *testing.T) {
 		}
 	}
 }
+
+// A session's default sandbox deleted through the API under it: the next
+// call says so, and the one after gets a fresh default sandbox.
+func TestMCPDefaultRemovedElsewhere(t *testing.T) {
+	ts := startServer(t, withMCP(server.MCPConfig{}))
+	ctx := ctxT(t)
+	token := ts.token(t, "a")
+	api, err := client.NewServer(ts.url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	cs := ts.mustMCP(t, token)
+	first := toolOK(t, cs, "exec", map[string]any{"command": "true"})["sandbox"].(string)
+	if err := api.Remove(ctx, runbox.Sandbox{ID: first}, false); err != nil {
+		t.Fatal(err)
+	}
+	if msg := toolFails(t, cs, "exec", map[string]any{"command": "true"}); !strings.Contains(msg, "no such sandbox") {
+		t.Errorf("exec in the removed default sandbox: %q", msg)
+	}
+	second := toolOK(t, cs, "exec", map[string]any{"command": "echo again"})
+	if second["sandbox"] == first || second["stdout"] != "again\n" {
+		t.Errorf("exec after: %v", second)
+	}
+	cs.Close()
+	waitFor(t, "the new default sandbox to be removed", func() bool {
+		reg, onHost := ts.sandboxCount(t)
+		return reg == 0 && onHost == 0
+	})
+}
