@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/mcpserver"
 )
 
@@ -33,18 +33,17 @@ file_list, file_delete, sandbox_create, sandbox_list, sandbox_remove.
 Each MCP session gets a default sandbox on first use (--provider, --image,
 --workdir; the local provider's workspace defaults to the current directory),
 removed when the session ends unless --keep; --sandbox uses an existing one
-instead. A command that outlives its timeout (default 2m, at most
+instead. With RUNBOX_HOST and RUNBOX_TOKEN (or --host and --token) set,
+sandboxes, execs and files go through that runbox serve (its provider,
+workspaces, quotas and audit log) instead of this machine's providers. A command that outlives its timeout (default 2m, at most
 --max-timeout) returns at the timeout with its output so far, and nothing it
 started keeps running. Diagnostics go to stderr. See docs/mcp.md.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
-			if host := os.Getenv("RUNBOX_HOST"); host != "" {
-				return fmt.Errorf("mcp: RUNBOX_HOST is set (%s), but runbox mcp cannot work through a runbox serve yet; unset RUNBOX_HOST to use this machine's providers: %w", host, runbox.ErrProviderUnavailable)
-			}
-			if _, err := a.provider(provider); err != nil {
+			place, provider, err := a.mcpPlace(provider)
+			if err != nil {
 				return fmt.Errorf("mcp: %w", err)
 			}
-			place := &mcpserver.Providers{Providers: a.allProviders(), Default: provider}
 			mcpserver.Version = Version
 			srv := mcpserver.New(place, mcpserver.Config{
 				Provider: provider, Spec: runbox.SandboxSpec{Image: image, Workdir: workdir},
@@ -64,6 +63,27 @@ started keeps running. Diagnostics go to stderr. See docs/mcp.md.`,
 	fs.DurationVar(&maxTimeout, "max-timeout", mcpserver.DefaultMaxTimeout, "the longest timeout an exec may ask for (and a background exec's default)")
 	fs.DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL when a command is stopped (default 5s)")
 	return c
+}
+
+// mcpPlace returns where runbox mcp's sandboxes are: the runbox serve of
+// RUNBOX_HOST, else this machine's providers; and the provider of the
+// default sandboxes ("" for a server's default unless --provider or
+// $RUNBOX_PROVIDER names one).
+func (a *app) mcpPlace(provider string) (mcpserver.Sandboxes, string, error) {
+	srv, err := a.remoteServer()
+	if err != nil {
+		return nil, "", err
+	}
+	if srv != nil {
+		if !a.remote.providerSet {
+			provider = ""
+		}
+		return &mcpserver.Remote{Server: srv, Options: client.SandboxOptions{Labels: map[string]string{"made-by": "mcp"}}}, provider, nil
+	}
+	if _, err := a.provider(provider); err != nil {
+		return nil, "", err
+	}
+	return &mcpserver.Providers{Providers: a.allProviders(), Default: provider}, provider, nil
 }
 
 // nopWriteCloser is an io.WriteCloser whose Close does nothing: stdout

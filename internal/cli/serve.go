@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/mcpserver"
 	"github.com/runbox/runbox/internal/registry"
 	"github.com/runbox/runbox/internal/server"
 )
@@ -28,6 +29,8 @@ type serveFlags struct {
 	maxSandboxes, maxExecs      int
 	reapInterval, shutdown      time.Duration
 	logLevel                    string
+	mcp, mcpAnyHost             bool
+	mcpIdle                     time.Duration
 }
 
 func (a *app) serveCmd() *cobra.Command {
@@ -44,6 +47,10 @@ tenant sees only its own sandboxes. Logs are JSON lines on stderr.
 Commands run in the sandboxes' runboxd, not here: stopping or killing the
 server loses nothing, and clients re-attach to the next one. Plain HTTP is
 refused on a non-loopback address unless --insecure is given.
+
+MCP (streamable HTTP) is served at /mcp behind the same tokens: an MCP
+agent's "url" is http(s)://HOST:PORT/mcp with the header "Authorization:
+Bearer TOKEN" (docs/mcp.md).
 
 The API, with curl examples: docs/serve.md.`,
 		Args: exactArgs(0, "no arguments"),
@@ -65,6 +72,9 @@ The API, with curl examples: docs/serve.md.`,
 	fs.DurationVar(&f.reapInterval, "reap-interval", 10*time.Second, "how often idle, expired and lost sandboxes are looked for")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long unary calls in flight get to finish")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&f.mcp, "mcp", true, "serve MCP at /mcp (--mcp=false: not at all)")
+	fs.DurationVar(&f.mcpIdle, "mcp-session-idle", mcpserver.DefaultSessionIdle, "end an MCP session (removing its default sandbox) after this long without a request")
+	fs.BoolVar(&f.mcpAnyHost, "mcp-any-host", false, "accept /mcp requests that arrive on a loopback address with a non-loopback Host header (a reverse proxy on this machine); off: DNS-rebinding protection")
 	return c
 }
 
@@ -81,6 +91,9 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	}
 	if f.reapInterval <= 0 || f.shutdown <= 0 {
 		return fmt.Errorf("serve: --reap-interval and --shutdown-timeout must be positive")
+	}
+	if f.mcpIdle <= 0 {
+		return fmt.Errorf("serve: --mcp-session-idle must be positive")
 	}
 	if f.maxSandboxes < 0 || f.maxExecs < 0 {
 		return fmt.Errorf("serve: --max-sandboxes and --max-execs must not be negative")
@@ -126,11 +139,17 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	var mcp *server.MCPConfig
+	if f.mcp {
+		mcpserver.Version = Version
+		mcp = &server.MCPConfig{SessionIdle: f.mcpIdle, AnyHost: f.mcpAnyHost,
+			Server: mcpserver.Config{Logger: log.With("component", "mcp")}}
+	}
 	srv := server.New(server.Config{
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],
 		WorkspaceDir: workspaces, WorkdirRoots: roots,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
-		ReapInterval: f.reapInterval, Log: log,
+		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
 	})
 	return srv.Serve(ctx, ln, server.ServeOptions{TLS: tlsConfig, ShutdownTimeout: f.shutdown})
 }

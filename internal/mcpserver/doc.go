@@ -7,7 +7,9 @@
 //
 // A [Server] works on a [Sandboxes], a small interface over "a place that
 // holds sandboxes": [Providers] (this machine's providers, what runbox mcp
-// uses on stdio), or one tenant's view of a control plane. [Server.Run]
+// uses on stdio), [Remote] (a runbox serve, what runbox mcp uses with
+// RUNBOX_HOST), or one tenant's view of a control plane (runbox serve's
+// /mcp, which also implements [Holder]). [Server.Run]
 // serves one MCP session on a transport (stdio); [NewHTTPHandler] serves
 // MCP over streamable HTTP behind bearer tokens, one [Server] per tenant.
 //

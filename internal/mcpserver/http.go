@@ -37,17 +37,29 @@ type HTTPHandler struct {
 	closed  bool
 }
 
+// HTTPOptions tune an HTTPHandler. The zero value is usable.
+type HTTPOptions struct {
+	// SessionIdle ends a session after that long without a request (zero:
+	// DefaultSessionIdle).
+	SessionIdle time.Duration
+	// AnyHost turns off the SDK's DNS-rebinding protection, which refuses
+	// (403) a request that arrived on a loopback address but names another
+	// host in its Host header. Turn it off only behind a reverse proxy on
+	// the same machine that forwards the public host name; the bearer
+	// token is required either way.
+	AnyHost bool
+}
+
 // NewHTTPHandler returns a handler whose tenants' Servers work as cfg says.
-// idle ends sessions after that long without a request (zero:
-// DefaultSessionIdle).
-func NewHTTPHandler(resolve TokenResolver, cfg Config, idle time.Duration) *HTTPHandler {
-	if idle <= 0 {
-		idle = DefaultSessionIdle
+func NewHTTPHandler(resolve TokenResolver, cfg Config, o HTTPOptions) *HTTPHandler {
+	if o.SessionIdle <= 0 {
+		o.SessionIdle = DefaultSessionIdle
 	}
 	h := &HTTPHandler{resolve: resolve, cfg: cfg.withDefaults(), servers: make(map[string]*Server)}
 	streamable := mcp.NewStreamableHTTPHandler(h.serverFor, &mcp.StreamableHTTPOptions{
-		SessionTimeout: idle,
-		Logger:         h.cfg.Logger,
+		SessionTimeout:             o.SessionIdle,
+		DisableLocalhostProtection: o.AnyHost,
+		Logger:                     h.cfg.Logger,
 	})
 	verify := func(ctx context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
 		tenant, place, err := resolve(ctx, token)

@@ -49,7 +49,7 @@ func startHTTP(t *testing.T) *httpServer {
 	// The handler's Config is shared by the tenants: their default
 	// sandboxes all start in one workspace.
 	h.handler = mcpserver.NewHTTPHandler(resolve, mcpserver.Config{Provider: host.ProviderName,
-		Spec: runbox.SandboxSpec{Workdir: h.workA}}, time.Minute)
+		Spec: runbox.SandboxSpec{Workdir: h.workA}}, mcpserver.HTTPOptions{SessionIdle: time.Minute})
 	h.server = httptest.NewServer(h.handler)
 	h.url = h.server.URL
 	t.Cleanup(func() { h.close(t) })

@@ -32,6 +32,14 @@ type Sandboxes interface {
 	Connect(ctx context.Context, sb runbox.Sandbox) (*client.Client, error)
 }
 
+// Holder is a Sandboxes that tracks which of its sandboxes are in use
+// (runbox serve: its reaper never removes a sandbox in use as idle). Hold
+// marks sb in use by a live MCP session until release is called; a session
+// holds every sandbox it uses until it ends or forgets the sandbox.
+type Holder interface {
+	Hold(sb runbox.Sandbox) (release func())
+}
+
 // Providers is Sandboxes over this machine's providers, looked through in
 // order (as the CLI does). A provider that cannot work here (no Docker
 // engine) is passed over by Get and List.

@@ -47,6 +47,9 @@ type sandboxRef struct {
 	made, keep bool
 	// shellUsed says this session's shell session exists in the sandbox.
 	shellUsed bool
+	// release ends the session's hold on the sandbox (Holder); it does
+	// nothing where the place tracks no use.
+	release func()
 
 	rootMu sync.Mutex
 	root   string // the sandbox's workspace, "" until asked
@@ -121,11 +124,15 @@ func (st *session) adopt(ctx context.Context, sb runbox.Sandbox, made, keep bool
 	if err != nil {
 		return nil, err
 	}
-	ref := &sandboxRef{sb: sb, cl: cl, made: made, keep: keep}
+	ref := &sandboxRef{sb: sb, cl: cl, made: made, keep: keep, release: func() {}}
+	if h, ok := st.srv.place.(Holder); ok {
+		ref.release = h.Hold(sb)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if old, ok := st.sandboxes[sb.ID]; ok { // a concurrent call won
 		cl.Close()
+		ref.release()
 		return old, nil
 	}
 	st.sandboxes[sb.ID] = ref
@@ -189,12 +196,14 @@ func (st *session) forget(id string) {
 	st.mu.Unlock()
 	if ref != nil {
 		ref.cl.Close()
+		ref.release()
 	}
 }
 
-// lost forgets ref when err says its sandbox is gone, and returns err.
+// lost forgets ref when err says its sandbox is gone (lost, or no longer
+// there at all: removed through runbox serve's API, say), and returns err.
 func (st *session) lost(ref *sandboxRef, err error) error {
-	if errors.Is(err, runbox.ErrSandboxLost) {
+	if errors.Is(err, runbox.ErrSandboxLost) || errors.Is(err, runbox.ErrSandboxNotFound) {
 		st.forget(ref.sb.ID)
 	}
 	return err
@@ -251,6 +260,7 @@ func (st *session) end(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, ref := range refs {
 		wg.Go(func() {
+			defer ref.release()
 			defer ref.cl.Close()
 			log := st.srv.cfg.Logger.With("sandbox", ref.sb.ID)
 			if ref.made && !ref.keep {

@@ -32,9 +32,18 @@ func newSandboxID() string {
 }
 
 func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runboxv1.CreateSandboxRequest]) (*connect.Response[runboxv1.CreateSandboxResponse], error) {
-	s := h.s
-	tenant := tenantOf(ctx)
-	spec := req.Msg.GetSpec()
+	rec, err := h.s.createSandbox(ctx, tenantOf(ctx), req.Msg.GetSpec())
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&runboxv1.CreateSandboxResponse{Sandbox: h.s.sandboxProto(rec)}), nil
+}
+
+// createSandbox makes a sandbox for tenant: the spec checked, the tenant's
+// quota kept, the sandbox recorded in the registry and its creation
+// audited. Errors are the API's (connect errors with runbox's tags).
+// SandboxService.Create and MCP sessions both create through it.
+func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec *runboxv1.SandboxSpec) (registry.Sandbox, error) {
 	if spec == nil {
 		spec = &runboxv1.SandboxSpec{}
 	}
@@ -43,13 +52,13 @@ func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runbox
 		spec.Provider = s.cfg.DefaultProvider
 	}
 	if err := s.checkSandboxSpec(spec); err != nil {
-		return nil, err
+		return registry.Sandbox{}, err
 	}
 	if spec.Name != "" {
 		if taken, err := s.store.NameTaken(ctx, tenant.Name, spec.Name); err != nil {
-			return nil, apiError(err)
+			return registry.Sandbox{}, apiError(err)
 		} else if taken {
-			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: tenant %s already has a sandbox named %q", tenant.Name, spec.Name))
+			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: tenant %s already has a sandbox named %q", tenant.Name, spec.Name))
 		}
 	}
 	// Count the sandboxes being created too, so that concurrent creates
@@ -57,13 +66,13 @@ func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runbox
 	max := s.quotas(tenant).MaxSandboxes
 	have, err := s.store.CountSandboxes(ctx, tenant.Name)
 	if err != nil {
-		return nil, apiError(err)
+		return registry.Sandbox{}, apiError(err)
 	}
 	s.mu.Lock()
 	if max > 0 && have+s.creating[tenant.Name] >= max {
 		n := have + s.creating[tenant.Name]
 		s.mu.Unlock()
-		return nil, quota(tenant.Name, "max_sandboxes", n, max)
+		return registry.Sandbox{}, quota(tenant.Name, "max_sandboxes", n, max)
 	}
 	s.creating[tenant.Name]++
 	s.mu.Unlock()
@@ -78,7 +87,7 @@ func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runbox
 	id := newSandboxID()
 	sb, workspace, err := s.provision(cctx, id, spec)
 	if err != nil {
-		return nil, err
+		return registry.Sandbox{}, err
 	}
 	specJSON, _ := protojson.Marshal(spec)
 	now := time.Now()
@@ -90,15 +99,15 @@ func (h *sandboxService) Create(ctx context.Context, req *connect.Request[runbox
 	if err := s.store.InsertSandbox(cctx, rec); err != nil {
 		s.unprovision(cctx, spec.Provider, sb, workspace)
 		if errors.Is(err, registry.ErrNameTaken) {
-			return nil, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: %w", err))
+			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: %w", err))
 		}
-		return nil, apiError(err)
+		return registry.Sandbox{}, apiError(err)
 	}
 	if err := s.store.Lifecycle(cctx, tenant.Name, id, registry.KindCreate, spec.Provider+" "+sb.ID); err != nil {
 		s.log.Error("audit", "err", err)
 	}
 	s.log.Info("sandbox created", "sandbox", id, "tenant", tenant.Name, "provider", spec.Provider, "provider_id", sb.ID)
-	return connect.NewResponse(&runboxv1.CreateSandboxResponse{Sandbox: s.sandboxProto(rec)}), nil
+	return rec, nil
 }
 
 // hostDirectoryProvider is a provider whose sandboxes run in a directory
@@ -191,25 +200,31 @@ func hasLabels(have, want map[string]string) bool {
 }
 
 func (h *sandboxService) Delete(ctx context.Context, req *connect.Request[runboxv1.DeleteSandboxRequest]) (*connect.Response[runboxv1.DeleteSandboxResponse], error) {
-	key := req.Msg.GetId()
-	if key == "" {
-		return nil, invalid("id", "empty: give a sandbox's id or name")
-	}
-	rec, err := h.s.store.GetSandbox(ctx, tenantOf(ctx).Name, key)
-	if errors.Is(err, registry.ErrNotFound) {
-		return nil, notFound(key)
-	}
-	if err != nil {
-		return nil, apiError(err)
-	}
-	if rec.State == registry.StateLost && !req.Msg.GetForce() {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-			"sandbox %s is lost (%s): processes it started may have outlived it; delete it with force", rec.ID, rec.LostReason))
-	}
-	if err := h.s.removeSandbox(context.WithoutCancel(ctx), rec, req.Msg.GetForce(), registry.KindDelete, "deleted by the tenant", false); err != nil {
+	if err := h.s.deleteSandbox(ctx, tenantOf(ctx), req.Msg.GetId(), req.Msg.GetForce(), "deleted by the tenant"); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&runboxv1.DeleteSandboxResponse{}), nil
+}
+
+// deleteSandbox removes tenant's sandbox key (id or name) at the tenant's
+// request, audited with detail; a lost sandbox needs force. Errors are the
+// API's. SandboxService.Delete and MCP sessions both delete through it.
+func (s *Server) deleteSandbox(ctx context.Context, tenant registry.Tenant, key string, force bool, detail string) error {
+	if key == "" {
+		return invalid("id", "empty: give a sandbox's id or name")
+	}
+	rec, err := s.store.GetSandbox(ctx, tenant.Name, key)
+	if errors.Is(err, registry.ErrNotFound) {
+		return notFound(key)
+	}
+	if err != nil {
+		return apiError(err)
+	}
+	if rec.State == registry.StateLost && !force {
+		return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+			"sandbox %s is lost (%s): processes it started may have outlived it; delete it with force", rec.ID, rec.LostReason))
+	}
+	return s.removeSandbox(context.WithoutCancel(ctx), rec, force, registry.KindDelete, detail, false)
 }
 
 // removeSandbox removes a sandbox with the stop protocol and forgets it.

@@ -46,9 +46,9 @@ type ServeOptions struct {
 }
 
 // Serve starts the server (Start), serves on ln until ctx ends, then shuts
-// down gracefully: no new connections, streaming calls end (clients
-// re-attach to the next server), unary calls in flight finish (up to
-// ShutdownTimeout), and sandboxes keep running. It closes ln and the
+// down gracefully: MCP sessions end (CloseMCP), no new connections,
+// streaming calls end (clients re-attach to the next server), unary calls
+// in flight finish (up to ShutdownTimeout), and sandboxes keep running. It closes ln and the
 // Server.
 func (s *Server) Serve(ctx context.Context, ln net.Listener, o ServeOptions) error {
 	defer s.Close()
@@ -86,9 +86,15 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, o ServeOptions) err
 	case <-ctx.Done():
 	}
 	s.log.Info("shutting down", "reason", context.Cause(ctx).Error())
-	s.endStreams()
 	sctx, cancel := context.WithTimeout(context.Background(), o.ShutdownTimeout)
 	defer cancel()
+	// MCP sessions live in this process only: end them (stopping what
+	// their calls run, removing their default sandboxes) while the API
+	// they go through still serves.
+	if err := s.CloseMCP(sctx); err != nil {
+		s.log.Warn("shutdown: MCP sessions", "err", err)
+	}
+	s.endStreams()
 	if err := hs.Shutdown(sctx); err != nil {
 		s.log.Warn("shutdown: calls still in flight were cut", "err", err)
 		hs.Close()

@@ -7,8 +7,10 @@
 //   - RunboxService and FilesService, proxied to the runboxd of the sandbox
 //     the Runbox-Sandbox request header names, event for event, so
 //     streaming, attach and replay behave as against runboxd itself;
-//   - /healthz, /readyz and /metrics (Prometheus), and a mount point for
-//     MCP at /mcp.
+//   - /healthz, /readyz and /metrics (Prometheus);
+//   - MCP over streamable HTTP at /mcp (Config.MCP): each tenant's
+//     sandboxes as MCP tools, made and removed as SandboxService does and
+//     reached through the exec and files services above, in process.
 //
 // Every call but /healthz needs "Authorization: Bearer TOKEN"; a tenant
 // sees only its own sandboxes, and another tenant's id answers NotFound
@@ -28,6 +30,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/mcpserver"
 	"github.com/runbox/runbox/internal/registry"
 )
 
@@ -70,9 +73,9 @@ type Config struct {
 	ReapInterval time.Duration
 	// Log receives the server's structured logs; nil discards them.
 	Log *slog.Logger
-	// MCP, when set, is served at /mcp behind the same bearer tokens
-	// (TenantFromContext names the caller's tenant).
-	MCP http.Handler
+	// MCP, when set, serves MCP over streamable HTTP at /mcp behind the
+	// same bearer tokens (see MCPConfig).
+	MCP *MCPConfig
 }
 
 // Server is the control plane. Make one with New, serve its Handler (or
@@ -100,6 +103,13 @@ type Server struct {
 
 	recreateMu sync.Mutex // one recreate at a time
 	started    bool       // Start has finished
+
+	// mcp serves /mcp (nil without Config.MCP); mcpPlaces are its tenants'
+	// views of the server, by tenant name; self is the in-process way
+	// into the server's own exec and files API their sessions use.
+	mcp       *mcpserver.HTTPHandler
+	mcpPlaces map[string]*mcpPlace
+	self      *selfAPI
 }
 
 // New returns a Server for cfg. It starts nothing: call Start (Serve does).
@@ -121,6 +131,12 @@ func New(cfg Config) *Server {
 		creating:  make(map[string]int),
 	}
 	s.metrics = newMetrics(s)
+	if cfg.MCP != nil {
+		s.mcpPlaces = make(map[string]*mcpPlace)
+		s.self = newSelfAPI(s)
+		s.mcp = mcpserver.NewHTTPHandler(s.resolveMCP, cfg.MCP.Server, mcpserver.HTTPOptions{
+			SessionIdle: cfg.MCP.SessionIdle, AnyHost: cfg.MCP.AnyHost})
+	}
 	return s
 }
 
@@ -147,8 +163,12 @@ func (s *Server) Start(ctx context.Context) error {
 }
 
 // Close ends background work and the connections to sandboxes. Sandboxes
-// and their execs keep running; a later server resumes them.
+// and their execs keep running; a later server resumes them. MCP sessions
+// cannot outlive the server: they are ended first (see CloseMCP).
 func (s *Server) Close() error {
+	mctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	s.CloseMCP(mctx)
+	cancel()
 	s.endStreams()
 	s.stopBG()
 	s.wg.Wait()
@@ -158,12 +178,15 @@ func (s *Server) Close() error {
 		delete(s.upstreams, id)
 	}
 	s.mu.Unlock()
+	if s.self != nil {
+		s.self.close()
+	}
 	return nil
 }
 
-// Handler returns the HTTP handler serving every endpoint.
-func (s *Server) Handler() http.Handler {
-	opts := connect.WithHandlerOptions(
+// handlerOptions are the options of every Connect handler.
+func (s *Server) handlerOptions() connect.HandlerOption {
+	return connect.WithHandlerOptions(
 		// A message over the limit is refused from its length prefix.
 		connect.WithReadMaxBytes(runbox.MaxMessageBytes),
 		// JSON requests with unknown fields are refused, naming the field.
@@ -171,15 +194,25 @@ func (s *Server) Handler() http.Handler {
 		connect.WithCodec(strictJSON{name: "json; charset=utf-8"}),
 		connect.WithInterceptors(s.metrics.interceptor(s.log)),
 	)
+}
+
+// sandboxAPI adds the services routed to a sandbox's runboxd (exec and
+// files) to mux.
+func (s *Server) sandboxAPI(mux *http.ServeMux) {
+	mux.Handle(runboxv1connect.NewRunboxServiceHandler(&execProxy{s}, s.handlerOptions()))
+	mux.Handle(runboxv1connect.NewFilesServiceHandler(&filesProxy{s}, s.handlerOptions()))
+}
+
+// Handler returns the HTTP handler serving every endpoint.
+func (s *Server) Handler() http.Handler {
 	api := http.NewServeMux()
-	api.Handle(runboxv1connect.NewSandboxServiceHandler(&sandboxService{s}, opts))
-	api.Handle(runboxv1connect.NewRunboxServiceHandler(&execProxy{s}, opts))
-	api.Handle(runboxv1connect.NewFilesServiceHandler(&filesProxy{s}, opts))
+	api.Handle(runboxv1connect.NewSandboxServiceHandler(&sandboxService{s}, s.handlerOptions()))
+	s.sandboxAPI(api)
 	api.Handle("/metrics", s.metrics.handler())
 	api.HandleFunc("/readyz", s.readyz)
-	if s.cfg.MCP != nil {
-		api.Handle("/mcp", s.cfg.MCP)
-		api.Handle("/mcp/", s.cfg.MCP)
+	if s.mcp != nil {
+		api.Handle("/mcp", s.mcp)
+		api.Handle("/mcp/", s.mcp)
 	}
 	root := http.NewServeMux()
 	root.HandleFunc("/healthz", healthz)
