@@ -2,14 +2,17 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	utilexec "k8s.io/client-go/util/exec"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
@@ -156,7 +159,42 @@ func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string) runbo
 		}
 		s := secret
 		mu.Unlock()
-		return daemonauth.Dialer(raw, s)(ctx)
+		return dialPastKilledProxies(ctx, daemonauth.Dialer(raw, s))
+	}
+}
+
+// proxyRetryBudget bounds how long a dial keeps starting a new runboxd
+// proxy after the last one was killed by a signal.
+const proxyRetryBudget = 20 * time.Second
+
+// dialPastKilledProxies dials, and dials again while the runboxd proxy
+// dies from a signal in a pod that still runs (raw checks the pod on each
+// dial and fails with runbox.ErrSandboxLost once it is gone). The proxy
+// runs in the workload container, at the container's oom_score_adj (995
+// or so for a pod with only a memory limit: Burstable QoS), not below the
+// commands' 1000 as runboxd's own connection is on the docker provider, so
+// when the commands fill the pod's memory the OOM killer may choose it
+// over a smaller command, again and again while they do. That costs a
+// connection, not the sandbox: the client's own reconnect window is too
+// short to outlast such a storm.
+func dialPastKilledProxies(ctx context.Context, dial runbox.Dialer) (net.Conn, error) {
+	deadline := time.Now().Add(proxyRetryBudget)
+	backoff := 50 * time.Millisecond
+	for {
+		conn, err := dial(ctx)
+		var exit utilexec.CodeExitError
+		if err == nil || !errors.As(err, &exit) || exit.Code <= 128 || errors.Is(err, runbox.ErrSandboxLost) ||
+			time.Now().Add(backoff).After(deadline) {
+			return conn, err
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
 	}
 }
 
