@@ -35,6 +35,14 @@ import (
 // the test cluster's node.
 var testImage = envOr("RUNBOX_TEST_IMAGE", "runbox-test:busybox")
 
+// toolsImage has git and python3, for the conformance cases that need them
+// (scripts/build-test-image.sh builds it, `cluster.sh import-docker
+// runbox-test:tools` loads it); toolsMissing says why no node has it.
+var (
+	toolsImage   = envOr("RUNBOX_TEST_IMAGE_TOOLS", "runbox-test:tools")
+	toolsMissing string
+)
+
 // cluster says whether a Kubernetes cluster answers here, with the images
 // the tests need; RUNBOX_REQUIRE_KUBERNETES=1 (CI) makes "none does" a
 // failure of the whole test binary.
@@ -96,6 +104,9 @@ func checkCluster() string {
 	}
 	if !hasImage(nodes.Items, testImage) {
 		return fmt.Sprintf("kubernetes %s: no node has the test image %s (scripts/build-test-image.sh, then scripts/k8s/cluster.sh import-docker %s)", v.GitVersion, testImage, testImage)
+	}
+	if !hasImage(nodes.Items, toolsImage) {
+		toolsMissing = fmt.Sprintf("no node has the test image %s (scripts/build-test-image.sh, then scripts/k8s/cluster.sh import-docker %s)", toolsImage, toolsImage)
 	}
 	img, why := loadRunboxdImage()
 	if why != "" {
@@ -329,9 +340,11 @@ func daemonPid(t testing.TB, sb runbox.Sandbox) int {
 // fixture is the conformance suite's view of a kubernetes sandbox.
 func fixture(p *kubernetes.Provider) providertest.Fixture {
 	return providertest.Fixture{
-		Provider:    p,
-		Spec:        runbox.SandboxSpec{Image: testImage},
-		MemoryLimit: true,
+		Provider:     p,
+		Spec:         runbox.SandboxSpec{Image: testImage},
+		ToolsSpec:    &runbox.SandboxSpec{Image: toolsImage},
+		ToolsMissing: toolsMissing,
+		MemoryLimit:  true,
 		CountProcesses: func(t testing.TB, sb runbox.Sandbox, marker string) int {
 			t.Helper()
 			n := 0
