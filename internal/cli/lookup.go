@@ -47,10 +47,14 @@ func (a *app) lookupAll(ctx context.Context, key string) []providerMatch {
 // both. A provider that cannot work here (no docker engine) is passed over;
 // if no provider has the sandbox, the not-found error says which were.
 func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	ms := a.lookupAll(ctx, key)
+	if !a.linksAll() && !conclusive(ms, key) {
+		return nil, runbox.Sandbox{}, needFull("finding sandbox " + key + " beyond this runbox's providers (" + strings.Join(a.unlinked(), ", ") + ")")
+	}
 	var found []providerMatch
 	var unavailable []string
 	var firstErr error
-	for _, m := range a.lookupAll(ctx, key) {
+	for _, m := range ms {
 		switch {
 		case m.err == nil:
 			found = append(found, m)
@@ -92,6 +96,23 @@ func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runb
 	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
 }
 
+// conclusive reports whether the matches of the providers this binary
+// links decide the lookup of key whatever the other providers hold: one of
+// them has key as its exact id (ids are random, one per sandbox, and an
+// exact id wins any ranking). A name is not enough: up keeps names unique
+// across providers, but a sandbox made past it (the Go API, another
+// machine on the same cluster) may share one, and that is an error naming
+// both, which only a lookup in every provider finds. A name, an id prefix,
+// no match or a failure is for the full binary to decide.
+func conclusive(ms []providerMatch, key string) bool {
+	for _, m := range ms {
+		if m.err == nil && m.sb.ID == key {
+			return true
+		}
+	}
+	return false
+}
+
 // candidates lists matches as "local sandbox 1a2b3c4d5e6f (name), ...".
 func candidates(ms []providerMatch) string {
 	s := make([]string, len(ms))
@@ -109,6 +130,9 @@ func candidates(ms []providerMatch) string {
 func (a *app) checkNameFree(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
+	}
+	if err := a.needAllProviders("a name's uniqueness"); err != nil {
+		return err
 	}
 	var taken []providerMatch
 	for _, m := range a.lookupAll(ctx, name) {
