@@ -27,7 +27,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -174,7 +173,7 @@ func (p *Store) sandboxesDir() (string, error) {
 
 // validName is what a sandbox name may look like (docker's rule), so names
 // are safe in paths, shells and error messages.
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+var validName = sandboxkey.ValidName
 
 // Create starts a new runboxd and returns once it answers. The sandbox's
 // workdir is spec.Workdir, else the caller's working directory; the Kind
@@ -186,7 +185,7 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 		}
 		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: id, Err: err}
 	}
-	if spec.Name != "" && !validName.MatchString(spec.Name) {
+	if spec.Name != "" && !validName(spec.Name) {
 		return fail("", fmt.Errorf("invalid name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark)", spec.Name))
 	}
 	if p.Check != nil {
