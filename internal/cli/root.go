@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -140,6 +141,7 @@ type app struct {
 	stderr   io.Writer
 
 	made   map[string]runbox.Provider // providers made so far, by name
+	unused []*handoff                  // probe connections given to clients, closed at the end if never used
 	remote remoteFlags                // --host and --token (remote.go)
 }
 
@@ -236,6 +238,10 @@ func (a *app) closeProviders() {
 		}
 	}
 	a.made = nil
+	for _, h := range a.unused {
+		h.close()
+	}
+	a.unused = nil
 	if a.remote.server != nil {
 		a.remote.server.Close()
 		a.remote.server = nil
@@ -264,12 +270,23 @@ func (a *app) allProviders() []runbox.Provider {
 // find looks a sandbox up by id, id prefix or name across every provider
 // (see findAcross).
 func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	p, sb, conn, err := a.findConn(ctx, key)
+	if conn != nil {
+		conn.Close()
+	}
+	return p, sb, err
+}
+
+// findConn is find, which also returns the connection its provider's probe
+// opened to the sandbox's runboxd when it has one (see findAcross): the
+// caller owns it.
+func (a *app) findConn(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, net.Conn, error) {
 	if srv, err := a.remoteServer(); err != nil || srv != nil {
 		if err != nil {
-			return nil, runbox.Sandbox{}, err
+			return nil, runbox.Sandbox{}, nil, err
 		}
 		sb, err := srv.Get(ctx, key)
-		return &remoteProvider{Server: srv}, sb, err
+		return &remoteProvider{Server: srv}, sb, nil, err
 	}
 	return a.findAcross(ctx, key)
 }
@@ -287,11 +304,14 @@ func isPlainNotFound(err error) bool {
 // whose runboxd is gone is ErrSandboxLost at once, not after the client's
 // reconnect window.
 func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.Client, error) {
-	p, sb, err := a.find(ctx, key)
+	p, sb, conn, err := a.findConn(ctx, key)
 	if err != nil {
 		return sb, nil, err
 	}
 	if !sb.Alive {
+		if conn != nil {
+			conn.Close()
+		}
 		why := sb.Detail["lost"] // the provider's own account, when it has one
 		if why == "" {
 			why = "runboxd is not answering"
@@ -303,7 +323,7 @@ func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.
 		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; %s removes it)",
 			runbox.ErrSandboxLost, why, sb.ID, rm)
 	}
-	return sb, a.clientFor(p, sb), nil
+	return sb, a.clientWith(p, sb, conn), nil
 }
 
 // fail wraps err as a *runbox.Error for op on sandbox key, so the message

@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -407,6 +408,34 @@ func (p *Store) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error
 	}
 	sbDir := filepath.Join(dir, rec.ID)
 	return p.toSandbox(rec, sbDir, isAlive(ctx, rec, sbDir)), nil
+}
+
+// GetByID finds the sandbox whose id is exactly id, reading its record
+// alone (Get reads every record to rank names and prefixes), and probes
+// its runboxd as Get does. It returns the probe's connection, already
+// authenticated, when the sandbox is Alive (nil otherwise), so a caller
+// about to talk to the sandbox need not open another: it owns the
+// connection and must close it. A sandbox of another kind, or none, with
+// that id is ErrSandboxNotFound.
+func (p *Store) GetByID(ctx context.Context, id string) (runbox.Sandbox, net.Conn, error) {
+	fail := func(err error) error { return &runbox.Error{Op: "get", Sandbox: id, Err: err} }
+	dir, err := p.sandboxesDir()
+	if err != nil {
+		return runbox.Sandbox{}, nil, fail(err)
+	}
+	if !sandboxkey.ValidID(id) {
+		return runbox.Sandbox{}, nil, fail(runbox.ErrSandboxNotFound)
+	}
+	sbDir := filepath.Join(dir, id)
+	rec, err := readRecord(sbDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && (rec.ID != id || rec.Provider != p.Name):
+		return runbox.Sandbox{}, nil, fail(runbox.ErrSandboxNotFound)
+	case err != nil:
+		return runbox.Sandbox{}, nil, fail(err)
+	}
+	conn := aliveConn(ctx, rec, sbDir)
+	return p.toSandbox(rec, sbDir, conn != nil), conn, nil
 }
 
 // match picks the record named by key (see sandboxkey.Match).
