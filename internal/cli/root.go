@@ -141,7 +141,7 @@ type app struct {
 	stderr   io.Writer
 
 	made   map[string]runbox.Provider // providers made so far, by name
-	unused []*handoff                  // probe connections given to clients, closed at the end if never used
+	unused []*handoff                 // probe connections given to clients, closed at the end if never used
 	remote remoteFlags                // --host and --token (remote.go)
 }
 
