@@ -43,15 +43,23 @@ func benchLatency(ctx context.Context, cfg *config, env *sandboxes) (*LatencyRep
 	cli := func(argv ...string) func() (time.Duration, error) {
 		return func() (time.Duration, error) { return timeCmd(argv) }
 	}
+	full := filepath.Join(cfg.bin, "runbox-full")
 	ways := []*way{
 		{name: "bash -c true", once: cli("bash", "-c", "true")},
 		{name: "runbox version", baseline: "bash -c true", once: cli(runbox, "version")},
+		// The binary with every provider and command: what runbox was
+		// before the split (docs/cli.md, "Two binaries").
+		{name: "runbox-full version", baseline: "bash -c true", once: cli(full, "version")},
 	}
 	for _, p := range []string{"host", "local"} {
 		if id := env.get(p); id != "" {
 			ways = append(ways, &way{name: "runbox exec (" + p + ")", baseline: "bash -c true", goal: 2.5,
 				once: cli(runbox, "exec", id, "--", "true")})
 		}
+	}
+	if id := env.get("host"); id != "" {
+		ways = append(ways, &way{name: "runbox-full exec (host)", baseline: "bash -c true",
+			once: cli(full, "exec", id, "--", "true")})
 	}
 	if id := env.get("docker"); id != "" {
 		ways = append(ways, &way{name: "runbox exec (docker)", baseline: "docker exec", once: cli(runbox, "exec", id, "--", "true")})

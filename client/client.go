@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -82,8 +83,11 @@ var errClientClosed = fmt.Errorf("client closed: %w", net.ErrClosed)
 
 // Client talks to one sandbox's runboxd. It is safe for concurrent use.
 type Client struct {
-	rpc       runboxv1connect.RunboxServiceClient
-	files     runboxv1connect.FilesServiceClient
+	rpc runboxv1connect.RunboxServiceClient
+	// files is made on first use: making a service's client reads its
+	// whole proto file's descriptors, which an exec never needs
+	// (docs/performance.md).
+	files     func() runboxv1connect.FilesServiceClient
 	transport *http.Transport
 	// refused holds the daemon's refusal of a connection, once seen.
 	refused   *refusal
@@ -157,8 +161,10 @@ func New(dial runbox.Dialer, opts ...Option) *Client {
 			// Output is mostly small chunks on a local stream: compressing
 			// it costs more than it saves.
 			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{})),
-		files: runboxv1connect.NewFilesServiceClient(&http.Client{Transport: t}, baseURL,
-			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{})),
+		files: sync.OnceValue(func() runboxv1connect.FilesServiceClient {
+			return runboxv1connect.NewFilesServiceClient(&http.Client{Transport: t}, baseURL,
+				connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{}))
+		}),
 		transport: t,
 		refused:   refused,
 		sandbox:   o.sandbox,

@@ -119,7 +119,7 @@ func (c *Client) fileError(op string, ctx context.Context, err error) error {
 func (c *Client) ReadFile(ctx context.Context, p string, opts ...FileOption) (io.ReadCloser, runbox.FileInfo, error) {
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
-	stream, err := c.files.ReadFile(ctx, connect.NewRequest(&runboxv1.ReadFileRequest{
+	stream, err := c.files().ReadFile(ctx, connect.NewRequest(&runboxv1.ReadFileRequest{
 		Root: o.root, Path: p, Offset: o.offset, Length: o.length,
 	}))
 	if err != nil {
@@ -215,7 +215,7 @@ func (c *Client) WriteFile(ctx context.Context, p string, r io.Reader, opts ...F
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream := c.files.WriteFile(ctx)
+	stream := c.files().WriteFile(ctx)
 	hdr := &runboxv1.WriteFileHeader{Root: o.root, Path: p, Mode: wire.ModeToProto(o.perm),
 		CreateParents: !o.noParents, InPlace: o.inPlace}
 	var sendErr error
@@ -307,7 +307,7 @@ func (c *Client) Stat(ctx context.Context, p string, opts ...FileOption) (runbox
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	resp, err := c.files.Stat(ctx, connect.NewRequest(&runboxv1.StatRequest{Root: o.root, Path: p, FollowLinks: o.follow}))
+	resp, err := c.files().Stat(ctx, connect.NewRequest(&runboxv1.StatRequest{Root: o.root, Path: p, FollowLinks: o.follow}))
 	if err != nil {
 		return runbox.FileInfo{}, c.fileError("stat", ctx, err)
 	}
@@ -322,7 +322,7 @@ func (c *Client) ListDir(ctx context.Context, p string, opts ...FileOption) ([]r
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream, err := c.files.ListDir(ctx, connect.NewRequest(&runboxv1.ListDirRequest{
+	stream, err := c.files().ListDir(ctx, connect.NewRequest(&runboxv1.ListDirRequest{
 		Root: o.root, Path: p, Recursive: o.recursive, Depth: int32(o.depth),
 	}))
 	if err != nil {
@@ -342,7 +342,7 @@ func (c *Client) MakeDir(ctx context.Context, p string, opts ...FileOption) erro
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.files.MakeDir(ctx, connect.NewRequest(&runboxv1.MakeDirRequest{
+	_, err := c.files().MakeDir(ctx, connect.NewRequest(&runboxv1.MakeDirRequest{
 		Root: o.root, Path: p, Mode: wire.ModeToProto(o.perm), Parents: !o.noParents,
 	}))
 	return c.fileError("mkdir", ctx, err)
@@ -355,7 +355,7 @@ func (c *Client) Remove(ctx context.Context, p string, opts ...FileOption) error
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.files.Remove(ctx, connect.NewRequest(&runboxv1.RemoveRequest{Root: o.root, Path: p, Recursive: o.recursive}))
+	_, err := c.files().Remove(ctx, connect.NewRequest(&runboxv1.RemoveRequest{Root: o.root, Path: p, Recursive: o.recursive}))
 	return c.fileError("remove", ctx, err)
 }
 
@@ -365,7 +365,7 @@ func (c *Client) Move(ctx context.Context, from, to string, opts ...FileOption) 
 	o := fileOpts(opts)
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	_, err := c.files.Move(ctx, connect.NewRequest(&runboxv1.MoveRequest{Root: o.root, From: from, To: to}))
+	_, err := c.files().Move(ctx, connect.NewRequest(&runboxv1.MoveRequest{Root: o.root, From: from, To: to}))
 	return c.fileError("move", ctx, err)
 }
 
@@ -388,7 +388,7 @@ func (c *Client) PutArchive(ctx context.Context, dir string, r io.Reader, opts .
 func (c *Client) putArchive(ctx context.Context, dir string, o fileOptions, write func(w io.Writer) error) (ArchiveStats, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream := c.files.PutArchive(ctx)
+	stream := c.files().PutArchive(ctx)
 	del := make([][]byte, len(o.deletes))
 	for i, d := range o.deletes {
 		del[i] = []byte(d)
@@ -445,7 +445,7 @@ func (c *Client) getArchive(ctx context.Context, p string, o fileOptions) (io.Re
 	for i, e := range o.entries {
 		entries[i] = []byte(e)
 	}
-	stream, err := c.files.GetArchive(ctx, connect.NewRequest(&runboxv1.GetArchiveRequest{
+	stream, err := c.files().GetArchive(ctx, connect.NewRequest(&runboxv1.GetArchiveRequest{
 		Root: o.root, Path: p, Name: o.name, Entries: entries, Exclude: o.exclude,
 	}))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -50,8 +51,10 @@ func NewRemote(host, token, sandbox string, opts ...Option) *Client {
 	return &Client{
 		rpc: runboxv1connect.NewRunboxServiceClient(hc, base,
 			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{}), headers),
-		files: runboxv1connect.NewFilesServiceClient(hc, base,
-			connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{}), headers),
+		files: sync.OnceValue(func() runboxv1connect.FilesServiceClient {
+			return runboxv1connect.NewFilesServiceClient(hc, base,
+				connect.WithAcceptCompression("gzip", nil, nil), connect.WithCodec(protoCodec{}), headers)
+		}),
 		transport: t,
 		refused:   &refusal{},
 		sandbox:   o.sandbox,

@@ -256,7 +256,7 @@ func (c *Client) manifestAsync(ctx context.Context, p string, exclude []string) 
 func (c *Client) manifest(ctx context.Context, p string, exclude []string) ([]runbox.FileInfo, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	stream, err := c.files.Manifest(ctx, connect.NewRequest(&runboxv1.ManifestRequest{Path: p, Exclude: exclude}))
+	stream, err := c.files().Manifest(ctx, connect.NewRequest(&runboxv1.ManifestRequest{Path: p, Exclude: exclude}))
 	if err != nil {
 		return nil, c.fileError("manifest", ctx, err)
 	}

@@ -1,4 +1,7 @@
-// Command runbox is the runbox command line; see internal/cli.
+// Command runbox is the runbox command line that agents and people call:
+// the light binary, with the providers whose sandboxes are records on this
+// machine (host, local, ssh). Anything else it hands, with the same
+// arguments, to runbox-full beside it; see internal/cli.
 package main
 
 import (
@@ -21,7 +24,7 @@ func main() {
 	// Ctrl-C or SIGTERM cancels the context: a running exec is cancelled on
 	// the daemon (stop protocol) and runbox exits with its status.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := cli.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := cli.Main(ctx, cli.Light(cli.ExecFull), os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -24,8 +24,10 @@ var runboxBin struct {
 	err  error
 }
 
-// binary builds ./cmd/runbox once per test binary, beside the runboxd
-// providertest built (removed with it), and returns its path.
+// binary builds ./cmd/runbox and ./cmd/runbox-full into one directory once
+// per test binary, beside the runboxd providertest built (removed with it),
+// and returns runbox's path: the light binary, which hands what it does not
+// link (docker, serve, ...) to runbox-full beside it.
 func binary(t *testing.T) string {
 	t.Helper()
 	runboxBin.once.Do(func() {
@@ -37,7 +39,7 @@ func binary(t *testing.T) string {
 			}
 		}
 		runboxBin.path = filepath.Join(dir, "runbox")
-		cmd := exec.Command("go", "build", "-o", runboxBin.path, "github.com/runbox/runbox/cmd/runbox")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/runbox/runbox/cmd/runbox", "github.com/runbox/runbox/cmd/runbox-full")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			runboxBin.err = err

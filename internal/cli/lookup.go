@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
 // providerMatch is one provider's answer to a lookup.
@@ -46,11 +48,44 @@ func (a *app) lookupAll(ctx context.Context, key string) []providerMatch {
 // sandboxes of different providers matching alike are an error naming
 // both. A provider that cannot work here (no docker engine) is passed over;
 // if no provider has the sandbox, the not-found error says which were.
-func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+//
+// A key with the form of an id is first read as one by the providers that
+// can read a sandbox's record alone (byIDGetter: host, local), in turn: a
+// hit ends the lookup with no provider listed, no goroutine started and no
+// engine or cluster asked, and its probe's connection is returned for the
+// caller's client (nil otherwise; the caller owns it).
+func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, net.Conn, error) {
+	if sandboxkey.ValidID(key) {
+		for _, p := range a.allProviders() {
+			if g, ok := p.(byIDGetter); ok {
+				if sb, conn, err := g.GetByID(ctx, key); err == nil {
+					return p, sb, conn, nil
+				}
+				// Not found, or a failure the full lookup below meets
+				// and reports.
+			}
+		}
+	}
+	p, sb, err := a.rankAcross(ctx, key)
+	return p, sb, nil, err
+}
+
+// byIDGetter is a provider that finds a sandbox by its exact id from its
+// record alone, and hands over the connection its probe opened.
+type byIDGetter interface {
+	GetByID(ctx context.Context, id string) (runbox.Sandbox, net.Conn, error)
+}
+
+// rankAcross is findAcross's lookup in every provider at once, ranked.
+func (a *app) rankAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	ms := a.lookupAll(ctx, key)
+	if !a.linksAll() && !conclusive(ms, key) {
+		return nil, runbox.Sandbox{}, needFull("finding sandbox " + key + " beyond this runbox's providers (" + strings.Join(a.unlinked(), ", ") + ")")
+	}
 	var found []providerMatch
 	var unavailable []string
 	var firstErr error
-	for _, m := range a.lookupAll(ctx, key) {
+	for _, m := range ms {
 		switch {
 		case m.err == nil:
 			found = append(found, m)
@@ -92,6 +127,23 @@ func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runb
 	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
 }
 
+// conclusive reports whether the matches of the providers this binary
+// links decide the lookup of key whatever the other providers hold: one of
+// them has key as its exact id (ids are random, one per sandbox, and an
+// exact id wins any ranking). A name is not enough: up keeps names unique
+// across providers, but a sandbox made past it (the Go API, another
+// machine on the same cluster) may share one, and that is an error naming
+// both, which only a lookup in every provider finds. A name, an id prefix,
+// no match or a failure is for the full binary to decide.
+func conclusive(ms []providerMatch, key string) bool {
+	for _, m := range ms {
+		if m.err == nil && m.sb.ID == key {
+			return true
+		}
+	}
+	return false
+}
+
 // candidates lists matches as "local sandbox 1a2b3c4d5e6f (name), ...".
 func candidates(ms []providerMatch) string {
 	s := make([]string, len(ms))
@@ -109,6 +161,9 @@ func candidates(ms []providerMatch) string {
 func (a *app) checkNameFree(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
+	}
+	if err := a.needAllProviders("a name's uniqueness"); err != nil {
+		return err
 	}
 	var taken []providerMatch
 	for _, m := range a.lookupAll(ctx, name) {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -136,8 +138,57 @@ func (o *serverOptions) apply(p runbox.Provider) error {
 // clientFor returns a client for sb of provider p: through the server for
 // a server's sandbox, else through p's Dialer.
 func (a *app) clientFor(p runbox.Provider, sb runbox.Sandbox) *client.Client {
+	return a.clientWith(p, sb, nil)
+}
+
+// clientWith is clientFor whose first connection is conn, a connection to
+// sb's runboxd already opened and authenticated (by the lookup's probe),
+// when conn is not nil: one connection and handshake fewer before a
+// command runs.
+func (a *app) clientWith(p runbox.Provider, sb runbox.Sandbox, conn net.Conn) *client.Client {
 	if rp, ok := p.(*remoteProvider); ok {
+		if conn != nil {
+			conn.Close()
+		}
 		return rp.Sandbox(sb.ID)
 	}
-	return client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+	dial := p.Dialer(sb)
+	if conn != nil {
+		h := &handoff{conn: conn}
+		a.unused = append(a.unused, h)
+		dial = h.dialer(dial)
+	}
+	return client.New(dial, client.WithSandboxName(sb.ID))
+}
+
+// handoff holds a connection opened before its client: the client's first
+// dial takes it, later dials dial anew.
+type handoff struct {
+	mu   sync.Mutex
+	conn net.Conn
+}
+
+// dialer returns dial, except that its first call returns the held
+// connection.
+func (h *handoff) dialer(dial runbox.Dialer) runbox.Dialer {
+	return func(ctx context.Context) (net.Conn, error) {
+		h.mu.Lock()
+		conn := h.conn
+		h.conn = nil
+		h.mu.Unlock()
+		if conn != nil {
+			return conn, nil
+		}
+		return dial(ctx)
+	}
+}
+
+// close closes the held connection if no dial took it.
+func (h *handoff) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conn != nil {
+		h.conn.Close()
+		h.conn = nil
+	}
 }

@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox"
 )
 
 func (a *app) rmCmd() *cobra.Command {
@@ -22,18 +25,36 @@ only removed with -f, since processes it started may have outlived it.`,
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			failed := false
-			for _, key := range args {
+			// Every sandbox is found before any is removed, so that an
+			// invocation handed to the full binary (a docker sandbox among
+			// them) has removed nothing yet.
+			type target struct {
+				p   runbox.Provider
+				sb  runbox.Sandbox
+				err error
+			}
+			targets := make([]target, len(args))
+			for i, key := range args {
 				p, sb, err := a.find(c.Context(), key)
+				var need *errNeedFull
+				if errors.As(err, &need) {
+					return err
+				}
+				targets[i] = target{p, sb, err}
+			}
+			failed := false
+			for i, key := range args {
+				t := targets[i]
+				err := t.err
 				if err == nil {
-					err = p.Remove(c.Context(), sb, force)
+					err = t.p.Remove(c.Context(), t.sb, force)
 				}
 				if err != nil {
 					fmt.Fprintln(a.stderr, "runbox: "+oneLine(fail("remove", key, "", err).Error()))
 					failed = true
 					continue
 				}
-				fmt.Fprintln(a.stdout, sb.ID)
+				fmt.Fprintln(a.stdout, t.sb.ID)
 			}
 			if failed {
 				// Each failure is already reported above.

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,11 +23,8 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/buildinfo"
-	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/host"
-	"github.com/runbox/runbox/provider/kubernetes"
 	"github.com/runbox/runbox/provider/local"
-	"github.com/runbox/runbox/provider/ssh"
 )
 
 // Version is runbox's version, set at build time with
@@ -46,8 +44,8 @@ type ExitError struct {
 // Error says which status the command exited with.
 func (e *ExitError) Error() string { return fmt.Sprintf("exit status %d", e.Code) }
 
-// env is what the CLI takes from the environment.
-type env struct {
+// Env is what the CLI takes from the environment.
+type Env struct {
 	// Home is the runbox home ($RUNBOX_HOME, default ~/.runbox), where
 	// sandbox records live so separate runbox processes share them.
 	Home string
@@ -59,28 +57,15 @@ type env struct {
 	Provider string
 }
 
-// providers lists each provider the CLI accepts with its constructor, in
-// the order a sandbox is looked for (cheapest lookup first). Adding a
-// provider is one line here.
-var providers = []struct {
-	name string
-	make func(env) runbox.Provider
-}{
-	{host.ProviderName, func(e env) runbox.Provider { return &host.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
-	{local.ProviderName, func(e env) runbox.Provider { return &local.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
-	{docker.ProviderName, func(e env) runbox.Provider { return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
-	{ssh.ProviderName, func(e env) runbox.Provider { return &ssh.Provider{Home: e.Home, Runboxd: e.Runboxd} }},
-	{kubernetes.ProviderName, func(env) runbox.Provider { return &kubernetes.Provider{} }},
-}
-
 // defaultProvider is the provider up and run use without --provider or
 // $RUNBOX_PROVIDER.
 const defaultProvider = local.ProviderName
 
-// Main runs the CLI with args (without the program name) and returns the exit
-// status. Failures of runbox itself are reported on stderr as one line.
-func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return ExitCode(Run(ctx, args, stdin, stdout, stderr), stderr)
+// Main runs the CLI with the features a binary links and args (without the
+// program name), and returns the exit status. Failures of runbox itself are
+// reported on stderr as one line.
+func Main(ctx context.Context, f Features, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return ExitCode(Run(ctx, f, args, stdin, stdout, stderr), stderr)
 }
 
 // ExitCode maps Run's error to an exit status: 0 for nil, the command's
@@ -104,25 +89,36 @@ func oneLine(s string) string {
 	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), " | ")
 }
 
-// Run runs the CLI with args (without the program name).
-func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// Run runs the CLI with the features a binary links and args (without the
+// program name). An invocation that needs what the binary does not link is
+// handed to the full binary (f.Delegate) before it has done anything.
+func Run(ctx context.Context, f Features, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	e, err := envFromOS()
 	if err != nil {
 		return err
 	}
-	a := &app{env: e, stdin: stdin, stdout: stdout, stderr: stderr}
+	a := &app{env: e, features: f, stdin: stdin, stdout: stdout, stderr: stderr}
 	defer a.closeProviders()
 	root := a.newRoot()
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	return root.ExecuteContext(ctx)
+	err = root.ExecuteContext(ctx)
+	var need *errNeedFull
+	if !errors.As(err, &need) {
+		return err
+	}
+	if ctx.Err() != nil { // interrupted while deciding: hand nothing over
+		return fmt.Errorf("%s: %w", need.why, context.Cause(ctx))
+	}
+	a.closeProviders()
+	return a.delegate(args, need)
 }
 
 // envFromOS reads RUNBOX_HOME, RUNBOX_RUNBOXD and RUNBOX_PROVIDER.
-func envFromOS() (env, error) {
-	e := env{Home: os.Getenv("RUNBOX_HOME"), Runboxd: os.Getenv("RUNBOX_RUNBOXD"), Provider: os.Getenv("RUNBOX_PROVIDER")}
+func envFromOS() (Env, error) {
+	e := Env{Home: os.Getenv("RUNBOX_HOME"), Runboxd: os.Getenv("RUNBOX_RUNBOXD"), Provider: os.Getenv("RUNBOX_PROVIDER")}
 	if e.Provider == "" {
 		e.Provider = defaultProvider
 	}
@@ -138,12 +134,14 @@ func envFromOS() (env, error) {
 
 // app is one CLI invocation: its environment and standard streams.
 type app struct {
-	env    env
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
+	env      Env
+	features Features
+	stdin    io.Reader
+	stdout   io.Writer
+	stderr   io.Writer
 
 	made   map[string]runbox.Provider // providers made so far, by name
+	unused []*handoff                 // probe connections given to clients, closed at the end if never used
 	remote remoteFlags                // --host and --token (remote.go)
 }
 
@@ -180,11 +178,18 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.cpCmd(),
 		a.syncCmd(),
 		a.versionCmd(),
-		a.mcpCmd(),
-		a.serveCmd(),
-		a.tokenCmd(),
-		a.auditCmd(),
 	)
+	added := map[string]bool{}
+	for _, mk := range a.features.Commands {
+		c := mk(App{a})
+		added[c.Name()] = true
+		root.AddCommand(c)
+	}
+	for _, fc := range fullOnlyCommands {
+		if !added[fc.name] {
+			root.AddCommand(a.stubCommand(fc.name, fc.short))
+		}
+	}
 	a.addRemoteFlags(root)
 	return root
 }
@@ -210,15 +215,16 @@ func (a *app) localProvider(name string) (runbox.Provider, error) {
 	if p, ok := a.made[name]; ok {
 		return p, nil
 	}
-	for _, pr := range providers {
-		if pr.name == name {
-			if a.made == nil {
-				a.made = make(map[string]runbox.Provider)
-			}
-			p := pr.make(a.env)
-			a.made[name] = p
-			return p, nil
+	if k, ok := a.linked(name); ok {
+		if a.made == nil {
+			a.made = make(map[string]runbox.Provider)
 		}
+		p := k.New(a.env)
+		a.made[name] = p
+		return p, nil
+	}
+	if slices.Contains(knownProviders, name) {
+		return nil, needFull("the " + name + " provider")
 	}
 	return nil, fmt.Errorf("unknown provider %q (available: %s)", name, strings.Join(providerNames(), ", "))
 }
@@ -231,30 +237,31 @@ func (a *app) closeProviders() {
 			_ = c.Close()
 		}
 	}
+	a.made = nil
+	for _, h := range a.unused {
+		h.close()
+	}
+	a.unused = nil
 	if a.remote.server != nil {
 		a.remote.server.Close()
+		a.remote.server = nil
 	}
 }
 
-// providerNames lists the available providers, sorted.
+// providerNames lists the providers runbox knows, sorted.
 func providerNames() []string {
-	names := make([]string, 0, len(providers))
-	for _, p := range providers {
-		names = append(names, p.name)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(slices.Values(knownProviders))
 }
 
-// allProviders returns every available provider, in lookup order
+// allProviders returns every provider this binary links, in lookup order
 // (through a server: the server).
 func (a *app) allProviders() []runbox.Provider {
 	if srv, _ := a.remoteServer(); srv != nil {
 		return []runbox.Provider{&remoteProvider{Server: srv}}
 	}
-	ps := make([]runbox.Provider, 0, len(providers))
-	for _, pr := range providers {
-		p, _ := a.provider(pr.name)
+	ps := make([]runbox.Provider, 0, len(a.features.Providers))
+	for _, k := range a.features.Providers {
+		p, _ := a.localProvider(k.Name)
 		ps = append(ps, p)
 	}
 	return ps
@@ -263,12 +270,23 @@ func (a *app) allProviders() []runbox.Provider {
 // find looks a sandbox up by id, id prefix or name across every provider
 // (see findAcross).
 func (a *app) find(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	p, sb, conn, err := a.findConn(ctx, key)
+	if conn != nil {
+		conn.Close()
+	}
+	return p, sb, err
+}
+
+// findConn is find, which also returns the connection its provider's probe
+// opened to the sandbox's runboxd when it has one (see findAcross): the
+// caller owns it.
+func (a *app) findConn(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, net.Conn, error) {
 	if srv, err := a.remoteServer(); err != nil || srv != nil {
 		if err != nil {
-			return nil, runbox.Sandbox{}, err
+			return nil, runbox.Sandbox{}, nil, err
 		}
 		sb, err := srv.Get(ctx, key)
-		return &remoteProvider{Server: srv}, sb, err
+		return &remoteProvider{Server: srv}, sb, nil, err
 	}
 	return a.findAcross(ctx, key)
 }
@@ -286,11 +304,14 @@ func isPlainNotFound(err error) bool {
 // whose runboxd is gone is ErrSandboxLost at once, not after the client's
 // reconnect window.
 func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.Client, error) {
-	p, sb, err := a.find(ctx, key)
+	p, sb, conn, err := a.findConn(ctx, key)
 	if err != nil {
 		return sb, nil, err
 	}
 	if !sb.Alive {
+		if conn != nil {
+			conn.Close()
+		}
 		why := sb.Detail["lost"] // the provider's own account, when it has one
 		if why == "" {
 			why = "runboxd is not answering"
@@ -302,7 +323,7 @@ func (a *app) connect(ctx context.Context, key string) (runbox.Sandbox, *client.
 		return sb, nil, fmt.Errorf("%w: %s (runbox inspect %s shows its record; %s removes it)",
 			runbox.ErrSandboxLost, why, sb.ID, rm)
 	}
-	return sb, a.clientFor(p, sb), nil
+	return sb, a.clientWith(p, sb, conn), nil
 }
 
 // fail wraps err as a *runbox.Error for op on sandbox key, so the message

@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"fmt"
-
 	"github.com/spf13/pflag"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/provider/ssh"
 )
 
@@ -31,16 +28,5 @@ func (f *sshFlags) provider(name string) string {
 	return name
 }
 
-// configure gives the ssh provider its target and host key policy, and
-// refuses the flags for another provider.
-func (f *sshFlags) configure(p runbox.Provider) error {
-	sp, ok := p.(*ssh.Provider)
-	if !ok {
-		if f.target != "" || f.acceptNew {
-			return fmt.Errorf("--ssh and --ssh-accept-new are for the ssh provider, not %s", p.Name())
-		}
-		return nil
-	}
-	sp.Target, sp.AcceptNew = f.target, f.acceptNew
-	return nil
-}
+// set reports whether any of the flags is given.
+func (f *sshFlags) set() bool { return f.target != "" || f.acceptNew }

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/provider/docker"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -83,13 +82,10 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		}
 		return nil, runbox.SandboxSpec{}, err
 	}
-	if err := f.ssh.configure(p); err != nil {
+	if err := a.configure(p, f); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	if err := f.server.apply(p); err != nil {
-		return nil, runbox.SandboxSpec{}, err
-	}
-	if err := f.kube.apply(p); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
 	mem, err := parseBytes(f.memory)
@@ -105,7 +101,7 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	switch f.network {
 	case "", "none", "host":
 	default:
-		if f.provider != docker.ProviderName { // docker also takes a named network
+		if f.provider != dockerProvider { // docker also takes a named network
 			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
 		}
 	}
@@ -121,6 +117,31 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		CPUs:     f.cpus,
 		Network:  f.network,
 	}, nil
+}
+
+// configure gives p, a provider of this machine, the provider-specific
+// flags set (ssh's, kubernetes'); they are an error with any other provider
+// and through a server.
+func (a *app) configure(p runbox.Provider, f *upFlags) error {
+	_, remote := p.(*remoteProvider)
+	mine := func(provider string) bool { return !remote && p.Name() == provider }
+	switch {
+	case f.ssh.set() && !mine(sshProvider):
+		return fmt.Errorf("--ssh and --ssh-accept-new are for the ssh provider, not %s", p.Name())
+	case f.kube.set() && !mine(kubernetesProvider):
+		return fmt.Errorf("--namespace, --pod-template, --context and --runboxd-image are for the kubernetes provider, not %s", p.Name())
+	case !f.ssh.set() && !f.kube.set():
+		return nil
+	}
+	k, ok := a.linked(p.Name())
+	if !ok || k.Configure == nil {
+		return fmt.Errorf("the %s provider takes no provider flags", p.Name())
+	}
+	return k.Configure(p, ProviderFlags{
+		SSHTarget: f.ssh.target, SSHAcceptNew: f.ssh.acceptNew,
+		KubeNamespace: f.kube.namespace, KubePodTemplate: f.kube.podTemplate,
+		KubeContext: f.kube.context, KubeRunboxdImage: f.kube.runboxdImage,
+	})
 }
 
 // parseBytes parses a size such as 512M, 2g, 1.5G or 1048576 (binary units,

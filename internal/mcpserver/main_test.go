@@ -46,7 +46,8 @@ func mainCode(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	runboxBin = filepath.Join(dir, "runbox")
-	cmd := exec.Command("go", "build", "-o", runboxBin, "github.com/runbox/runbox/cmd/runbox")
+	// runbox hands mcp to runbox-full beside it: build both.
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/runbox/runbox/cmd/runbox", "github.com/runbox/runbox/cmd/runbox-full")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build runbox: %v\n%s", err, out)

@@ -131,15 +131,25 @@ func waitExit(ctx context.Context, rec Record, d time.Duration) bool {
 // the cost of looking a sandbox up before an exec, measured in
 // docs/performance.md); the caller's own call proves the rest.
 func isAlive(ctx context.Context, rec Record, sbDir string) bool {
-	if !procAlive(rec) {
+	conn := aliveConn(ctx, rec, sbDir)
+	if conn == nil {
 		return false
+	}
+	conn.Close()
+	return true
+}
+
+// aliveConn is isAlive's probe that keeps its connection: an authenticated
+// connection to the record's runboxd, or nil when it does not answer.
+func aliveConn(ctx context.Context, rec Record, sbDir string) net.Conn {
+	if !procAlive(rec) {
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
 	defer cancel()
 	conn, err := dialer(rec.Socket, sbDir)(ctx)
 	if err != nil {
-		return false
+		return nil
 	}
-	conn.Close()
-	return true
+	return conn
 }

@@ -25,9 +25,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -174,7 +174,7 @@ func (p *Store) sandboxesDir() (string, error) {
 
 // validName is what a sandbox name may look like (docker's rule), so names
 // are safe in paths, shells and error messages.
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+var validName = sandboxkey.ValidName
 
 // Create starts a new runboxd and returns once it answers. The sandbox's
 // workdir is spec.Workdir, else the caller's working directory; the Kind
@@ -186,7 +186,7 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 		}
 		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: id, Err: err}
 	}
-	if spec.Name != "" && !validName.MatchString(spec.Name) {
+	if spec.Name != "" && !validName(spec.Name) {
 		return fail("", fmt.Errorf("invalid name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark)", spec.Name))
 	}
 	if p.Check != nil {
@@ -408,6 +408,34 @@ func (p *Store) Get(ctx context.Context, idOrName string) (runbox.Sandbox, error
 	}
 	sbDir := filepath.Join(dir, rec.ID)
 	return p.toSandbox(rec, sbDir, isAlive(ctx, rec, sbDir)), nil
+}
+
+// GetByID finds the sandbox whose id is exactly id, reading its record
+// alone (Get reads every record to rank names and prefixes), and probes
+// its runboxd as Get does. It returns the probe's connection, already
+// authenticated, when the sandbox is Alive (nil otherwise), so a caller
+// about to talk to the sandbox need not open another: it owns the
+// connection and must close it. A sandbox of another kind, or none, with
+// that id is ErrSandboxNotFound.
+func (p *Store) GetByID(ctx context.Context, id string) (runbox.Sandbox, net.Conn, error) {
+	fail := func(err error) error { return &runbox.Error{Op: "get", Sandbox: id, Err: err} }
+	dir, err := p.sandboxesDir()
+	if err != nil {
+		return runbox.Sandbox{}, nil, fail(err)
+	}
+	if !sandboxkey.ValidID(id) {
+		return runbox.Sandbox{}, nil, fail(runbox.ErrSandboxNotFound)
+	}
+	sbDir := filepath.Join(dir, id)
+	rec, err := readRecord(sbDir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || err == nil && (rec.ID != id || rec.Provider != p.Name):
+		return runbox.Sandbox{}, nil, fail(runbox.ErrSandboxNotFound)
+	case err != nil:
+		return runbox.Sandbox{}, nil, fail(err)
+	}
+	conn := aliveConn(ctx, rec, sbDir)
+	return p.toSandbox(rec, sbDir, conn != nil), conn, nil
 }
 
 // match picks the record named by key (see sandboxkey.Match).

@@ -46,3 +46,37 @@ func Match[T any](items []T, key string, id, name func(T) string) (T, error) {
 	}
 	return zero, fmt.Errorf("prefix %q is ambiguous (%s): %w", key, strings.Join(ids, ", "), runbox.ErrSandboxNotFound)
 }
+
+// ValidName reports whether s may be a sandbox's name (docker's rule): a
+// letter or digit, then up to 62 letters, digits, '_', '.' or '-'. (A
+// function, not a regexp: compiling one at package init costs every runbox
+// command its start-up.)
+func ValidName(s string) bool {
+	if len(s) == 0 || len(s) > 63 || !isAlnum(s[0]) {
+		return false
+	}
+	for i := 1; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '_' && c != '.' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidID reports whether s has the form of a sandbox id: 12 lowercase hex
+// digits.
+func ValidID(s string) bool {
+	if len(s) != 12 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
+}

@@ -2,6 +2,7 @@ package sandboxkey
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -34,6 +35,26 @@ func TestMatch(t *testing.T) {
 	for _, key := range []string{"", "x", "abc1111"} {
 		if _, err := match(recs, key); !errors.Is(err, runbox.ErrSandboxNotFound) {
 			t.Errorf("match(%q) err = %v; want ErrSandboxNotFound", key, err)
+		}
+	}
+}
+
+// TestValidNameAndID: the functions accept exactly what the regexps they
+// replace (kept here as the reference) accept.
+func TestValidNameAndID(t *testing.T) {
+	name := regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+	id := regexp.MustCompile(`^[0-9a-f]{12}$`)
+	cases := []string{"", "a", "A9", "_a", "a_b.c-d", "a b", "a/b", "é", "-x", ".x",
+		strings.Repeat("a", 63), strings.Repeat("a", 64), "0123456789ab", "0123456789AB", "0123456789a", "0123456789abc", "g123456789ab"}
+	for c := range 256 {
+		cases = append(cases, "x"+string(rune(c)), string(rune(c))+"23456789abc")
+	}
+	for _, s := range cases {
+		if got, want := ValidName(s), name.MatchString(s); got != want {
+			t.Errorf("ValidName(%q) = %v; want %v", s, got, want)
+		}
+		if got, want := ValidID(s), id.MatchString(s); got != want {
+			t.Errorf("ValidID(%q) = %v; want %v", s, got, want)
 		}
 	}
 }

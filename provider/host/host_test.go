@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -255,5 +256,48 @@ func TestWorkdir(t *testing.T) {
 	}
 	if got := strings.TrimSpace(string(res.Stdout)); got != wd {
 		t.Errorf("pwd = %q; want the workdir %q", got, wd)
+	}
+}
+
+// TestGetByID: GetByID finds a sandbox by its exact id alone (not by name
+// or prefix), returns the probe's authenticated connection, which a client
+// runs commands over, and says a killed daemon is not alive, with no
+// connection.
+func TestGetByID(t *testing.T) {
+	t.Parallel()
+	p := newProvider(t)
+	sb := create(t, p, runbox.SandboxSpec{Name: "byid"})
+	ctx := t.Context()
+	got, conn, err := p.GetByID(ctx, sb.ID)
+	if err != nil || got.ID != sb.ID || !got.Alive || conn == nil {
+		t.Fatalf("GetByID(%s) = %+v, %v, %v; want the live sandbox and a connection", sb.ID, got, conn, err)
+	}
+	first := true
+	c := client.New(func(ctx context.Context) (net.Conn, error) {
+		if first {
+			first = false
+			return conn, nil
+		}
+		return p.Dialer(sb)(ctx)
+	})
+	res, err := c.Exec(ctx, "echo over the probe connection")
+	c.Close()
+	if err != nil || string(res.Stdout) != "over the probe connection\n" {
+		t.Errorf("exec over GetByID's connection: %+v, %v", res, err)
+	}
+	for _, key := range []string{"byid", sb.ID[:6], "000000000000"} {
+		if _, conn, err := p.GetByID(ctx, key); !errors.Is(err, runbox.ErrSandboxNotFound) || conn != nil {
+			t.Errorf("GetByID(%q): %v, %v; want ErrSandboxNotFound (an exact id only)", key, conn, err)
+		}
+	}
+	if err := syscall.Kill(pidOf(t, sb), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !processGone(pidOf(t, sb)) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, conn, err := p.GetByID(ctx, sb.ID); err != nil || got.Alive || conn != nil {
+		t.Errorf("GetByID of a killed sandbox: %+v, %v, %v; want it found, not alive, no connection", got, conn, err)
 	}
 }

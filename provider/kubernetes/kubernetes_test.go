@@ -208,7 +208,7 @@ func buildCLI(t testing.TB) string {
 		if cliErr != nil {
 			return
 		}
-		for _, pkg := range []string{"runbox", "runboxd"} {
+		for _, pkg := range []string{"runbox", "runbox-full", "runboxd"} {
 			c := exec.Command("go", "build", "-o", filepath.Join(cliDir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
 			c.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := c.CombinedOutput(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/runbox/runbox/internal/cli"
+	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/internal/providertest"
 )
 
@@ -40,7 +41,7 @@ func localCLI(t *testing.T) func(args ...string) (code int, stdout, stderr strin
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var out, errb bytes.Buffer
-		code := cli.Main(ctx, args, strings.NewReader(""), &out, &errb)
+		code := full.Main(ctx, args, strings.NewReader(""), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 	return run

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -90,6 +91,14 @@ func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, er
 // marked Alive when its runboxd accepts a connection with the sandbox's secret within a second.
 func (p *Provider) List(ctx context.Context) ([]runbox.Sandbox, error) {
 	return p.store().List(ctx)
+}
+
+// GetByID finds the sandbox whose id is exactly id from its record alone,
+// probes its runboxd as Get does, and returns the probe's authenticated
+// connection when it answers (nil otherwise), for the caller to use (as its
+// client's first connection) and close.
+func (p *Provider) GetByID(ctx context.Context, id string) (runbox.Sandbox, net.Conn, error) {
+	return p.store().GetByID(ctx, id)
 }
 
 // Dialer returns a dialer for the sandbox's unix socket.

@@ -39,7 +39,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err := checkSpec(spec); err != nil {
 		return fail("", err)
 	}
-	if spec.Name != "" && !validName.MatchString(spec.Name) {
+	if spec.Name != "" && !validName(spec.Name) {
 		return fail("", fmt.Errorf("invalid name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark): %w", spec.Name, runbox.ErrInvalidSpec))
 	}
 	binPath, err := runboxdbin.Locate(p.Runboxd)

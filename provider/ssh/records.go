@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"syscall"
 	"time"
 
@@ -51,10 +50,10 @@ type record struct {
 func (r record) socket() string { return r.RemoteDir + "/runboxd.sock" }
 
 // validName is what a sandbox name may look like (docker's rule).
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+var validName = sandboxkey.ValidName
 
 // validID is what a sandbox id looks like.
-var validID = regexp.MustCompile(`^[0-9a-f]{12}$`)
+var validID = sandboxkey.ValidID
 
 // secretFile is the name of the file holding a sandbox's secret (0600).
 const secretFile = "secret"
@@ -71,7 +70,7 @@ func (p *Provider) recordsDir() (string, error) {
 // readRecords reads every record, oldest first; directories without a
 // readable record (a Create in progress) are skipped.
 func readRecords(dir string) ([]record, error) {
-	return recordfile.List[record](dir, validID.MatchString)
+	return recordfile.List[record](dir, validID)
 }
 
 func readRecord(sbDir string) (record, error) { return recordfile.Read[record](sbDir) }

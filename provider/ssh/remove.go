@@ -25,7 +25,7 @@ import (
 // loses only the record here, and the error is nil.
 func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
 	fail := func(err error) error { return &runbox.Error{Op: "remove", Sandbox: sb.ID, Err: err} }
-	if !validID.MatchString(sb.ID) {
+	if !validID(sb.ID) {
 		return fail(runbox.ErrSandboxNotFound)
 	}
 	rec, sbDir, err := p.find(sb.ID)

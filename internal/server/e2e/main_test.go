@@ -64,7 +64,7 @@ func binDir(t *testing.T) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, pkg := range []string{"runbox", "runboxd"} {
+		for _, pkg := range []string{"runbox", "runbox-full", "runboxd"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {

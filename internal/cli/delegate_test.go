@@ -1,0 +1,253 @@
+package cli_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// The runbox binary links only the record-based providers and hands
+// everything else to runbox-full beside it (internal/cli/features.go).
+// These tests run the real binaries.
+
+// TestLightBinaryLinksNoHeavyPackage: cmd/runbox's dependency list holds
+// none of the modules whose package inits cost the CLI its start-up
+// (client-go, the moby client, sqlite, prometheus, the MCP SDK) nor the
+// packages built on them; cmd/runbox-full's holds them all, so the check
+// cannot pass by listing nothing.
+func TestLightBinaryLinksNoHeavyPackage(t *testing.T) {
+	heavy := []string{
+		"k8s.io/client-go/",
+		"github.com/moby/moby/client",
+		"modernc.org/sqlite",
+		"github.com/prometheus/client_golang/",
+		"github.com/modelcontextprotocol/go-sdk/",
+		"github.com/runbox/runbox/provider/docker",
+		"github.com/runbox/runbox/provider/kubernetes",
+		"github.com/runbox/runbox/internal/server",
+		"github.com/runbox/runbox/internal/registry",
+		"github.com/runbox/runbox/internal/mcpserver",
+		"github.com/runbox/runbox/internal/cli/full",
+	}
+	deps := func(pkg string) []string {
+		out, err := exec.Command("go", "list", "-deps", pkg).Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		return strings.Fields(string(out))
+	}
+	has := func(deps []string, prefix string) string {
+		i := slices.IndexFunc(deps, func(d string) bool { return strings.HasPrefix(d, prefix) })
+		if i < 0 {
+			return ""
+		}
+		return deps[i]
+	}
+	light, full := deps("github.com/runbox/runbox/cmd/runbox"), deps("github.com/runbox/runbox/cmd/runbox-full")
+	for _, h := range heavy {
+		if d := has(light, h); d != "" {
+			t.Errorf("cmd/runbox links %s: its init runs before every command (move what needs it to internal/cli/full)", d)
+		}
+		if has(full, h) == "" {
+			t.Errorf("cmd/runbox-full does not link %s: the check above proves nothing", h)
+		}
+	}
+	for _, want := range []string{"github.com/runbox/runbox/provider/host", "github.com/runbox/runbox/provider/local", "github.com/runbox/runbox/provider/ssh"} {
+		if has(light, want) == "" {
+			t.Errorf("cmd/runbox does not link %s", want)
+		}
+	}
+}
+
+// fullSpy writes a runbox-full stand-in that records each invocation's
+// arguments (one line each) in the returned log, then becomes the real
+// runbox-full with them.
+func fullSpy(t *testing.T) (spy, log string) {
+	t.Helper()
+	dir := t.TempDir()
+	spy, log = filepath.Join(dir, "runbox-full-spy"), filepath.Join(dir, "log")
+	real := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
+	script := "#!/bin/sh\necho \"$*\" >> " + log + "\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(spy, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return spy, log
+}
+
+// spied reads what the spy recorded.
+func spied(t *testing.T, log string) string {
+	t.Helper()
+	b, err := os.ReadFile(log)
+	if os.IsNotExist(err) {
+		return ""
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestDelegation: runbox runs an exec by a host sandbox's id itself, and
+// hands a name, an id prefix, ls and serve to runbox-full with the same
+// arguments, stdin, stdout, stderr and exit status.
+func TestDelegation(t *testing.T) {
+	setHome(t)
+	id := up(t, "--name", "deleg")
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
+
+	o := runBin(t, "exec", id, "--", "echo by id; exit 7")
+	if o.code != 7 || o.stdout != "by id\n" {
+		t.Errorf("exec by id: %+v; want exit 7, its output", o)
+	}
+	if s := spied(t, log); s != "" {
+		t.Errorf("exec by a host sandbox's id went to runbox-full (%q); want it run by runbox itself", s)
+	}
+
+	cmd := binCmd(t, "exec", "-i", id[:5], "--", "cat; echo err >&2; exit 5")
+	cmd.Stdin = strings.NewReader("from stdin\n")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 5 || stdout.String() != "from stdin\n" || stderr.String() != "err\n" {
+		t.Errorf("exec -i by id prefix: %v, stdout %q, stderr %q; want exit 5, stdin echoed, err", err, stdout.String(), stderr.String())
+	}
+	want := "exec -i " + id[:5] + " -- cat; echo err >&2; exit 5\n"
+	if s := spied(t, log); s != want {
+		t.Errorf("runbox-full got %q; want the invocation's arguments %q", s, want)
+	}
+
+	if o := runBin(t, "exec", "deleg", "--", "exit 3"); o.code != 3 {
+		t.Errorf("exec by name: %+v; want exit 3", o)
+	}
+	if o := runBin(t, "ls"); o.code != 0 || !strings.Contains(o.stdout, id) {
+		t.Errorf("ls: %+v; want %s listed", o, id)
+	}
+	o = runBin(t, "serve", "--bad-flag")
+	if o.code != 125 || o.stderr != "runbox: serve: unknown flag: --bad-flag (see 'runbox serve --help')\n" {
+		t.Errorf("serve --bad-flag: %+v; want 125 and runbox-full's one-line usage error", o)
+	}
+	lines := strings.Split(strings.TrimSpace(spied(t, log)), "\n")
+	if len(lines) != 4 || lines[1] != "exec deleg -- exit 3" || lines[2] != "ls" || lines[3] != "serve --bad-flag" {
+		t.Errorf("runbox-full got %q; want exec by name, ls and serve handed over", lines)
+	}
+}
+
+// TestDelegatedExecInterrupt: Ctrl-C of a runbox that handed its exec to
+// runbox-full reaches runbox-full (the same process, replaced), which
+// cancels the exec: everything it started is gone and the status is the
+// command's.
+func TestDelegatedExecInterrupt(t *testing.T) {
+	setHome(t)
+	id := up(t)
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
+	m := marker(t)
+	// Only the sleeps carry the marker, not runbox's command line.
+	cmd := binCmd(t, "exec", "--grace", "1s", id[:6], "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep ")+" & $s "+strings.TrimPrefix(m, "sleep "))
+	out := &syncBuffer{written: make(chan struct{})}
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 2 }); n != 2 {
+		t.Fatalf("%d processes with %q; want 2", n, m)
+	}
+	signalled(t, cmd, syscall.SIGINT)
+	code, _ := waitExit(t, cmd, hangBound)
+	if code != 143 || !strings.Contains(stderr.String(), "cancelled") || out.String() != "started\n" {
+		t.Errorf("delegated exec after Ctrl-C: exit %d, stdout %q, stderr %q; want 143 (the command's status), cancelled", code, out.String(), stderr.String())
+	}
+	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 0 }); n != 0 {
+		t.Errorf("%d processes of the exec alive after Ctrl-C of the delegated exec", n)
+	}
+	if s := spied(t, log); !strings.HasPrefix(s, "exec --grace 1s "+id[:6]) {
+		t.Errorf("runbox-full got %q; want the exec handed over", s)
+	}
+}
+
+// TestDelegatedDockerExecInterrupt: the same through a docker sandbox,
+// which only runbox-full links: up and exec are handed over, and Ctrl-C
+// stops the command in the container.
+func TestDelegatedDockerExecInterrupt(t *testing.T) {
+	setHome(t)
+	engine := dockerNeeded(t)
+	t.Setenv("DOCKER_HOST", engine)
+	image := os.Getenv("RUNBOX_TEST_IMAGE")
+	if image == "" {
+		image = "runbox-test:busybox"
+	}
+	id := up(t, "--provider", "docker", "--image", image)
+	// Before DOCKER_HOST is restored for setHome's cleanup, which would
+	// not see the container.
+	t.Cleanup(func() { rb(t, "rm", "-f", id) })
+	m := marker(t)
+	// Only the sleep carries the marker, not runbox's command line.
+	cmd := binCmd(t, "exec", "--grace", "1s", id, "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep "))
+	out := &syncBuffer{written: make(chan struct{})}
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 1 }); n != 1 {
+		t.Fatalf("%d processes with %q; want 1 (stderr %q)", n, m, stderr.String())
+	}
+	signalled(t, cmd, syscall.SIGINT)
+	code, _ := waitExit(t, cmd, hangBound)
+	if code != 143 || !strings.Contains(stderr.String(), "cancelled") {
+		t.Errorf("docker exec after Ctrl-C: exit %d, stderr %q; want 143, cancelled", code, stderr.String())
+	}
+	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 0 }); n != 0 {
+		t.Errorf("%d processes of the docker exec alive after Ctrl-C", n)
+	}
+}
+
+// TestMissingFullBinary: a runbox with no runbox-full beside it or on PATH
+// still runs an exec by id, and fails what it would hand over with exit
+// 125 and one line saying what was needed and how to build it; a
+// $RUNBOX_FULL naming runbox itself is refused, not looped on.
+func TestMissingFullBinary(t *testing.T) {
+	setHome(t)
+	id := up(t)
+	alone := filepath.Join(t.TempDir(), "runbox")
+	b, err := os.ReadFile(binary(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(alone, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(env []string, args ...string) outcome {
+		cmd := exec.Command(alone, args...)
+		cmd.Env = append(os.Environ(), append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUNBOX_FULL="}, env...)...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return outcome{code, stdout.String(), stderr.String()}
+	}
+	if o := run(nil, "exec", id, "--", "echo alone"); o.code != 0 || o.stdout != "alone\n" {
+		t.Errorf("exec by id without runbox-full: %+v; want it run", o)
+	}
+	for _, args := range [][]string{{"serve"}, {"ls"}, {"exec", id[:4], "--", "true"}, {"up", "--provider", "docker"}} {
+		o := run(nil, args...)
+		if o.code != 125 || strings.Count(o.stderr, "\n") != 1 || !strings.Contains(o.stderr, "runbox-full not found") ||
+			!strings.Contains(o.stderr, "go build -o bin/ ./cmd/...") || !strings.Contains(o.stderr, "RUNBOX_FULL") {
+			t.Errorf("runbox %q without runbox-full: %+v; want 125 and one line naming runbox-full and how to build it", args, o)
+		}
+	}
+	o := run([]string{"RUNBOX_FULL=" + binary(t)}, "serve")
+	if o.code != 125 || !strings.Contains(o.stderr, "handed it back") {
+		t.Errorf("RUNBOX_FULL naming the light runbox: %+v; want 125 saying so", o)
+	}
+}
