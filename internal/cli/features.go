@@ -161,6 +161,11 @@ func (x App) AllProviders() []runbox.Provider { return x.a.allProviders() }
 // server (RUNBOX_HOST), else nil.
 func (x App) RemoteServer() (*client.Server, error) { return x.a.remoteServer() }
 
+// ProviderChosen reports whether the invocation names a provider
+// (--provider or $RUNBOX_PROVIDER); through a server, without one the
+// server's default provider is used.
+func (x App) ProviderChosen() bool { return x.a.remote.providerSet }
+
 // ExactArgs is cobra.ExactArgs with a message naming the expected operands.
 func ExactArgs(n int, what string) cobra.PositionalArgs { return exactArgs(n, what) }
 

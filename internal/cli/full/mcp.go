@@ -75,7 +75,7 @@ func (a *app) mcpPlace(provider string) (mcpserver.Sandboxes, string, error) {
 		return nil, "", err
 	}
 	if srv != nil {
-		if !a.remote.providerSet {
+		if !a.x.ProviderChosen() {
 			provider = ""
 		}
 		return &mcpserver.Remote{Server: srv, Options: client.SandboxOptions{Labels: map[string]string{"made-by": "mcp"}}}, provider, nil
