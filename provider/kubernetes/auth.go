@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -163,6 +164,19 @@ func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string) runbo
 	}
 }
 
+// proxyKilled reports whether err says the runboxd proxy was killed: it
+// exited from a signal, or the container runtime could not start it
+// because the memory cgroup's OOM killer took it as it started (runc says
+// so only in words: "read init-p: connection reset by peer (possibly
+// OOM-killed)", reaching us as the API server's InternalError).
+func proxyKilled(err error) bool {
+	var exit utilexec.CodeExitError
+	if errors.As(err, &exit) {
+		return exit.Code > 128
+	}
+	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "OOM-killed")
+}
+
 // proxyRetryBudget bounds how long a dial keeps starting a new runboxd
 // proxy after the last one was killed by a signal.
 const proxyRetryBudget = 20 * time.Second
@@ -182,8 +196,7 @@ func dialPastKilledProxies(ctx context.Context, dial runbox.Dialer) (net.Conn, e
 	backoff := 50 * time.Millisecond
 	for {
 		conn, err := dial(ctx)
-		var exit utilexec.CodeExitError
-		if err == nil || !errors.As(err, &exit) || exit.Code <= 128 || errors.Is(err, runbox.ErrSandboxLost) ||
+		if err == nil || !proxyKilled(err) || errors.Is(err, runbox.ErrSandboxLost) ||
 			time.Now().Add(backoff).After(deadline) {
 			return conn, err
 		}
