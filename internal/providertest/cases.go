@@ -899,9 +899,17 @@ func testOOMKillerSparesDaemon(t *testing.T, fx Fixture) {
 	// the making) need far more than 128 MiB.
 	res := s.exec(t, `pids=; for i in $(seq 60); do ( x=$(head -c 3000000 /dev/zero | tr '\0' b); sleep 2 ) & pids="$pids $!"; done
 k=0; for p in $pids; do wait $p || k=$((k+1)); done; echo killed $k`, client.WithTimeout(time.Minute))
+	// The OOM killer takes hogs, each reported by the waiting shell; or,
+	// when that shell is the largest command at its moment (also at
+	// oom_score_adj 1000, like every command), the shell itself, and the
+	// exec ends by SIGKILL with its OOM kill recorded. Either way commands
+	// died, and (below) runboxd did not.
 	var killed int
-	if _, err := fmt.Sscanf(string(res.Stdout), "killed %d", &killed); err != nil || res.ExitCode != 0 || killed == 0 {
-		t.Errorf("60 small hogs under 128 MiB: %s, want some of them killed", describe(res))
+	_, serr := fmt.Sscanf(string(res.Stdout), "killed %d", &killed)
+	hogsKilled := serr == nil && res.ExitCode == 0 && killed > 0
+	shellKilled := res.ExitCode == 137 && res.OOMKilled
+	if !hogsKilled && !shellKilled {
+		t.Errorf("60 small hogs under 128 MiB: %s, want some of them (or their shell) killed by the OOM killer", describe(res))
 	}
 	after := s.info(t, s.c)
 	if after.Pid != before.Pid || !after.StartedAt.Equal(before.StartedAt) {
