@@ -205,10 +205,12 @@ class Files:
         local_dir = os.fspath(local_dir)
         if not os.path.isdir(local_dir):
             raise errors.InvalidPath(f"upload_dir: {local_dir!r} is not a directory")
+        base: str = local_dir
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL) as spool:
             with tarfile.open(fileobj=spool, mode="w", format=tarfile.PAX_FORMAT) as tar:
                 for name in sorted(os.listdir(local_dir)):
-                    tar.add(os.path.join(local_dir, name), arcname=name, recursive=True)
+                    tar.add(os.path.join(local_dir, name), arcname=name, recursive=True,
+                            filter=lambda ti: _exact_mtime(ti, base))
             spool.seek(0)
             return self.put_archive(remote_dir, spool, root=root, delete=delete)
 
@@ -246,8 +248,32 @@ class Files:
                 for member in reversed(dirs):
                     path = os.path.join(dest, member.name)
                     os.chmod(path, member.mode & 0o7777)
-                    os.utime(path, (member.mtime, member.mtime))
+                    os.utime(path, ns=(_mtime_ns(member), _mtime_ns(member)))
         return names
+
+
+def _exact_mtime(info: tarfile.TarInfo, local_dir: str) -> tarfile.TarInfo:
+    """Gives an entry its file's mtime to the nanosecond, as a PAX record
+    (tarfile would write the float st_mtime, off by a microsecond at
+    times)."""
+    ns = os.lstat(os.path.join(local_dir, info.name)).st_mtime_ns
+    sec, frac = divmod(ns, 10**9)
+    info.mtime = sec
+    info.pax_headers = dict(info.pax_headers, mtime=f"{sec}.{frac:09d}")
+    return info
+
+
+def _mtime_ns(member: tarfile.TarInfo) -> int:
+    """An entry's mtime in nanoseconds, exact from its PAX record when it
+    has one (member.mtime is a float, which loses digits)."""
+    rec = member.pax_headers.get("mtime")
+    if rec:
+        sec, _, frac = rec.partition(".")
+        if sec.lstrip("-").isdigit() and (frac == "" or frac.isdigit()):
+            ns = int(sec) * 10**9
+            frac_ns = int((frac + "000000000")[:9])
+            return ns - frac_ns if sec.startswith("-") else ns + frac_ns
+    return int(member.mtime) * 10**9
 
 
 def _within(path: str, dest: str) -> bool:
@@ -287,7 +313,7 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: str) -> None:
     if member.issym():
         os.symlink(member.linkname, path)
         try:
-            os.utime(path, (member.mtime, member.mtime), follow_symlinks=False)
+            os.utime(path, ns=(_mtime_ns(member), _mtime_ns(member)), follow_symlinks=False)
         except (NotImplementedError, OSError):
             pass
         return
@@ -300,4 +326,4 @@ def _extract(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: str) -> None:
     with os.fdopen(fd, "wb") as f, src:
         shutil.copyfileobj(src, f)
     os.chmod(path, member.mode & 0o7777)
-    os.utime(path, (member.mtime, member.mtime))
+    os.utime(path, ns=(_mtime_ns(member), _mtime_ns(member)))
