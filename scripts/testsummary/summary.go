@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -134,12 +135,24 @@ func skipReason(out string) string {
 	return lastEntry(entries)
 }
 
+// lastEntry is the last entry a test logged (t.Log's "file.go:N: "
+// prefix), passing over lines that other writers of the process put
+// between it and its result (client-go's klog, say); without a logged
+// entry, the last line.
 func lastEntry(entries [][]string) string {
 	if len(entries) == 0 {
 		return "(no reason given)"
 	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if testLogLine.MatchString(entries[i][0]) {
+			return strings.Join(entries[i], " | ")
+		}
+	}
 	return strings.Join(entries[len(entries)-1], " | ")
 }
+
+// testLogLine is how a line of t.Log, t.Skip or t.Error starts.
+var testLogLine = regexp.MustCompile(`^[\w.-]+\.go:\d+: `)
 
 func indent(s string) string {
 	if s == "" {

@@ -48,16 +48,21 @@ func TestSkipsListedWithReasons(t *testing.T) {
 func TestPass(t *testing.T) {}
 func TestNoDocker(t *testing.T) { t.Log("looking"); t.Skip("no Docker engine: start dockerd") }
 func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("needs %s\nand more", "sshd") }) }
+func TestKlog(t *testing.T) {
+	t.Cleanup(func() { println("E1203 16:16:11.199190   21877 v2.go:168] \"Copying stderr failed\"") })
+	t.Skip("no cluster here")
+}
 `)
 	out, ok := summarise(t, stream)
 	if !ok {
 		t.Errorf("a run with passes and skips failed:\n%s", out)
 	}
 	for _, want := range []string{
-		"2 skipped tests:",
+		"3 skipped tests:",
+		"SKIP example.com/m TestKlog: m_test.go:11: no cluster here",
 		"SKIP example.com/m TestNoDocker: m_test.go:7: no Docker engine: start dockerd",
 		"SKIP example.com/m TestSub/inner: m_test.go:8: needs sshd | and more",
-		"tests: 2 passed, 0 failed, 2 skipped",
+		"tests: 2 passed, 0 failed, 3 skipped",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
