@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 
 	"github.com/runbox/runbox"
@@ -18,22 +17,7 @@ const secretFile = "secret"
 
 // writeSecret makes a fresh secret for the sandbox in sbDir and stores it.
 func writeSecret(sbDir string) error {
-	secret, err := daemonauth.NewSecret()
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(filepath.Join(sbDir, secretFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("sandbox secret: %w", err)
-	}
-	_, err = f.Write(secret)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sandbox secret: %w", err)
-	}
-	return nil
+	return daemonauth.WriteSecretFile(filepath.Join(sbDir, secretFile))
 }
 
 // readSecret reads the secret of the sandbox in sbDir. A sandbox without one
@@ -41,14 +25,9 @@ func writeSecret(sbDir string) error {
 // wraps runbox.ErrUnauthenticated and says what to do.
 func readSecret(sbDir string) ([]byte, error) {
 	path := filepath.Join(sbDir, secretFile)
-	b, err := os.ReadFile(path)
+	b, err := daemonauth.ReadSecretFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w: no secret at %s (a sandbox made before runbox authenticated its connections, or one being removed): remove it with force and create it again", runbox.ErrUnauthenticated, path)
-	} else if err != nil {
-		return nil, fmt.Errorf("%w: read the sandbox's secret: %v", runbox.ErrUnauthenticated, err)
 	}
-	if err := daemonauth.CheckSecret(b); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", runbox.ErrUnauthenticated, path, err)
-	}
-	return b, nil
+	return b, err
 }

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/recordfile"
@@ -171,34 +170,11 @@ func lock(dir string) (func(), error) {
 
 // writeSecret makes a fresh secret for the sandbox in sbDir.
 func writeSecret(sbDir string) error {
-	secret, err := daemonauth.NewSecret()
-	if err != nil {
-		return err
-	}
-	f, err := os.OpenFile(filepath.Join(sbDir, secretFile), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		return fmt.Errorf("sandbox secret: %w", err)
-	}
-	_, err = f.Write(secret)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("sandbox secret: %w", err)
-	}
-	return nil
+	return daemonauth.WriteSecretFile(filepath.Join(sbDir, secretFile))
 }
 
 // readSecret reads the sandbox's secret; without it the sandbox cannot be
 // reached (runbox.ErrUnauthenticated).
 func readSecret(sbDir string) ([]byte, error) {
-	path := filepath.Join(sbDir, secretFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w: read the sandbox's secret: %v", runbox.ErrUnauthenticated, err)
-	}
-	if err := daemonauth.CheckSecret(b); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", runbox.ErrUnauthenticated, path, err)
-	}
-	return b, nil
+	return daemonauth.ReadSecretFile(filepath.Join(sbDir, secretFile))
 }
