@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/mcpserver"
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 	"github.com/runbox/runbox/provider/host"
 )
 
@@ -126,21 +127,8 @@ func TestHTTPConcurrentSessions(t *testing.T) {
 			defer cs.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			steps := []struct{ command, want string }{
-				{fmt.Sprintf("export N=%d; cd /", i), ""},
-				{"echo $N $(pwd)", fmt.Sprintf("%d /\n", i)},
-			}
-			for _, st := range steps {
-				res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": st.command}})
-				if err != nil || res.IsError {
-					errs <- fmt.Errorf("session %d: %q: %v %v", i, st.command, err, res)
-					return
-				}
-				out := res.StructuredContent.(map[string]any)
-				if out["stdout"] != st.want || out["exit_code"].(float64) != 0 {
-					errs <- fmt.Errorf("session %d: %q: %v", i, st.command, out)
-					return
-				}
+			if _, err := mcptest.SessionCarriesOver(ctx, cs, i); err != nil {
+				errs <- err
 			}
 		})
 	}

@@ -335,7 +335,7 @@ func TestAgentWorkloadsUnderMapping(t *testing.T) {
 	_, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
 	t.Run("apt-get", func(t *testing.T) {
 		if os.Getenv("RUNBOX_TEST_APT") != "1" {
-			t.Skip("apt-get install in a sandbox needs Debian's archive and fresh package lists, which a test cannot assume: run apt-get update and set RUNBOX_TEST_APT=1 to run it (CI does)")
+			t.Skip("RUNBOX_TEST_APT is not 1: this case runs apt-get install in a sandbox, which needs Debian's archive reachable and fresh package lists; to run it: apt-get update, then RUNBOX_TEST_APT=1 go test -run TestAgentWorkloadsUnderMapping ./provider/local/ (CI does)")
 		}
 		res := exec(t, c, "apt-get install -y -q sl >/tmp/apt.log 2>&1 || { tail -20 /tmp/apt.log; exit 1; }; /usr/games/sl -h >/dev/null 2>&1; test -x /usr/games/sl",
 			client.WithTimeout(5*time.Minute))

@@ -50,7 +50,7 @@ func TestNoDocker(t *testing.T) { t.Log("looking"); t.Skip("no Docker engine: st
 func TestSub(t *testing.T) { t.Run("inner", func(t *testing.T) { t.Skipf("needs %s\nand more", "sshd") }) }
 func TestKlog(t *testing.T) {
 	t.Cleanup(func() { println("E1203 16:16:11.199190   21877 v2.go:168] \"Copying stderr failed\"") })
-	t.Skip("no cluster here")
+	t.Skip("no cluster here: set KUBECONFIG to run it")
 }
 `)
 	out, ok := summarise(t, stream)
@@ -59,7 +59,7 @@ func TestKlog(t *testing.T) {
 	}
 	for _, want := range []string{
 		"3 skipped tests:",
-		"SKIP example.com/m TestKlog: m_test.go:11: no cluster here",
+		"SKIP example.com/m TestKlog: m_test.go:11: no cluster here: set KUBECONFIG to run it",
 		"SKIP example.com/m TestNoDocker: m_test.go:7: no Docker engine: start dockerd",
 		"SKIP example.com/m TestSub/inner: m_test.go:8: needs sshd | and more",
 		"tests: 2 passed, 0 failed, 3 skipped",

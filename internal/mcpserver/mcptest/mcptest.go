@@ -1,0 +1,35 @@
+// Package mcptest holds the MCP client flows that the tests of more than
+// one package run against runbox's MCP server (the handler alone, and
+// mounted in runbox serve).
+package mcptest
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// SessionCarriesOver runs session number i's flow: `export N=i; cd /`,
+// then `echo mcp-$N $(pwd)`, each through the exec tool, and checks that
+// the second sees what the first set (the session's shell carries cwd and
+// environment) and that both exit 0. It returns the sandbox the calls ran
+// in.
+func SessionCarriesOver(ctx context.Context, cs *mcp.ClientSession, i int) (sandbox string, err error) {
+	steps := []struct{ command, want string }{
+		{fmt.Sprintf("export N=%d; cd /", i), ""},
+		{"echo mcp-$N $(pwd)", fmt.Sprintf("mcp-%d /\n", i)},
+	}
+	for _, st := range steps {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": st.command}})
+		if err != nil || res.IsError {
+			return "", fmt.Errorf("session %d: %q: %v %v", i, st.command, err, res)
+		}
+		out, _ := res.StructuredContent.(map[string]any)
+		if code, _ := out["exit_code"].(float64); out["stdout"] != st.want || code != 0 || out["exit_code"] == nil {
+			return "", fmt.Errorf("session %d: %q: %v", i, st.command, out)
+		}
+		sandbox, _ = out["sandbox"].(string)
+	}
+	return sandbox, nil
+}
