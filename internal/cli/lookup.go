@@ -78,9 +78,18 @@ type byIDGetter interface {
 
 // rankAcross is findAcross's lookup in every provider at once, ranked.
 func (a *app) rankAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
+	handOver := func() error {
+		return needFull("finding sandbox " + key + " beyond this runbox's providers (" + strings.Join(a.unlinked(), ", ") + ")")
+	}
+	if !a.linksAll() && !sandboxkey.ValidID(key) {
+		// A name or an id prefix is never conclusive here (see
+		// conclusive): hand it over without asking this binary's
+		// providers first (an ssh provider's list connects to each host).
+		return nil, runbox.Sandbox{}, handOver()
+	}
 	ms := a.lookupAll(ctx, key)
 	if !a.linksAll() && !conclusive(ms, key) {
-		return nil, runbox.Sandbox{}, needFull("finding sandbox " + key + " beyond this runbox's providers (" + strings.Join(a.unlinked(), ", ") + ")")
+		return nil, runbox.Sandbox{}, handOver()
 	}
 	var found []providerMatch
 	var unavailable []string
