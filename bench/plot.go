@@ -68,12 +68,8 @@ func plotLatency(path string, l *LatencyReport) error {
 }
 
 func plotThroughput(path string, ts []Throughput) error {
-	p := plot.New()
-	p.Title.Text = "Output throughput vs output size (median of runs)"
-	p.X.Label.Text = "output size (MiB, log)"
-	p.Y.Label.Text = "MB/s (log)"
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p := logLogPlot("Output throughput vs output size (median of runs)",
+		"output size (MiB, log)", "MB/s (log)")
 	byWay := map[string]plotter.XYs{}
 	var order []string
 	for _, t := range ts {
@@ -87,18 +83,12 @@ func plotThroughput(path string, ts []Throughput) error {
 			return err
 		}
 	}
-	p.Legend.Top, p.Legend.Left = false, false
-	p.Add(plotter.NewGrid())
-	return p.Save(10*vg.Inch, 6*vg.Inch, path)
+	return saveLines(p, path, false)
 }
 
 func plotStop(path string, ss []StopLatency) error {
-	p := plot.New()
-	p.Title.Text = "Stop latency: stop request → last process gone (median)"
-	p.X.Label.Text = "processes in the tree (log)"
-	p.Y.Label.Text = "ms (log)"
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p := logLogPlot("Stop latency: stop request → last process gone (median)",
+		"processes in the tree (log)", "ms (log)")
 	var rb, bare, rbIgn, bareIgn plotter.XYs
 	for _, s := range ss {
 		x := float64(s.Procs)
@@ -124,18 +114,12 @@ func plotStop(path string, ss []StopLatency) error {
 			return err
 		}
 	}
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
-	return p.Save(10*vg.Inch, 6*vg.Inch, path)
+	return saveLines(p, path, true)
 }
 
 func plotConcurrent(path string, cs []Concurrency) error {
-	p := plot.New()
-	p.Title.Text = "Concurrent `true` execs in one host sandbox vs bare spawns"
-	p.X.Label.Text = "concurrent workers (log)"
-	p.Y.Label.Text = "per-exec latency, median (ms, log)"
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p := logLogPlot("Concurrent `true` execs in one host sandbox vs bare spawns",
+		"concurrent workers (log)", "per-exec latency, median (ms, log)")
 	var rb, bare plotter.XYs
 	for _, c := range cs {
 		rb = append(rb, plotter.XY{X: float64(c.Workers), Y: c.Runbox.Median})
@@ -147,18 +131,12 @@ func plotConcurrent(path string, cs []Concurrency) error {
 	if err := addLine(p, 1, "bare spawn", bare); err != nil {
 		return err
 	}
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Add(plotter.NewGrid())
-	return p.Save(10*vg.Inch, 6*vg.Inch, path)
+	return saveLines(p, path, true)
 }
 
 func plotSandboxes(path string, ss []SandboxScale) error {
-	p := plot.New()
-	p.Title.Text = "Many host sandboxes on one machine (medians)"
-	p.X.Label.Text = "sandboxes (log)"
-	p.Y.Label.Text = "ms, or MiB resident (log)"
-	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	p := logLogPlot("Many host sandboxes on one machine (medians)",
+		"sandboxes (log)", "ms, or MiB resident (log)")
 	var create, first, bare, rss plotter.XYs
 	for _, s := range ss {
 		x := float64(s.Sandboxes)
@@ -175,7 +153,22 @@ func plotSandboxes(path string, ss []SandboxScale) error {
 			return err
 		}
 	}
-	p.Legend.Top, p.Legend.Left = true, true
+	return saveLines(p, path, true)
+}
+
+// logLogPlot is a plot with log scales on both axes.
+func logLogPlot(title, xLabel, yLabel string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = title, xLabel, yLabel
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
+	return p
+}
+
+// saveLines adds a grid and writes a line plot to path, its legend top
+// left or bottom right.
+func saveLines(p *plot.Plot, path string, legendTopLeft bool) error {
+	p.Legend.Top, p.Legend.Left = legendTopLeft, legendTopLeft
 	p.Add(plotter.NewGrid())
 	return p.Save(10*vg.Inch, 6*vg.Inch, path)
 }
