@@ -69,26 +69,12 @@ func (h *httpServer) close(t *testing.T) {
 	})
 }
 
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // connect opens an MCP session over streamable HTTP with token.
 func (h *httpServer) connect(t *testing.T, token string) (*mcp.ClientSession, error) {
 	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-http-test", Version: "v0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: h.url,
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}, nil)
+	return mcptest.Connect(ctx, h.url, token)
 }
 
 // A request without a token the resolver knows is refused.

@@ -26,26 +26,12 @@ func withMCP(c server.MCPConfig) serverOpt {
 	return func(cfg *serverConfig) { cfg.MCP = &c }
 }
 
-// bearer adds an Authorization header to every request.
-type bearer struct {
-	token string
-	next  http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
-	return b.next.RoundTrip(r)
-}
-
 // mcpSession opens an MCP session to the server's /mcp with token.
 func (ts *testServer) mcpSession(t *testing.T, token string) (*mcp.ClientSession, error) {
 	t.Helper()
-	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-serve-test", Version: "v0"}, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: ts.url + "/mcp",
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}, nil)
+	return mcptest.Connect(ctx, ts.url+"/mcp", token)
 }
 
 // mustMCP is mcpSession that fails the test on error; the session is

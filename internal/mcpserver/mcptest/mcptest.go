@@ -6,6 +6,7 @@ package mcptest
 import (
 	"context"
 	"fmt"
+	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -32,4 +33,24 @@ func SessionCarriesOver(ctx context.Context, cs *mcp.ClientSession, i int) (sand
 		sandbox, _ = out["sandbox"].(string)
 	}
 	return sandbox, nil
+}
+
+// Connect opens an MCP session over streamable HTTP to endpoint, sending
+// token as the bearer of every request.
+func Connect(ctx context.Context, endpoint, token string) (*mcp.ClientSession, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "v0"}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
+		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}, nil)
+}
+
+// bearer adds an Authorization header to every request.
+type bearer struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
 }
