@@ -168,13 +168,14 @@ func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string) runbo
 // exited from a signal, or the container runtime could not start it
 // because the memory cgroup's OOM killer took it as it started (runc says
 // so only in words: "read init-p: connection reset by peer (possibly
-// OOM-killed)", reaching us as the API server's InternalError).
+// OOM-killed)", which reaches us through the API server and the exec
+// stream's status as text, whatever error type carries it).
 func proxyKilled(err error) bool {
 	var exit utilexec.CodeExitError
 	if errors.As(err, &exit) {
 		return exit.Code > 128
 	}
-	return apierrors.IsInternalError(err) && strings.Contains(err.Error(), "OOM-killed")
+	return strings.Contains(err.Error(), "(possibly OOM-killed)")
 }
 
 // proxyRetryBudget bounds how long a dial keeps starting a new runboxd

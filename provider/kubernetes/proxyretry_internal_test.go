@@ -28,6 +28,7 @@ func TestDialPastKilledProxies(t *testing.T) {
 		{"killed twice, then up", []error{killed, killed}, 3, nil},
 		{"OOM-killed as it started, then up", []error{fmt.Errorf("exec stream to pod ns/p: %w", apierrors.NewInternalError(errors.New(
 			`error executing command in container: failed to exec in container: OCI runtime exec failed: exec failed: unable to start container process: read init-p: connection reset by peer (possibly OOM-killed): unknown`)))}, 2, nil},
+		{"OOM-killed as it started, as plain text", []error{errors.New(`runboxd authentication: exec stream to pod ns/p (runboxd proxy): Internal error occurred: error executing command in container: OCI runtime exec failed: exec failed: unable to start container process: read init-p: connection reset by peer (possibly OOM-killed): unknown`)}, 2, nil},
 		{"internal error", []error{apierrors.NewInternalError(errors.New("etcd is down"))}, 1, errors.New("")},
 		{"exited 1", []error{fmt.Errorf("x: %w", utilexec.CodeExitError{Err: errors.New("exit 1"), Code: 1})}, 1, errors.New("")},
 		{"pod lost", []error{fmt.Errorf("%w: pod ns/p is gone: %w", runbox.ErrSandboxLost, killed)}, 1, runbox.ErrSandboxLost},
