@@ -146,6 +146,15 @@ const (
 	SpillAlways
 	// SpillNever keeps only the head and tail.
 	SpillNever
+	// SpillUnsent is for a caller that streams the output (a Run that
+	// streams it live): nothing is written to disk while every byte reaches
+	// that stream. From the first byte the stream misses (the replay ring
+	// let it go before the stream sent it, the stream disconnected, or it
+	// had not sent everything shortly after the command's output ended),
+	// each stream is spilled from that byte to its end, and
+	// Result.StdoutSpillOffset/StderrSpillOffset say where the file
+	// starts. Without a live stream it is SpillAuto.
+	SpillUnsent
 )
 
 // DefaultGrace is the time between SIGTERM and SIGKILL when a spec gives none.
@@ -183,6 +192,10 @@ type Result struct {
 	// daemon's spill budget ran out before the output did.
 	StdoutSpill, StderrSpill string
 	SpillTruncated           bool
+	// StdoutSpillOffset and StderrSpillOffset are the stream offsets of the
+	// first byte of each spill file: 0 unless ExecSpec.Spill is SpillUnsent,
+	// whose spill starts at the first byte the live stream missed.
+	StdoutSpillOffset, StderrSpillOffset int64
 	// Killed counts the processes the stop protocol signalled.
 	Killed int
 	// Survivors counts processes still alive after the stop protocol gave up;

@@ -80,6 +80,10 @@ const (
 	// lag behind its reader (2 MiB of full reads) before the reader, and so
 	// the command, waits for the disk.
 	spillQueueChunks = 8
+	// liveCatchUp bounds how long a SpillUnsent exec's end waits for its
+	// live stream to send the output read before the command's end; what
+	// it has not sent by then is spilled (and still streamed).
+	liveCatchUp = 2 * time.Second
 	// maxIDLength bounds caller-chosen exec ids.
 	maxIDLength = 128
 )

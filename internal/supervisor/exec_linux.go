@@ -371,6 +371,19 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		_ = state.SetReadDeadline(drainBy)
 	}
 	readers.Wait()
+	// A SpillUnsent exec's live stream gets a moment to send the rest;
+	// what it has not sent by then (or lost earlier, after the last
+	// chunk was read) is spilled now.
+	for i, chunks := range e.out.unsentAtEnd(e.s.cfg.liveCatchUp) {
+		if len(chunks) > 0 {
+			s := runbox.Stream(i + 1)
+			sf := e.s.spills.create(e.spillName(s))
+			e.spills[i] = sf
+			for _, p := range chunks {
+				e.s.spills.write(sf, p)
+			}
+		}
+	}
 	e.dropStdin()
 	stdout.Close()
 	stderr.Close()
@@ -420,6 +433,12 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	}
 	if sf := e.spills[1]; sf != nil {
 		r.StderrSpill, truncated[1] = e.s.spills.finish(sf)
+	}
+	if r.StdoutSpill == "" {
+		r.StdoutSpillOffset = 0
+	}
+	if r.StderrSpill == "" {
+		r.StderrSpillOffset = 0
 	}
 	r.SpillTruncated = truncated[0] || truncated[1]
 	// Free the containment now unless background processes still run (the
@@ -509,7 +528,7 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			// The store and the spill writer share chunk from here on.
 			start, prior := e.out.appendOwned(s, chunk)
 			if start {
-				sf := e.s.spills.create(e.id + "." + s.String())
+				sf := e.s.spills.create(e.spillName(s))
 				e.spills[i] = sf
 				spill = make(chan []byte, spillQueueChunks)
 				spilled.Go(func() {
@@ -517,7 +536,9 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 						e.s.spills.write(sf, p)
 					}
 				})
-				spill <- prior
+				for _, p := range prior {
+					spill <- p
+				}
 			}
 			if spill != nil {
 				spill <- chunk
@@ -530,6 +551,9 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 		}
 	}
 }
+
+// spillName is the name of stream s's spill file.
+func (e *Exec) spillName(s runbox.Stream) string { return e.id + "." + s.String() }
 
 // maxLateDrainBytes bounds what readStream reads past the drain deadline,
 // so that a background process writing without pause cannot hold the

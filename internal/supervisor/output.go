@@ -113,8 +113,22 @@ func (h *headTail) result() ([]byte, int64) {
 // outputStore is an exec's output: the replay rings, the result buffers, and
 // a broadcast that wakes readers when anything changes.
 type outputStore struct {
-	spill      runbox.SpillMode
-	spilling   [2]bool
+	spill    runbox.SpillMode
+	spilling [2]bool
+	// spillFrom is each stream's offset where its spill starts, once
+	// decided (-1 before).
+	spillFrom [2]int64
+	// unsent holds, for SpillUnsent, the chunks from spillFrom on that the
+	// stream's spill must start with: they were in the ring when the live
+	// stream missed them. The producer (or the exec's end) writes them.
+	unsent [2][][]byte
+	// live is the reader of the Run stream a SpillUnsent exec spills for;
+	// liveState says where it is.
+	live      *OutputReader
+	liveState liveState
+	// settling is set while the exec's end waits for the live stream to
+	// send what it has not yet: readers must broadcast their progress.
+	settling bool
 	mu         sync.Mutex
 	seq        uint64 // last sequence number assigned
 	rings      [2]ring
@@ -138,7 +152,7 @@ type outputStore struct {
 func newOutputStore(ringBytes, head, tail int, spill runbox.SpillMode) *outputStore {
 	o := &outputStore{
 		open: 2, changed: make(chan struct{}), lastOutput: time.Now(), spill: spill,
-		followers: make(map[*OutputReader]struct{}),
+		followers: make(map[*OutputReader]struct{}), spillFrom: [2]int64{-1, -1},
 	}
 	for i := range o.rings {
 		o.rings[i].limit = ringBytes
@@ -150,17 +164,21 @@ func newOutputStore(ringBytes, head, tail int, spill runbox.SpillMode) *outputSt
 func streamIndex(s runbox.Stream) int { return int(s) - 1 }
 
 // append stores a copy of data as the next chunk of stream. When this chunk
-// makes the stream start spilling, it returns startSpill with everything the
-// stream produced before it (all of which the head and tail still hold).
-func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, prior []byte) {
+// makes the stream start spilling, it returns startSpill with what the spill
+// file must hold before this chunk (see appendOwned).
+func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, prior [][]byte) {
 	buf := make([]byte, len(data))
 	copy(buf, data)
 	return o.appendOwned(s, buf)
 }
 
 // appendOwned is append for a buffer the caller hands over: it is stored as
-// it is, and the caller must not touch it again.
-func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool, prior []byte) {
+// it is, and the caller must not touch it again. When the stream starts
+// spilling with this chunk, prior is what the spill file holds before it:
+// everything the stream produced (SpillAuto: the head and tail still hold
+// it), or, for SpillUnsent, the chunks from the first one the live stream
+// missed.
+func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool, prior [][]byte) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	i := streamIndex(s)
@@ -173,24 +191,139 @@ func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool,
 	}
 	o.producerWait = false
 	o.seq++
-	if !o.spilling[i] {
-		h := &o.results[i]
-		switch o.spill {
-		case runbox.SpillAlways:
-			o.spilling[i], startSpill = true, true
-		case runbox.SpillAuto:
-			if h.total+int64(len(buf)) > int64(h.headLimit+h.tailLimit) {
-				o.spilling[i], startSpill = true, true
-				prior, _ = h.result()
-			}
-		}
-	}
 	o.evictLocked(i, len(buf))
+	if !o.spilling[i] {
+		startSpill, prior = o.startSpillLocked(i, len(buf))
+	}
 	o.rings[i].push(o.seq, buf)
 	o.results[i].write(buf)
 	o.lastOutput = time.Now()
 	o.broadcastLocked()
 	return startSpill, prior
+}
+
+// startSpillLocked decides whether stream i starts spilling with its next
+// chunk, of n bytes, and returns what the spill holds before that chunk.
+func (o *outputStore) startSpillLocked(i, n int) (bool, [][]byte) {
+	mode := o.spill
+	if mode == runbox.SpillUnsent && o.liveState == liveNone {
+		mode = runbox.SpillAuto // no live stream: every byte is unsent
+	}
+	switch mode {
+	case runbox.SpillAlways:
+		o.spilling[i], o.spillFrom[i] = true, 0
+		return true, nil
+	case runbox.SpillAuto:
+		h := &o.results[i]
+		if h.total+int64(n) <= int64(h.headLimit+h.tailLimit) {
+			return false, nil
+		}
+		o.spilling[i], o.spillFrom[i] = true, 0
+		if all, _ := h.result(); len(all) > 0 {
+			return true, [][]byte{all}
+		}
+		return true, nil
+	case runbox.SpillUnsent:
+		if o.spillFrom[i] < 0 {
+			return false, nil
+		}
+		prior := o.unsent[i]
+		o.spilling[i], o.unsent[i] = true, nil
+		return true, prior
+	}
+	return false, nil
+}
+
+// liveState is where a SpillUnsent exec's live stream is.
+type liveState int
+
+const (
+	liveNone      liveState = iota // no live stream: SpillUnsent is SpillAuto
+	liveFollowing                  // it follows the output
+	liveDone                       // it sent every byte
+	liveLost                       // it went away, or the exec ended first
+)
+
+// setLive makes r the live stream a SpillUnsent store spills for. It is
+// called before any output is stored.
+func (o *outputStore) setLive(r *OutputReader) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.spill == runbox.SpillUnsent {
+		o.live, o.liveState = r, liveFollowing
+	}
+}
+
+// missedLocked records that the live stream misses stream i from the chunk
+// at index j of its ring on (j == len: from the next chunk): the stream
+// spills from there.
+func (o *outputStore) missedLocked(i, j int) {
+	if o.spilling[i] || o.spillFrom[i] >= 0 {
+		return
+	}
+	r := &o.rings[i]
+	if j >= len(r.chunks) {
+		o.spillFrom[i] = r.total
+		return
+	}
+	o.spillFrom[i] = r.chunks[j].off
+	for _, c := range r.chunks[j:] {
+		o.unsent[i] = append(o.unsent[i], c.data)
+	}
+}
+
+// loseLiveLocked records that the live stream will send nothing more
+// after what it has sent: every stream spills from its first unsent byte.
+func (o *outputStore) loseLiveLocked() {
+	if o.liveState != liveFollowing {
+		return
+	}
+	for i := range o.rings {
+		j := o.rings[i].firstFrom(o.live.sent)
+		if j < 0 {
+			j = len(o.rings[i].chunks)
+		}
+		o.missedLocked(i, j)
+	}
+	o.live, o.liveState = nil, liveLost
+}
+
+// unsentAtEnd is called once every stream's producer is done. It waits, up
+// to wait, for the live stream to send the rest of the output; what it has
+// not sent by then is spilled. It returns, per stream, the chunks a spill
+// that has not started yet must be written with (nil: none).
+func (o *outputStore) unsentAtEnd(wait time.Duration) [2][][]byte {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.liveState == liveFollowing && o.live.sent <= o.seq {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		o.settling = true
+	waiting:
+		for o.liveState == liveFollowing && o.live.sent <= o.seq {
+			changed := o.changed
+			o.mu.Unlock()
+			select {
+			case <-changed:
+				o.mu.Lock()
+			case <-timer.C:
+				o.mu.Lock()
+				break waiting
+			}
+		}
+		o.settling = false
+	}
+	if o.liveState == liveFollowing && o.live.sent <= o.seq {
+		o.loseLiveLocked()
+	}
+	var out [2][][]byte
+	for i := range o.unsent {
+		if !o.spilling[i] && len(o.unsent[i]) > 0 {
+			out[i] = o.unsent[i]
+			o.spilling[i], o.unsent[i] = true, nil
+		}
+	}
+	return out
 }
 
 // mustWaitLocked reports whether adding n bytes to ring i would evict a
@@ -215,11 +348,12 @@ func (o *outputStore) mustWaitLocked(i, n int) bool {
 }
 
 // firstUnreadLocked returns the lowest sequence number some follower has
-// not read yet (beyond every chunk when there is no follower).
+// not sent yet (beyond every chunk when there is no follower): a chunk a
+// follower's caller is sending is still kept, in case the send fails.
 func (o *outputStore) firstUnreadLocked() uint64 {
 	unread := o.seq + 1
 	for f := range o.followers {
-		unread = min(unread, f.next)
+		unread = min(unread, f.sent)
 	}
 	return unread
 }
@@ -237,6 +371,9 @@ func (o *outputStore) evictLocked(i, n int) {
 	for len(r.chunks) > 0 && r.bytes+n > r.limit {
 		if r.chunks[0].seq >= unread && r.bytes+n <= r.limit+slack {
 			return
+		}
+		if o.liveState == liveFollowing && r.chunks[0].seq >= o.live.sent {
+			o.missedLocked(i, 0) // the live stream will never send it
 		}
 		r.evictOldest()
 	}
@@ -277,6 +414,7 @@ func (o *outputStore) fill(r *runbox.Result) {
 	r.Stdout, r.StdoutDropped = o.results[0].result()
 	r.Stderr, r.StderrDropped = o.results[1].result()
 	r.StdoutBytes, r.StderrBytes = o.results[0].total, o.results[1].total
+	r.StdoutSpillOffset, r.StderrSpillOffset = max(o.spillFrom[0], 0), max(o.spillFrom[1], 0)
 }
 
 // OutputReader follows an exec's output from a sequence number. Each reader
@@ -286,6 +424,11 @@ func (o *outputStore) fill(r *runbox.Result) {
 type OutputReader struct {
 	o    *outputStore
 	next uint64
+	// sent is the first sequence number not known to be sent: everything
+	// Next returned before its latest call (the caller came back for
+	// more). The store keeps chunks from here on for the reader.
+	sent uint64
+	eof  bool     // Next returned io.EOF
 	off  [2]int64 // stream offset this reader has reached, -1 when unknown
 }
 
@@ -293,7 +436,7 @@ func (o *outputStore) reader(from uint64) *OutputReader {
 	if from == 0 {
 		from = 1
 	}
-	r := &OutputReader{o: o, next: from}
+	r := &OutputReader{o: o, next: from, sent: from}
 	if from > 1 {
 		r.off = [2]int64{-1, -1}
 	}
@@ -308,6 +451,13 @@ func (o *outputStore) reader(from uint64) *OutputReader {
 func (r *OutputReader) Close() {
 	o := r.o
 	o.mu.Lock()
+	if o.live == r {
+		if r.eof {
+			o.live, o.liveState = nil, liveDone
+		} else {
+			o.loseLiveLocked() // from what it has not sent
+		}
+	}
 	delete(o.followers, r)
 	for i := range o.rings {
 		o.evictLocked(i, 0)
@@ -316,21 +466,28 @@ func (r *OutputReader) Close() {
 	o.mu.Unlock()
 }
 
-// Next returns the next output event, waiting for one if necessary. It
-// returns io.EOF once every chunk has been delivered and both streams are
+// Next returns the next output event, waiting for one if necessary; calling
+// it again says the caller has sent the previous one. It returns io.EOF once every chunk has been delivered and both streams are
 // closed, and ctx's error if ctx ends first.
 func (r *OutputReader) Next(ctx context.Context) (OutputEvent, error) {
+	r.o.mu.Lock()
+	if r.sent != r.next {
+		// The caller came back: it has sent what Next returned before.
+		r.sent = r.next
+		if r.o.producerWait || r.o.settling {
+			r.o.broadcastLocked()
+		}
+	}
+	r.o.mu.Unlock()
 	for {
 		r.o.mu.Lock()
 		ev, ok := r.nextLocked()
 		if ok {
-			if r.o.producerWait {
-				r.o.broadcastLocked()
-			}
 			r.o.mu.Unlock()
 			return ev, nil
 		}
 		if r.o.open == 0 {
+			r.eof = true
 			r.o.mu.Unlock()
 			return OutputEvent{}, io.EOF
 		}

@@ -68,6 +68,9 @@ type Config struct {
 	// killer's first choice, and the daemon not); negative leaves commands
 	// with the daemon's own.
 	CommandOOMScoreAdj int
+
+	// liveCatchUp overrides the package's liveCatchUp (tests).
+	liveCatchUp time.Duration
 }
 
 // Cgroup modes as Info reports them.
@@ -124,6 +127,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.Drain <= 0 {
 		cfg.Drain = DefaultDrain
+	}
+	if cfg.liveCatchUp <= 0 {
+		cfg.liveCatchUp = liveCatchUp
 	}
 	if cfg.CommandOOMScoreAdj == 0 {
 		cfg.CommandOOMScoreAdj = DefaultCommandOOMScoreAdj
@@ -322,6 +328,7 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 	var r *OutputReader
 	if follow {
 		r = e.Output(1)
+		e.out.setLive(r) // a SpillUnsent exec spills what r misses
 	}
 	s.execs[spec.ID] = e
 	s.mu.Unlock()

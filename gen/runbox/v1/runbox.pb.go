@@ -81,6 +81,11 @@ const (
 	SpillMode_SPILL_MODE_AUTO        SpillMode = 1
 	SpillMode_SPILL_MODE_ALWAYS      SpillMode = 2
 	SpillMode_SPILL_MODE_NEVER       SpillMode = 3
+	// unsent: nothing is spilled while the Run's live output stream receives
+	// every byte; from the first byte it misses, the stream is spilled from
+	// that byte on (Result.stdout_spill_offset says which). Auto without a
+	// live stream.
+	SpillMode_SPILL_MODE_UNSENT SpillMode = 4
 )
 
 // Enum value maps for SpillMode.
@@ -90,12 +95,14 @@ var (
 		1: "SPILL_MODE_AUTO",
 		2: "SPILL_MODE_ALWAYS",
 		3: "SPILL_MODE_NEVER",
+		4: "SPILL_MODE_UNSENT",
 	}
 	SpillMode_value = map[string]int32{
 		"SPILL_MODE_UNSPECIFIED": 0,
 		"SPILL_MODE_AUTO":        1,
 		"SPILL_MODE_ALWAYS":      2,
 		"SPILL_MODE_NEVER":       3,
+		"SPILL_MODE_UNSENT":      4,
 	}
 )
 
@@ -1002,9 +1009,13 @@ type Result struct {
 	// left_running counts the processes the exec left running in the
 	// background when its result was made (they run on until they exit, the
 	// exec is cancelled, or the sandbox ends).
-	LeftRunning   int32 `protobuf:"varint,25,opt,name=left_running,json=leftRunning,proto3" json:"left_running,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeftRunning int32 `protobuf:"varint,25,opt,name=left_running,json=leftRunning,proto3" json:"left_running,omitempty"`
+	// stdout_spill_offset and stderr_spill_offset: the stream offset of the
+	// spill file's first byte (0 but with SPILL_MODE_UNSENT).
+	StdoutSpillOffset int64 `protobuf:"varint,26,opt,name=stdout_spill_offset,json=stdoutSpillOffset,proto3" json:"stdout_spill_offset,omitempty"`
+	StderrSpillOffset int64 `protobuf:"varint,27,opt,name=stderr_spill_offset,json=stderrSpillOffset,proto3" json:"stderr_spill_offset,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Result) Reset() {
@@ -1208,6 +1219,20 @@ func (x *Result) GetCwdFallbackFromRaw() []byte {
 func (x *Result) GetLeftRunning() int32 {
 	if x != nil {
 		return x.LeftRunning
+	}
+	return 0
+}
+
+func (x *Result) GetStdoutSpillOffset() int64 {
+	if x != nil {
+		return x.StdoutSpillOffset
+	}
+	return 0
+}
+
+func (x *Result) GetStderrSpillOffset() int64 {
+	if x != nil {
+		return x.StderrSpillOffset
 	}
 	return 0
 }
@@ -2382,7 +2407,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x06to_seq\x18\x02 \x01(\x04R\x05toSeq\x12\x14\n" +
 	"\x05bytes\x18\x03 \x01(\x03R\x05bytes\"3\n" +
 	"\x06Exited\x12)\n" +
-	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\x96\x06\n" +
+	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\"\xf6\x06\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\texit_code\x18\x02 \x01(\x05R\bexitCode\x12\x16\n" +
@@ -2411,7 +2436,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"oom_killed\x18\x16 \x01(\bR\toomKilled\x12\x17\n" +
 	"\acwd_raw\x18\x17 \x01(\fR\x06cwdRaw\x121\n" +
 	"\x15cwd_fallback_from_raw\x18\x18 \x01(\fR\x12cwdFallbackFromRaw\x12!\n" +
-	"\fleft_running\x18\x19 \x01(\x05R\vleftRunning\":\n" +
+	"\fleft_running\x18\x19 \x01(\x05R\vleftRunning\x12.\n" +
+	"\x13stdout_spill_offset\x18\x1a \x01(\x03R\x11stdoutSpillOffset\x12.\n" +
+	"\x13stderr_spill_offset\x18\x1b \x01(\x03R\x11stderrSpillOffset\":\n" +
 	"\rCancelRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x19\n" +
 	"\bgrace_ms\x18\x02 \x01(\x03R\agraceMs\"&\n" +
@@ -2479,12 +2506,13 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
-	"\rSTREAM_STDERR\x10\x02*i\n" +
+	"\rSTREAM_STDERR\x10\x02*\x80\x01\n" +
 	"\tSpillMode\x12\x1a\n" +
 	"\x16SPILL_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
 	"\x0fSPILL_MODE_AUTO\x10\x01\x12\x15\n" +
 	"\x11SPILL_MODE_ALWAYS\x10\x02\x12\x14\n" +
-	"\x10SPILL_MODE_NEVER\x10\x03*\x88\x01\n" +
+	"\x10SPILL_MODE_NEVER\x10\x03\x12\x15\n" +
+	"\x11SPILL_MODE_UNSENT\x10\x04*\x88\x01\n" +
 	"\tExecState\x12\x1a\n" +
 	"\x16EXEC_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13EXEC_STATE_STARTING\x10\x01\x12\x16\n" +

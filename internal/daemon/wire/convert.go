@@ -115,6 +115,8 @@ func SpillToProto(m runbox.SpillMode) runboxv1.SpillMode {
 		return runboxv1.SpillMode_SPILL_MODE_ALWAYS
 	case runbox.SpillNever:
 		return runboxv1.SpillMode_SPILL_MODE_NEVER
+	case runbox.SpillUnsent:
+		return runboxv1.SpillMode_SPILL_MODE_UNSENT
 	}
 	return runboxv1.SpillMode_SPILL_MODE_AUTO
 }
@@ -126,6 +128,8 @@ func SpillFromProto(m runboxv1.SpillMode) runbox.SpillMode {
 		return runbox.SpillAlways
 	case runboxv1.SpillMode_SPILL_MODE_NEVER:
 		return runbox.SpillNever
+	case runboxv1.SpillMode_SPILL_MODE_UNSENT:
+		return runbox.SpillUnsent
 	}
 	return runbox.SpillAuto
 }
@@ -284,27 +288,29 @@ func SpecFromProto(p *runboxv1.ExecSpec) (runbox.ExecSpec, error) {
 // microseconds.
 func ResultToProto(r runbox.Result) *runboxv1.Result {
 	p := &runboxv1.Result{
-		Id:             r.ID,
-		ExitCode:       int32(r.ExitCode),
-		Signal:         r.Signal,
-		TimedOut:       r.TimedOut,
-		Cancelled:      r.Cancelled,
-		IdleTimedOut:   r.IdleTimedOut,
-		DurationUs:     r.Duration.Microseconds(),
-		Stdout:         r.Stdout,
-		Stderr:         r.Stderr,
-		StdoutDropped:  r.StdoutDropped,
-		StderrDropped:  r.StderrDropped,
-		StdoutBytes:    r.StdoutBytes,
-		StderrBytes:    r.StderrBytes,
-		Killed:         int32(r.Killed),
-		Survivors:      int32(r.Survivors),
-		Pid:            int64(r.Pid),
-		StdoutSpill:    r.StdoutSpill,
-		StderrSpill:    r.StderrSpill,
-		SpillTruncated: r.SpillTruncated,
-		OomKilled:      r.OOMKilled,
-		LeftRunning:    int32(r.LeftRunning),
+		Id:                r.ID,
+		ExitCode:          int32(r.ExitCode),
+		Signal:            r.Signal,
+		TimedOut:          r.TimedOut,
+		Cancelled:         r.Cancelled,
+		IdleTimedOut:      r.IdleTimedOut,
+		DurationUs:        r.Duration.Microseconds(),
+		Stdout:            r.Stdout,
+		Stderr:            r.Stderr,
+		StdoutDropped:     r.StdoutDropped,
+		StderrDropped:     r.StderrDropped,
+		StdoutBytes:       r.StdoutBytes,
+		StderrBytes:       r.StderrBytes,
+		Killed:            int32(r.Killed),
+		Survivors:         int32(r.Survivors),
+		Pid:               int64(r.Pid),
+		StdoutSpill:       r.StdoutSpill,
+		StderrSpill:       r.StderrSpill,
+		SpillTruncated:    r.SpillTruncated,
+		OomKilled:         r.OOMKilled,
+		LeftRunning:       int32(r.LeftRunning),
+		StdoutSpillOffset: r.StdoutSpillOffset,
+		StderrSpillOffset: r.StderrSpillOffset,
 	}
 	p.Cwd, p.CwdRaw = textOrRaw(r.Cwd)
 	p.CwdFallbackFrom, p.CwdFallbackFromRaw = textOrRaw(r.CwdFallbackFrom)
@@ -317,29 +323,31 @@ func ResultFromProto(p *runboxv1.Result) runbox.Result {
 		return runbox.Result{}
 	}
 	return runbox.Result{
-		ID:              p.GetId(),
-		ExitCode:        int(p.GetExitCode()),
-		Signal:          p.GetSignal(),
-		TimedOut:        p.GetTimedOut(),
-		Cancelled:       p.GetCancelled(),
-		IdleTimedOut:    p.GetIdleTimedOut(),
-		Duration:        time.Duration(p.GetDurationUs()) * time.Microsecond,
-		Stdout:          p.GetStdout(),
-		Stderr:          p.GetStderr(),
-		StdoutDropped:   p.GetStdoutDropped(),
-		StderrDropped:   p.GetStderrDropped(),
-		StdoutBytes:     p.GetStdoutBytes(),
-		StderrBytes:     p.GetStderrBytes(),
-		Killed:          int(p.GetKilled()),
-		Survivors:       int(p.GetSurvivors()),
-		Pid:             int(p.GetPid()),
-		StdoutSpill:     p.GetStdoutSpill(),
-		StderrSpill:     p.GetStderrSpill(),
-		SpillTruncated:  p.GetSpillTruncated(),
-		Cwd:             fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
-		CwdFallbackFrom: fromTextOrRaw(p.GetCwdFallbackFrom(), p.GetCwdFallbackFromRaw()),
-		OOMKilled:       p.GetOomKilled(),
-		LeftRunning:     int(p.GetLeftRunning()),
+		ID:                p.GetId(),
+		ExitCode:          int(p.GetExitCode()),
+		Signal:            p.GetSignal(),
+		TimedOut:          p.GetTimedOut(),
+		Cancelled:         p.GetCancelled(),
+		IdleTimedOut:      p.GetIdleTimedOut(),
+		Duration:          time.Duration(p.GetDurationUs()) * time.Microsecond,
+		Stdout:            p.GetStdout(),
+		Stderr:            p.GetStderr(),
+		StdoutDropped:     p.GetStdoutDropped(),
+		StderrDropped:     p.GetStderrDropped(),
+		StdoutBytes:       p.GetStdoutBytes(),
+		StderrBytes:       p.GetStderrBytes(),
+		Killed:            int(p.GetKilled()),
+		Survivors:         int(p.GetSurvivors()),
+		Pid:               int(p.GetPid()),
+		StdoutSpill:       p.GetStdoutSpill(),
+		StderrSpill:       p.GetStderrSpill(),
+		SpillTruncated:    p.GetSpillTruncated(),
+		Cwd:               fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
+		CwdFallbackFrom:   fromTextOrRaw(p.GetCwdFallbackFrom(), p.GetCwdFallbackFromRaw()),
+		OOMKilled:         p.GetOomKilled(),
+		LeftRunning:       int(p.GetLeftRunning()),
+		StdoutSpillOffset: p.GetStdoutSpillOffset(),
+		StderrSpillOffset: p.GetStderrSpillOffset(),
 	}
 }
 

@@ -84,29 +84,31 @@ func assertProtoFilled(t *testing.T, m proto.Message) {
 
 func fullResult() runbox.Result {
 	return runbox.Result{
-		ID:              "exec-1",
-		ExitCode:        143,
-		Signal:          "TERM",
-		TimedOut:        true,
-		Cancelled:       true,
-		IdleTimedOut:    true,
-		Duration:        1234567 * time.Microsecond,
-		Stdout:          []byte("out\xff"),
-		Stderr:          []byte("err"),
-		StdoutDropped:   1,
-		StderrDropped:   2,
-		StdoutBytes:     3,
-		StderrBytes:     4,
-		Killed:          5,
-		Survivors:       6,
-		Pid:             7,
-		StdoutSpill:     "/tmp/out",
-		StderrSpill:     "/tmp/err",
-		SpillTruncated:  true,
-		Cwd:             "/work",
-		CwdFallbackFrom: "/work/gone",
-		OOMKilled:       true,
-		LeftRunning:     2,
+		ID:                "exec-1",
+		ExitCode:          143,
+		Signal:            "TERM",
+		TimedOut:          true,
+		Cancelled:         true,
+		IdleTimedOut:      true,
+		Duration:          1234567 * time.Microsecond,
+		Stdout:            []byte("out\xff"),
+		Stderr:            []byte("err"),
+		StdoutDropped:     1,
+		StderrDropped:     2,
+		StdoutBytes:       3,
+		StderrBytes:       4,
+		Killed:            5,
+		Survivors:         6,
+		Pid:               7,
+		StdoutSpill:       "/tmp/out",
+		StderrSpill:       "/tmp/err",
+		SpillTruncated:    true,
+		StdoutSpillOffset: 8,
+		StderrSpillOffset: 9,
+		Cwd:               "/work",
+		CwdFallbackFrom:   "/work/gone",
+		OOMKilled:         true,
+		LeftRunning:       2,
 	}
 }
 
@@ -191,6 +193,7 @@ func TestRoundTripProto(t *testing.T) {
 		StdoutDropped: 1, StderrDropped: 2, StdoutBytes: 3, StderrBytes: 4, Killed: 5,
 		Survivors: 6, Pid: 7, StdoutSpill: "/o", StderrSpill: "/e", SpillTruncated: true,
 		Cwd: "/w", CwdFallbackFrom: "/w/x", OomKilled: true, LeftRunning: 2,
+		StdoutSpillOffset: 8, StderrSpillOffset: 9,
 	}
 	info := &runboxv1.ExecInfo{
 		Id: "exec-1", Pid: 7, State: runboxv1.ExecState_EXEC_STATE_STOPPING,
@@ -236,12 +239,12 @@ func TestEnumsRoundTrip(t *testing.T) {
 			t.Errorf("state %v came back as %v", s, got)
 		}
 	}
-	for m := runbox.SpillAuto; m <= runbox.SpillNever; m++ {
+	for m := runbox.SpillAuto; m <= runbox.SpillUnsent; m++ {
 		if got := SpillFromProto(SpillToProto(m)); got != m {
 			t.Errorf("spill mode %v came back as %v", m, got)
 		}
 	}
-	if n := len(runboxv1.SpillMode_name); n != 4 {
+	if n := len(runboxv1.SpillMode_name); n != 5 {
 		t.Errorf("runbox.v1.SpillMode has %d values; update SpillToProto/FromProto", n)
 	}
 	if n := len(runboxv1.ExecState_name); n != 5 {
