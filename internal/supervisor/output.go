@@ -128,7 +128,7 @@ type outputStore struct {
 	liveState liveState
 	// settling is set while the exec's end waits for the live stream to
 	// send what it has not yet: readers must broadcast their progress.
-	settling bool
+	settling   bool
 	mu         sync.Mutex
 	seq        uint64 // last sequence number assigned
 	rings      [2]ring
