@@ -124,7 +124,7 @@ func TestExecStreamGapMessage(t *testing.T) {
 	}
 	o := rb(t, "attach", id, "gap")
 	// The cut is marked where it happens, and summed up at the end.
-	m := regexp.MustCompile(`(?s)^\nrunbox: \[\.\.\. (\d+) bytes of output left out here [^\n]*\]\nrunbox: warning: (\d+) bytes of output are missing above \((\d+) gaps?\): the spill files (\S+) have all of it\n$`).FindStringSubmatch(o.stderr)
+	m := regexp.MustCompile(`(?s)^\nrunbox: \[\.\.\. (\d+) bytes of output left out here [^\n]*\]\nrunbox: warning: (\d+) bytes of output are missing above \((\d+) gaps?\): the sandbox's spill files have it: (\S+)\n$`).FindStringSubmatch(o.stderr)
 	if o.code != 0 || m == nil {
 		t.Fatalf("late attach: exit %d, %d bytes of stdout, stderr %q; want exit 0 and the gap warning naming the spill file", o.code, len(o.stdout), o.stderr)
 	}

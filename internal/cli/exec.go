@@ -222,8 +222,11 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 	var lastSeq atomic.Uint64 // of the last chunk delivered, for attach --from
 	opts = append(opts, client.WithOnChunk(func(c runbox.Chunk) { lastSeq.Store(c.Seq) }))
 	if !f.json {
+		// Streamed, the output is on this terminal: runboxd spills only
+		// from the first byte the stream misses, if any.
 		opts = append(opts, client.WithStdout(a.stdout), client.WithStderr(a.stderr),
-			client.WithOnGap(func(g runbox.OutputGap) { a.reportGap(g) }))
+			client.WithOnGap(func(g runbox.OutputGap) { a.reportGap(g) }),
+			client.WithSpill(runbox.SpillUnsent))
 	}
 
 	run := func(ctx context.Context) (runbox.Result, error) {
@@ -337,7 +340,7 @@ func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
 	if res.StreamGaps > 0 {
 		where := "the sandbox's replay ring no longer had it"
 		if spills := spillPaths(res); spills != "" {
-			where = "the spill files " + spills + " have all of it"
+			where = "the sandbox's spill files have it: " + spills
 		}
 		fmt.Fprintf(a.stderr, "runbox: warning: %d bytes of output are missing above (%d gaps): %s\n",
 			res.StreamLost, res.StreamGaps, where)
@@ -360,7 +363,21 @@ func (a *app) reportLeftovers(res runbox.Result, sandbox string) {
 		res.LeftRunning, sandbox, sandbox, res.ID)
 }
 
-// spillPaths lists res's spill files, space-separated.
+// spillPaths lists res's spill files, each with the stream offset it
+// starts at when that is not 0 ("PATH (from byte N of stdout)").
 func spillPaths(res runbox.Result) string {
-	return strings.TrimSpace(res.StdoutSpill + " " + res.StderrSpill)
+	var parts []string
+	for _, s := range []struct {
+		path, stream string
+		off          int64
+	}{{res.StdoutSpill, "stdout", res.StdoutSpillOffset}, {res.StderrSpill, "stderr", res.StderrSpillOffset}} {
+		switch {
+		case s.path == "":
+		case s.off > 0:
+			parts = append(parts, fmt.Sprintf("%s (from byte %d of %s)", s.path, s.off, s.stream))
+		default:
+			parts = append(parts, s.path)
+		}
+	}
+	return strings.Join(parts, ", ")
 }

@@ -69,7 +69,7 @@ func TestExecJSON(t *testing.T) {
 	}
 	want := []string{"id", "exit_code", "signal", "timed_out", "cancelled", "idle_timed_out", "duration_ms",
 		"stdout", "stderr", "stdout_dropped", "stderr_dropped", "cwd", "killed", "oom_killed",
-		"pid", "stdout_bytes", "stderr_bytes", "stdout_spill", "stderr_spill", "spill_truncated",
+		"pid", "stdout_bytes", "stderr_bytes", "stdout_spill", "stderr_spill", "spill_truncated", "stdout_spill_offset", "stderr_spill_offset",
 		"cwd_fallback_from", "survivors", "left_running", "stream_gaps", "stream_lost"}
 	var keys []string
 	for k := range got {

@@ -37,6 +37,10 @@ type execResult struct {
 	StderrBytes   int64  `json:"stderr_bytes"`
 	StdoutSpill   string `json:"stdout_spill"`
 	StderrSpill   string `json:"stderr_spill"`
+	// StdoutSpillOffset and StderrSpillOffset are the stream offsets the
+	// spill files start at (0 but for a spill that follows a live stream).
+	StdoutSpillOffset int64 `json:"stdout_spill_offset"`
+	StderrSpillOffset int64 `json:"stderr_spill_offset"`
 	// SpillTruncated says a spill file holds less than the whole stream
 	// (the spill budget ran out, the disk filled, a write failed): it holds
 	// the stream's first bytes, or was removed to make room.
@@ -52,29 +56,31 @@ type execResult struct {
 
 func resultJSON(r runbox.Result) execResult {
 	out := execResult{
-		ID:              r.ID,
-		ExitCode:        r.ExitCode,
-		Signal:          r.Signal,
-		TimedOut:        r.TimedOut,
-		Cancelled:       r.Cancelled,
-		IdleTimedOut:    r.IdleTimedOut,
-		OOMKilled:       r.OOMKilled,
-		DurationMS:      r.Duration.Milliseconds(),
-		Pid:             r.Pid,
-		StdoutDropped:   r.StdoutDropped,
-		StderrDropped:   r.StderrDropped,
-		StdoutBytes:     r.StdoutBytes,
-		StderrBytes:     r.StderrBytes,
-		StdoutSpill:     r.StdoutSpill,
-		StderrSpill:     r.StderrSpill,
-		SpillTruncated:  r.SpillTruncated,
-		Cwd:             r.Cwd,
-		CwdFallbackFrom: r.CwdFallbackFrom,
-		Killed:          r.Killed,
-		Survivors:       r.Survivors,
-		LeftRunning:     r.LeftRunning,
-		StreamGaps:      r.StreamGaps,
-		StreamLost:      r.StreamLost,
+		ID:                r.ID,
+		ExitCode:          r.ExitCode,
+		Signal:            r.Signal,
+		TimedOut:          r.TimedOut,
+		Cancelled:         r.Cancelled,
+		IdleTimedOut:      r.IdleTimedOut,
+		OOMKilled:         r.OOMKilled,
+		DurationMS:        r.Duration.Milliseconds(),
+		Pid:               r.Pid,
+		StdoutDropped:     r.StdoutDropped,
+		StderrDropped:     r.StderrDropped,
+		StdoutBytes:       r.StdoutBytes,
+		StderrBytes:       r.StderrBytes,
+		StdoutSpill:       r.StdoutSpill,
+		StderrSpill:       r.StderrSpill,
+		StdoutSpillOffset: r.StdoutSpillOffset,
+		StderrSpillOffset: r.StderrSpillOffset,
+		SpillTruncated:    r.SpillTruncated,
+		Cwd:               r.Cwd,
+		CwdFallbackFrom:   r.CwdFallbackFrom,
+		Killed:            r.Killed,
+		Survivors:         r.Survivors,
+		LeftRunning:       r.LeftRunning,
+		StreamGaps:        r.StreamGaps,
+		StreamLost:        r.StreamLost,
 	}
 	out.Stdout, out.StdoutBase64 = text(r.Stdout)
 	out.Stderr, out.StderrBase64 = text(r.Stderr)
