@@ -23,6 +23,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/buildinfo"
+	"github.com/runbox/runbox/internal/execcli"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
 )
@@ -33,7 +34,11 @@ var Version = "dev"
 
 // ExitStatusFailure is the exit status when runbox itself failed rather
 // than the command it ran (docker run's convention).
-const ExitStatusFailure = 125
+const ExitStatusFailure = execcli.ExitStatusFailure
+
+// ExitTimedOut is the exit status of a command that timed out and then
+// exited by itself (execcli.ExitTimedOut).
+const ExitTimedOut = execcli.ExitTimedOut
 
 // ExitError carries the status a command exited with. Run returns it when
 // the command ran and exited non-zero; it is not a runbox failure.
@@ -79,15 +84,11 @@ func ExitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	fmt.Fprintln(stderr, "runbox: "+oneLine(err.Error()))
-	return ExitStatusFailure
+	return execcli.ReportFailure(stderr, err)
 }
 
-// oneLine folds a multi-line message (a daemon log tail) onto one line.
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), " | ")
-}
+// oneLine folds a multi-line message onto one line (execcli.OneLine).
+func oneLine(s string) string { return execcli.OneLine(s) }
 
 // Run runs the CLI with the features a binary links and args (without the
 // program name). An invocation that needs what the binary does not link is
