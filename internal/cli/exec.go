@@ -240,4 +240,3 @@ func runDetachable(ctx context.Context, run func(context.Context) (runbox.Result
 		return runbox.Result{}, errInterrupted
 	}
 }
-
