@@ -262,4 +262,3 @@ func TestStreamAcrossChunksAndReads(t *testing.T) {
 		}
 	}
 }
-
