@@ -1,6 +1,7 @@
 // Command runbox-full is the runbox command line with every provider and
 // command (docker, kubernetes, serve, token, audit, mcp). runbox hands it
-// the invocations it does not link; it can also be called directly. See
+// every invocation but the execs it runs itself (internal/front); it can
+// also be called directly. See
 // internal/cli/full.
 package main
 
@@ -11,14 +12,14 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/front"
 )
 
 func main() {
 	// Set by the runbox that handed this invocation over; not for the
 	// processes this one starts (runbox serve's sandboxes).
-	os.Unsetenv(cli.DelegatedEnv)
+	os.Unsetenv(front.DelegatedEnv)
 	// As in cmd/runbox: the CLI keeps little live heap (docs/performance.md).
 	debug.SetGCPercent(400)
 	// Ctrl-C or SIGTERM cancels the context: a running exec is cancelled on

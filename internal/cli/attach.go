@@ -7,7 +7,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/execcli"
 )
 
 // cancelTimeout bounds the cancel attach sends on Ctrl-C: the exec's grace
@@ -51,13 +53,13 @@ with its status, as with runbox exec.`,
 			defer stop()
 			res, err := cl.Attach(ctx, id, client.WithFromSeq(from),
 				client.WithStdout(a.stdout), client.WithStderr(a.stderr),
-				client.WithOnGap(a.reportGap))
+				client.WithOnGap(func(g runbox.OutputGap) { execcli.ReportGap(a.stderr, g) }))
 			if err != nil {
 				return fail("attach", key, id, err)
 			}
-			a.reportStop(res, 0, 0)
-			a.reportLeftovers(res, key)
-			if code := exitStatus(res); code != 0 {
+			execcli.ReportStop(a.stderr, res, 0, 0)
+			execcli.ReportLeftovers(a.stderr, res, key)
+			if code := execcli.ExitStatus(res); code != 0 {
 				return &ExitError{Code: code}
 			}
 			return nil

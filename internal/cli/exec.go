@@ -2,12 +2,8 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -16,6 +12,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/execcli"
 )
 
 func (a *app) execCmd() *cobra.Command {
@@ -45,123 +42,77 @@ is a terminal, restored on exit). runbox sh SANDBOX opens an interactive shell.`
 			before, command, _ := splitCommand(c, args, 1)
 			key := before[0]
 			if err := f.check(); err != nil {
-				return fail("exec", key, f.id, err)
+				return fail("exec", key, f.ID, err)
 			}
 			sb, cl, err := a.connect(c.Context(), key)
 			if err != nil {
-				return fail("exec", key, f.id, err)
+				return fail("exec", key, f.ID, err)
 			}
 			defer cl.Close()
-			return fail("exec", key, f.id, a.exec(c.Context(), cl, sb, command, &f))
+			return fail("exec", key, f.ID, a.exec(c.Context(), cl, sb, command, &f))
 		},
 	}
 	f.add(c.Flags())
 	return c
 }
 
-// execFlags are the flags exec and run share.
+// execFlags are the flags exec, run and sh share (package execcli has
+// their rules, which the runbox front follows too).
 type execFlags struct {
-	timeout, grace, idle time.Duration
-	id, session, cwd     string
-	env                  []string
-	interactive, tty     bool
-	login, detach, json  bool
-	// cancelOnExit: runboxd stops the exec if this process dies first.
-	cancelOnExit bool
-	// killLeftovers: stop background processes when the command exits.
-	killLeftovers bool
-	// keep (sh --keep-on-exit) is the opposite of cancelOnExit.
-	keep bool
+	execcli.Flags
+
+	// Set by a runbox front that handed over an exec whose stream broke
+	// after it had shown output (hidden flags, see docs/cli.md): the exec
+	// exists; follow it from sequence number from, and count the gaps
+	// and bytes the front already reported.
+	from     uint64
+	fromGaps int
+	fromLost int64
 
 	fs *pflag.FlagSet // to tell --grace 0 from no --grace
 }
 
-func (f *execFlags) add(fs *pflag.FlagSet) {
-	f.addCommon(fs)
-	fs.BoolVar(&f.detach, "detach", false, "start the command, print its exec id and return")
-}
+func (f *execFlags) add(fs *pflag.FlagSet) { f.addFlags(fs, true) }
 
 // addCommon adds the flags exec and run share (run has no --detach).
-func (f *execFlags) addCommon(fs *pflag.FlagSet) {
+func (f *execFlags) addCommon(fs *pflag.FlagSet) { f.addFlags(fs, false) }
+
+func (f *execFlags) addFlags(fs *pflag.FlagSet, exec bool) {
 	f.fs = fs
-	fs.DurationVar(&f.timeout, "timeout", 0, "stop the command and everything it started after this long (0: no limit)")
-	fs.DurationVar(&f.grace, "grace", runbox.DefaultGrace, "time between SIGTERM and SIGKILL when stopping (0: SIGKILL at once)")
-	fs.DurationVar(&f.idle, "idle-timeout", 0, "stop the command after this long without output (0: no limit)")
-	fs.StringVar(&f.id, "id", "", "exec id (default: generated); an id that exists is attached to, not run again")
-	fs.StringVar(&f.session, "session", "", "shell session to run in: its directory and exported environment carry over between execs")
-	fs.StringVar(&f.cwd, "cwd", "", "working directory (default: the sandbox's)")
-	fs.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable: K=V, or K to pass this process's value")
-	fs.BoolVarP(&f.interactive, "interactive", "i", false, "stream this process's stdin to the command (default: stdin is /dev/null)")
-	fs.BoolVarP(&f.tty, "tty", "t", false, "run on a PTY sized like this terminal (all output arrives as stdout; with -i, a terminal stdin is put in raw mode)")
-	fs.BoolVar(&f.login, "login", false, "run the shell as a login shell")
-	fs.BoolVar(&f.json, "json", false, "print the result as one JSON object instead of streaming output")
-	fs.BoolVar(&f.cancelOnExit, "cancel-on-exit", true, "if this runbox process dies (any signal, even SIGKILL), runboxd stops the command; =false leaves it running (runbox attach follows it)")
-	fs.BoolVar(&f.killLeftovers, "kill-leftovers", false, "when the command exits, stop what it left running in the background (by default it runs on: runbox ps shows it)")
+	f.Flags = execcli.NewFlags()
+	for _, d := range execcli.Defs {
+		if !d.RunToo && !exec {
+			continue
+		}
+		switch p := f.Target(d.Name).(type) {
+		case *time.Duration:
+			fs.DurationVarP(p, d.Name, d.Short, *p, d.Usage)
+		case *string:
+			fs.StringVarP(p, d.Name, d.Short, *p, d.Usage)
+		case *[]string:
+			fs.StringArrayVarP(p, d.Name, d.Short, *p, d.Usage)
+		case *bool:
+			fs.BoolVarP(p, d.Name, d.Short, *p, d.Usage)
+		}
+	}
+	if exec {
+		fs.Uint64Var(&f.from, "from", 0, "")
+		fs.IntVar(&f.fromGaps, "from-gaps", 0, "")
+		fs.Int64Var(&f.fromLost, "from-lost", 0, "")
+		for _, name := range []string{"from", "from-gaps", "from-lost"} {
+			_ = fs.MarkHidden(name)
+		}
+	}
 }
 
-// graceGiven reports whether --grace was given (0 then means none).
-func (f *execFlags) graceGiven() bool {
-	return f.fs != nil && f.fs.Changed("grace")
-}
-
-// check refuses flags runbox cannot honour yet, and nonsense combinations.
+// check refuses flags runbox cannot honour yet, and nonsense combinations
+// (execcli.Flags.Check).
 func (f *execFlags) check() error {
-	switch {
-	case f.timeout < 0 || f.grace < 0 || f.idle < 0:
-		return fmt.Errorf("--timeout, --grace and --idle-timeout must not be negative: %w", runbox.ErrInvalidSpec)
-	case f.detach && (f.interactive || f.json):
-		return fmt.Errorf("--detach cannot be combined with -i or --json (use runbox attach): %w", runbox.ErrInvalidSpec)
+	f.GraceSet = f.fs != nil && f.fs.Changed("grace")
+	if f.from > 0 && f.ID == "" {
+		return fmt.Errorf("--from needs --id: %w", runbox.ErrInvalidSpec)
 	}
-	for _, kv := range f.env {
-		if k, _, _ := strings.Cut(kv, "="); k == "" {
-			return fmt.Errorf("-e %q: expected K=V or K: %w", kv, runbox.ErrInvalidSpec)
-		}
-	}
-	return nil
-}
-
-// options turns the flags into client options.
-func (f *execFlags) options() []client.ExecOption {
-	var opts []client.ExecOption
-	if f.id != "" {
-		opts = append(opts, client.WithID(f.id))
-	}
-	if f.timeout > 0 {
-		opts = append(opts, client.WithTimeout(f.timeout))
-	}
-	switch {
-	case !f.graceGiven(): // the daemon's default
-	case f.grace > 0:
-		opts = append(opts, client.WithGrace(f.grace))
-	default:
-		opts = append(opts, client.WithGrace(runbox.NoGrace))
-	}
-	if f.killLeftovers {
-		opts = append(opts, client.WithKillLeftovers())
-	}
-	if f.idle > 0 {
-		opts = append(opts, client.WithIdleTimeout(f.idle))
-	}
-	if f.cwd != "" {
-		opts = append(opts, client.WithCwd(f.cwd))
-	}
-	if f.session != "" {
-		opts = append(opts, client.WithSession(f.session))
-	}
-	for _, kv := range f.env {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			v, ok = os.LookupEnv(k)
-			if !ok {
-				continue // like docker: an unset K is not passed
-			}
-		}
-		opts = append(opts, client.WithEnv(k, v))
-	}
-	if f.login {
-		opts = append(opts, client.WithLogin())
-	}
-	return opts
+	return f.Check()
 }
 
 // splitCommand splits args into n operands before the command and the
@@ -184,25 +135,17 @@ func splitCommand(c *cobra.Command, args []string, n int) (before, command []str
 	return before, command, nil
 }
 
-// specFor makes one argument a shell string and several an argv.
-func specFor(command []string) runbox.ExecSpec {
-	if len(command) == 1 {
-		return runbox.ExecSpec{Command: command[0]}
-	}
-	return runbox.ExecSpec{Argv: command}
-}
-
 // exec runs command in sb through cl as f says, and reports the result: the
-// command's non-zero status comes back as an *ExitError (see exitStatus).
+// command's non-zero status comes back as an *ExitError (see execcli.ExitStatus).
 func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, command []string, f *execFlags) error {
-	spec := specFor(command)
-	opts := f.options()
-	if f.tty {
+	spec := f.Spec(command)
+	var opts []client.ExecOption
+	if f.TTY {
 		rows, cols := a.termSize()
 		opts = append(opts, client.WithPTY(rows, cols))
 	}
 
-	if f.detach {
+	if f.Detach {
 		p, err := cl.StartSpec(ctx, spec, opts...)
 		if err != nil {
 			return err
@@ -211,33 +154,39 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		return nil
 	}
 
-	if f.cancelOnExit {
+	if f.CancelOnExit {
 		opts = append(opts, client.WithCancelOnDisconnect())
 	}
-	if f.id == "" {
+	if f.ID == "" {
 		// The id is chosen here so an interrupted exec can be named.
-		f.id = newExecID()
-		opts = append(opts, client.WithID(f.id))
+		f.ID = execcli.NewExecID()
+		spec.ID = f.ID
 	}
 	var lastSeq atomic.Uint64 // of the last chunk delivered, for attach --from
+	if f.from > 0 {
+		// Handed over by the runbox front after it showed output up to
+		// from-1: follow the exec from there, never run it again.
+		opts = append(opts, client.WithFromSeq(f.from))
+		lastSeq.Store(f.from - 1)
+	}
 	opts = append(opts, client.WithOnChunk(func(c runbox.Chunk) { lastSeq.Store(c.Seq) }))
-	if !f.json {
+	if !f.JSON {
 		// Streamed, the output is on this terminal: runboxd spills only
 		// from the first byte the stream misses, if any.
 		opts = append(opts, client.WithStdout(a.stdout), client.WithStderr(a.stderr),
-			client.WithOnGap(func(g runbox.OutputGap) { a.reportGap(g) }),
+			client.WithOnGap(func(g runbox.OutputGap) { execcli.ReportGap(a.stderr, g) }),
 			client.WithSpill(runbox.SpillUnsent))
 	}
 
 	run := func(ctx context.Context) (runbox.Result, error) {
-		if f.interactive || f.tty {
-			return a.execStarted(ctx, cl, spec, opts, f.interactive, f.tty)
+		if f.Interactive || f.TTY {
+			return a.execStarted(ctx, cl, spec, opts, f.Interactive, f.TTY)
 		}
 		return cl.ExecSpec(ctx, spec, opts...)
 	}
 	var res runbox.Result
 	var err error
-	if f.cancelOnExit {
+	if f.CancelOnExit {
 		// A cancelled context (Ctrl-C, SIGTERM) cancels the exec on the
 		// daemon, and the call still ends with the exec's real result.
 		res, err = run(ctx)
@@ -249,22 +198,24 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		res, err = runDetachable(ctx, run)
 		if errors.Is(err, errInterrupted) {
 			return fmt.Errorf("%w; exec %s keeps running: runbox attach %s %s --from %d follows it (runbox cancel %s %s stops it)",
-				err, f.id, sb.ID, f.id, lastSeq.Load()+1, sb.ID, f.id)
+				err, f.ID, sb.ID, f.ID, lastSeq.Load()+1, sb.ID, f.ID)
 		}
 		if err != nil {
 			return err
 		}
 	}
 
-	if f.json {
-		if err := writeJSON(a.stdout, resultJSON(res)); err != nil {
+	res.StreamGaps += f.fromGaps
+	res.StreamLost += f.fromLost
+	if f.JSON {
+		if err := execcli.WriteJSON(a.stdout, execcli.ResultJSON(res)); err != nil {
 			return err
 		}
 	} else {
-		a.reportStop(res, f.timeout, f.idle)
-		a.reportLeftovers(res, sb.ID)
+		execcli.ReportStop(a.stderr, res, f.Timeout, f.Idle)
+		execcli.ReportLeftovers(a.stderr, res, sb.ID)
 	}
-	if code := exitStatus(res); code != 0 {
+	if code := execcli.ExitStatus(res); code != 0 {
 		return &ExitError{Code: code}
 	}
 	return nil
@@ -291,93 +242,4 @@ func runDetachable(ctx context.Context, run func(context.Context) (runbox.Result
 	case <-ctx.Done():
 		return runbox.Result{}, errInterrupted
 	}
-}
-
-// newExecID returns a fresh exec id.
-func newExecID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// ExitTimedOut is the exit status of a command that runbox stopped for a
-// timeout and that then exited by itself (GNU timeout's 124): a timeout is
-// never a success.
-const ExitTimedOut = 124
-
-// exitStatus is the status runbox exits with for res: the command's own,
-// except after a timeout, when a command that exited by itself (it handled
-// runbox's SIGTERM) gives 124; one killed by a signal gives 128+N.
-func exitStatus(res runbox.Result) int {
-	if (res.TimedOut || res.IdleTimedOut) && res.Signal == "" {
-		return ExitTimedOut
-	}
-	return res.ExitCode
-}
-
-// reportStop says on stderr why runbox stopped the command, if it did.
-func (a *app) reportStop(res runbox.Result, timeout, idle time.Duration) {
-	switch {
-	case res.TimedOut && timeout > 0:
-		fmt.Fprintf(a.stderr, "runbox: timed out after %v\n", timeout)
-	case res.TimedOut:
-		fmt.Fprintln(a.stderr, "runbox: timed out")
-	case res.IdleTimedOut && idle > 0:
-		fmt.Fprintf(a.stderr, "runbox: no output for %v: stopped\n", idle)
-	case res.IdleTimedOut:
-		fmt.Fprintln(a.stderr, "runbox: stopped after no output for the idle timeout")
-	case res.Cancelled:
-		fmt.Fprintln(a.stderr, "runbox: cancelled")
-	case res.OOMKilled:
-		fmt.Fprintln(a.stderr, "runbox: killed: out of memory (the sandbox's memory limit)")
-	}
-	if res.Survivors > 0 {
-		fmt.Fprintf(a.stderr, "runbox: warning: %d processes survived SIGKILL\n", res.Survivors)
-	}
-	if res.SpillTruncated {
-		fmt.Fprintln(a.stderr, "runbox: warning: a spill file holds only the start of its stream, or none of it (the sandbox's spill budget ran out, or a write failed)")
-	}
-	if res.StreamGaps > 0 {
-		where := "the sandbox's replay ring no longer had it"
-		if spills := spillPaths(res); spills != "" {
-			where = "the sandbox's spill files have it: " + spills
-		}
-		fmt.Fprintf(a.stderr, "runbox: warning: %d bytes of output are missing above (%d gaps): %s\n",
-			res.StreamLost, res.StreamGaps, where)
-	}
-}
-
-// reportGap marks, where it happens in the streamed output, a cut: output
-// that left the daemon's replay ring before this stream read it.
-func (a *app) reportGap(g runbox.OutputGap) {
-	fmt.Fprintf(a.stderr, "\nrunbox: [... %d bytes of output left out here (chunks %d-%d left the replay ring); the end of the output names the spill file that has them ...]\n",
-		g.Bytes, g.FromSeq, g.ToSeq-1)
-}
-
-// reportLeftovers says on stderr that the command left processes running.
-func (a *app) reportLeftovers(res runbox.Result, sandbox string) {
-	if res.LeftRunning == 0 {
-		return
-	}
-	fmt.Fprintf(a.stderr, "runbox: %d process(es) this command started still run in the background (runbox ps %s shows them; runbox cancel %s %s stops them)\n",
-		res.LeftRunning, sandbox, sandbox, res.ID)
-}
-
-// spillPaths lists res's spill files, each with the stream offset it
-// starts at when that is not 0 ("PATH (from byte N of stdout)").
-func spillPaths(res runbox.Result) string {
-	var parts []string
-	for _, s := range []struct {
-		path, stream string
-		off          int64
-	}{{res.StdoutSpill, "stdout", res.StdoutSpillOffset}, {res.StderrSpill, "stderr", res.StderrSpillOffset}} {
-		switch {
-		case s.path == "":
-		case s.off > 0:
-			parts = append(parts, fmt.Sprintf("%s (from byte %d of %s)", s.path, s.off, s.stream))
-		default:
-			parts = append(parts, s.path)
-		}
-	}
-	return strings.Join(parts, ", ")
 }

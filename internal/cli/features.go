@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -14,16 +13,13 @@ import (
 	"github.com/runbox/runbox/provider/ssh"
 )
 
-// The CLI is one code base built into two binaries (docs/cli.md, "Two
-// binaries"). Go runs the init of every package a binary links before
-// main, so the binary agents call on every command, runbox, links only
-// what its hot commands use: this package's core and the providers whose
-// sandboxes are records under $RUNBOX_HOME (host, local, ssh). runbox-full
-// adds the providers that need an engine's or a cluster's client (docker,
-// kubernetes) and the commands built on a server, a database or the MCP
-// SDK (serve, token, audit, mcp), through the Features it passes to Main.
-// What runbox cannot do itself it hands to runbox-full with the same
-// arguments (delegate.go).
+// The CLI is runbox-full (cmd/runbox-full); the runbox front
+// (internal/front) runs the common execs itself and hands it everything
+// else. The core here links the providers whose sandboxes are records under
+// $RUNBOX_HOME (host, local, ssh); package full adds the providers that
+// need an engine's or a cluster's client (docker, kubernetes) and the
+// commands built on a server, a database or the MCP SDK (serve, token,
+// audit, mcp), through the Features it passes to Main.
 
 // Features is what a binary links: its providers and the commands it adds
 // to the core's.
@@ -32,14 +28,8 @@ type Features struct {
 	// is looked for (cheapest lookup first).
 	Providers []ProviderKind
 	// Commands make the commands the binary adds to the core's (serve,
-	// token, audit, mcp). A command the core knows by name but the binary
-	// lacks is listed anyway, and handed to the full binary when run.
+	// token, audit, mcp).
 	Commands []func(App) *cobra.Command
-	// Delegate runs the invocation (args, without the program name) in the
-	// binary that links everything, and returns only if it could not
-	// (ExecFull). why says what the full binary is needed for. nil: the
-	// binary links every provider and command and never delegates.
-	Delegate func(args []string, why string) error
 }
 
 // ProviderKind is a provider a binary links.
@@ -77,13 +67,6 @@ const (
 // --provider accepts in either binary.
 var knownProviders = []string{host.ProviderName, local.ProviderName, dockerProvider, sshProvider, kubernetesProvider}
 
-// Light is the feature set of the runbox binary: the providers whose
-// sandboxes are records on this machine (host, local, ssh); everything else
-// is delegated to the full binary.
-func Light(delegate func(args []string, why string) error) Features {
-	return Features{Providers: RecordProviders(), Delegate: delegate}
-}
-
 // RecordProviders are the providers the core links: those whose sandboxes
 // are records under $RUNBOX_HOME, found without an engine or a cluster.
 func RecordProviders() []ProviderKind {
@@ -102,34 +85,6 @@ func configureSSH(p runbox.Provider, f ProviderFlags) error {
 	}
 	sp.Target, sp.AcceptNew = f.SSHTarget, f.SSHAcceptNew
 	return nil
-}
-
-// fullOnlyCommands are the commands the core knows but does not link, with
-// the one-line help the full binary's own command has (a test of
-// runbox-full's checks they agree).
-var fullOnlyCommands = []struct{ name, short string }{
-	{"mcp", "Serve runbox as MCP tools on stdin/stdout (for AI agents)"},
-	{"serve", "Serve the control plane: sandboxes for many tenants over HTTP (Connect, gRPC, JSON)"},
-	{"token", "Create, list and revoke runbox serve's bearer tokens"},
-	{"audit", "Print runbox serve's audit log: every exec and lifecycle call"},
-}
-
-// stubCommand stands for a command this binary does not link: it takes
-// any arguments and hands the invocation to the full binary.
-func (a *app) stubCommand(name, short string) *cobra.Command {
-	return &cobra.Command{
-		Use:   name,
-		Short: short,
-		Long: short + `.
-
-This command is run by runbox-full, the binary with every provider and
-command, which runbox finds beside itself or on PATH ($` + FullEnv + ` names
-it): "runbox ` + name + ` --help" shows its flags.`,
-		DisableFlagParsing: true,
-		RunE: func(*cobra.Command, []string) error {
-			return needFull("runbox " + name)
-		},
-	}
 }
 
 // App is one CLI invocation as the commands of Features.Commands see it.
@@ -183,35 +138,4 @@ func (a *app) linked(name string) (ProviderKind, bool) {
 		}
 	}
 	return ProviderKind{}, false
-}
-
-// linksAll reports whether this binary links every provider runbox knows.
-func (a *app) linksAll() bool {
-	for _, name := range knownProviders {
-		if _, ok := a.linked(name); !ok {
-			return false
-		}
-	}
-	return true
-}
-
-// needAllProviders returns a needFull error when the invocation must see
-// every provider's sandboxes (ls, a name's uniqueness) and this binary
-// does not link them all; through a server it needs none.
-func (a *app) needAllProviders(what string) error {
-	if srv, _ := a.remoteServer(); srv != nil || a.linksAll() {
-		return nil
-	}
-	return needFull(what + " (it looks at every provider's sandboxes: " + strings.Join(a.unlinked(), ", ") + ")")
-}
-
-// unlinked lists the known providers this binary does not link.
-func (a *app) unlinked() []string {
-	var out []string
-	for _, name := range knownProviders {
-		if _, ok := a.linked(name); !ok {
-			out = append(out, name)
-		}
-	}
-	return out
 }

@@ -78,19 +78,7 @@ type byIDGetter interface {
 
 // rankAcross is findAcross's lookup in every provider at once, ranked.
 func (a *app) rankAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, error) {
-	handOver := func() error {
-		return needFull("finding sandbox " + key + " beyond this runbox's providers (" + strings.Join(a.unlinked(), ", ") + ")")
-	}
-	if !a.linksAll() && !sandboxkey.ValidID(key) {
-		// A name or an id prefix is never conclusive here (see
-		// conclusive): hand it over without asking this binary's
-		// providers first (an ssh provider's list connects to each host).
-		return nil, runbox.Sandbox{}, handOver()
-	}
 	ms := a.lookupAll(ctx, key)
-	if !a.linksAll() && !conclusive(ms, key) {
-		return nil, runbox.Sandbox{}, handOver()
-	}
 	var found []providerMatch
 	var unavailable []string
 	var firstErr error
@@ -136,23 +124,6 @@ func (a *app) rankAcross(ctx context.Context, key string) (runbox.Provider, runb
 	return nil, runbox.Sandbox{}, runbox.ErrSandboxNotFound
 }
 
-// conclusive reports whether the matches of the providers this binary
-// links decide the lookup of key whatever the other providers hold: one of
-// them has key as its exact id (ids are random, one per sandbox, and an
-// exact id wins any ranking). A name is not enough: up keeps names unique
-// across providers, but a sandbox made past it (the Go API, another
-// machine on the same cluster) may share one, and that is an error naming
-// both, which only a lookup in every provider finds. A name, an id prefix,
-// no match or a failure is for the full binary to decide.
-func conclusive(ms []providerMatch, key string) bool {
-	for _, m := range ms {
-		if m.err == nil && m.sb.ID == key {
-			return true
-		}
-	}
-	return false
-}
-
 // candidates lists matches as "local sandbox 1a2b3c4d5e6f (name), ...".
 func candidates(ms []providerMatch) string {
 	s := make([]string, len(ms))
@@ -170,9 +141,6 @@ func candidates(ms []providerMatch) string {
 func (a *app) checkNameFree(ctx context.Context, name string) error {
 	if name == "" {
 		return nil
-	}
-	if err := a.needAllProviders("a name's uniqueness"); err != nil {
-		return err
 	}
 	var taken []providerMatch
 	for _, m := range a.lookupAll(ctx, name) {

@@ -24,9 +24,6 @@ within a second, "lost" otherwise (remove a lost sandbox with runbox rm -f).
 A provider that cannot be reached here is noted on stderr and skipped.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
-			if err := a.needAllProviders("runbox ls"); err != nil {
-				return err
-			}
 			var all []runbox.Sandbox
 			for _, p := range a.allProviders() {
 				sbs, err := p.List(c.Context())

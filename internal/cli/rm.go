@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -25,9 +24,7 @@ only removed with -f, since processes it started may have outlived it.`,
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			// Every sandbox is found before any is removed, so that an
-			// invocation handed to the full binary (a docker sandbox among
-			// them) has removed nothing yet.
+			// Every sandbox is found before any is removed.
 			type target struct {
 				p   runbox.Provider
 				sb  runbox.Sandbox
@@ -36,10 +33,6 @@ only removed with -f, since processes it started may have outlived it.`,
 			targets := make([]target, len(args))
 			for i, key := range args {
 				p, sb, err := a.find(c.Context(), key)
-				var need *errNeedFull
-				if errors.As(err, &need) {
-					return err
-				}
 				targets[i] = target{p, sb, err}
 			}
 			failed := false

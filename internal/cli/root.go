@@ -23,6 +23,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/buildinfo"
+	"github.com/runbox/runbox/internal/execcli"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
 )
@@ -33,7 +34,11 @@ var Version = "dev"
 
 // ExitStatusFailure is the exit status when runbox itself failed rather
 // than the command it ran (docker run's convention).
-const ExitStatusFailure = 125
+const ExitStatusFailure = execcli.ExitStatusFailure
+
+// ExitTimedOut is the exit status of a command that timed out and then
+// exited by itself (execcli.ExitTimedOut).
+const ExitTimedOut = execcli.ExitTimedOut
 
 // ExitError carries the status a command exited with. Run returns it when
 // the command ran and exited non-zero; it is not a runbox failure.
@@ -79,19 +84,14 @@ func ExitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	fmt.Fprintln(stderr, "runbox: "+oneLine(err.Error()))
-	return ExitStatusFailure
+	return execcli.ReportFailure(stderr, err)
 }
 
-// oneLine folds a multi-line message (a daemon log tail) onto one line.
-func oneLine(s string) string {
-	s = strings.TrimSpace(s)
-	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), " | ")
-}
+// oneLine folds a multi-line message onto one line (execcli.OneLine).
+func oneLine(s string) string { return execcli.OneLine(s) }
 
 // Run runs the CLI with the features a binary links and args (without the
-// program name). An invocation that needs what the binary does not link is
-// handed to the full binary (f.Delegate) before it has done anything.
+// program name).
 func Run(ctx context.Context, f Features, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	e, err := envFromOS()
 	if err != nil {
@@ -104,16 +104,7 @@ func Run(ctx context.Context, f Features, args []string, stdin io.Reader, stdout
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err = root.ExecuteContext(ctx)
-	var need *errNeedFull
-	if !errors.As(err, &need) {
-		return err
-	}
-	if ctx.Err() != nil { // interrupted while deciding: hand nothing over
-		return fmt.Errorf("%s: %w", need.why, context.Cause(ctx))
-	}
-	a.closeProviders()
-	return a.delegate(args, need)
+	return root.ExecuteContext(ctx)
 }
 
 // envFromOS reads RUNBOX_HOME, RUNBOX_RUNBOXD and RUNBOX_PROVIDER.
@@ -179,16 +170,8 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.syncCmd(),
 		a.versionCmd(),
 	)
-	added := map[string]bool{}
 	for _, mk := range a.features.Commands {
-		c := mk(App{a})
-		added[c.Name()] = true
-		root.AddCommand(c)
-	}
-	for _, fc := range fullOnlyCommands {
-		if !added[fc.name] {
-			root.AddCommand(a.stubCommand(fc.name, fc.short))
-		}
+		root.AddCommand(mk(App{a}))
 	}
 	a.addRemoteFlags(root)
 	return root
@@ -222,9 +205,6 @@ func (a *app) localProvider(name string) (runbox.Provider, error) {
 		p := k.New(a.env)
 		a.made[name] = p
 		return p, nil
-	}
-	if slices.Contains(knownProviders, name) {
-		return nil, needFull("the " + name + " provider")
 	}
 	return nil, fmt.Errorf("unknown provider %q (available: %s)", name, strings.Join(providerNames(), ", "))
 }

@@ -31,7 +31,7 @@ string, several are an argv.`,
 		RunE: func(c *cobra.Command, args []string) error {
 			_, command, _ := splitCommand(c, args, 0)
 			if err := ef.check(); err != nil {
-				return fail("run", "", ef.id, err)
+				return fail("run", "", ef.ID, err)
 			}
 			p, spec, err := a.upSpec(&uf)
 			if err != nil {
@@ -48,7 +48,7 @@ string, several are an argv.`,
 			defer a.removeAfterRun(ctx, p, sb)
 			cl := a.clientFor(p, sb)
 			defer cl.Close()
-			return fail("exec", sb.ID, ef.id, a.exec(ctx, cl, sb, command, &ef))
+			return fail("exec", sb.ID, ef.ID, a.exec(ctx, cl, sb, command, &ef))
 		},
 	}
 	uf.add(c.Flags(), a.env.Provider)

@@ -23,24 +23,24 @@ shell up (SIGHUP, then the stop protocol), unless --keep-on-exit.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key := args[0]
-			f.tty, f.interactive = true, true
-			f.cancelOnExit = !f.keep
+			f.TTY, f.Interactive = true, true
+			f.CancelOnExit = !f.Keep
 			if err := f.check(); err != nil {
-				return fail("sh", key, f.id, err)
+				return fail("sh", key, f.ID, err)
 			}
 			sb, cl, err := a.connect(c.Context(), key)
 			if err != nil {
-				return fail("sh", key, f.id, err)
+				return fail("sh", key, f.ID, err)
 			}
 			defer cl.Close()
-			return fail("sh", key, f.id, a.exec(c.Context(), cl, sb, []string{loginShell}, &f))
+			return fail("sh", key, f.ID, a.exec(c.Context(), cl, sb, []string{loginShell}, &f))
 		},
 	}
 	fs := c.Flags()
-	fs.StringVar(&f.session, "session", "", "shell session to start in: its directory and exported environment")
-	fs.StringVar(&f.cwd, "cwd", "", "working directory (default: the sandbox's)")
-	fs.StringArrayVarP(&f.env, "env", "e", nil, "set an environment variable: K=V, or K to pass this process's value")
-	fs.StringVar(&f.id, "id", "", "exec id (default: generated)")
-	fs.BoolVar(&f.keep, "keep-on-exit", false, "leave the shell running if this runbox process dies (default: runboxd hangs it up)")
+	fs.StringVar(&f.Session, "session", "", "shell session to start in: its directory and exported environment")
+	fs.StringVar(&f.Cwd, "cwd", "", "working directory (default: the sandbox's)")
+	fs.StringArrayVarP(&f.Env, "env", "e", nil, "set an environment variable: K=V, or K to pass this process's value")
+	fs.StringVar(&f.ID, "id", "", "exec id (default: generated)")
+	fs.BoolVar(&f.Keep, "keep-on-exit", false, "leave the shell running if this runbox process dies (default: runboxd hangs it up)")
 	return c
 }

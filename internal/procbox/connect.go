@@ -10,7 +10,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/procrecord"
 )
 
 // Dialer returns a dialer for the sandbox's unix socket, which opens every
@@ -30,19 +30,8 @@ func (p *Store) Dialer(sb runbox.Sandbox) runbox.Dialer {
 }
 
 // dialer dials socket and authenticates the connection with the secret in
-// sbDir.
-func dialer(socket, sbDir string) runbox.Dialer {
-	return func(ctx context.Context) (net.Conn, error) {
-		secret, err := readSecret(sbDir)
-		if err != nil {
-			return nil, err
-		}
-		var d net.Dialer
-		return daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", socket)
-		}, secret)(ctx)
-	}
-}
+// sbDir (procrecord.Dialer).
+func dialer(socket, sbDir string) runbox.Dialer { return procrecord.Dialer(socket, sbDir) }
 
 // waitReady polls until runboxd answers Info on dial, it exits, or ctx ends.
 func waitReady(ctx context.Context, socket string, dial runbox.Dialer, exited <-chan struct{}) error {
@@ -139,17 +128,7 @@ func isAlive(ctx context.Context, rec Record, sbDir string) bool {
 	return true
 }
 
-// aliveConn is isAlive's probe that keeps its connection: an authenticated
-// connection to the record's runboxd, or nil when it does not answer.
+// aliveConn is isAlive's probe that keeps its connection (procrecord.AliveConn).
 func aliveConn(ctx context.Context, rec Record, sbDir string) net.Conn {
-	if !procAlive(rec) {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, aliveTimeout)
-	defer cancel()
-	conn, err := dialer(rec.Socket, sbDir)(ctx)
-	if err != nil {
-		return nil
-	}
-	return conn
+	return procrecord.AliveConn(ctx, rec, sbDir)
 }

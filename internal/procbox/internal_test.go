@@ -3,6 +3,8 @@ package procbox
 import (
 	"os"
 	"testing"
+
+	"github.com/runbox/runbox/internal/procrecord"
 )
 
 // A recorded pid that now belongs to another process (different start
@@ -12,7 +14,7 @@ func TestProcAliveGuardsPidReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	me := Record{Pid: os.Getpid(), StartTime: start, BootID: bootID()}
+	me := Record{Pid: os.Getpid(), StartTime: start, BootID: procrecord.BootID()}
 	if !procAlive(me) {
 		t.Fatal("procAlive(this process) = false")
 	}

@@ -1,15 +1,14 @@
 package procbox
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/runbox/runbox/internal/procrecord"
 )
 
 // Detached is a runboxd started by this process.
@@ -53,54 +52,10 @@ func StartDetached(cmd *exec.Cmd) (*Detached, error) {
 	return d, nil
 }
 
-// procStat returns the state (field 3) and start time (field 22, clock ticks
-// after boot) of pid from /proc/<pid>/stat.
-func procStat(pid int) (state byte, start uint64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name (field 2) is in parentheses and may itself contain
-	// spaces and parentheses: the fields that follow start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); field 22 is f[19].
-	if len(f) < 20 || len(f[0]) != 1 {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	start, err = strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
-	}
-	return f[0][0], start, nil
-}
-
 // procStartTime returns pid's start time, for the sandbox record.
 func procStartTime(pid int) (uint64, error) {
-	_, start, err := procStat(pid)
+	_, start, err := procrecord.ProcStat(pid)
 	return start, err
-}
-
-// sameProcess reports whether pid is alive (not a zombie) and started at
-// start.
-func sameProcess(pid int, start uint64) bool {
-	state, s, err := procStat(pid)
-	if err != nil {
-		return false
-	}
-	return s == start && state != 'Z' && state != 'X' && state != 'x'
-}
-
-// bootID returns the kernel's boot id, or "" when it cannot be read.
-func bootID() string {
-	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // killPid sends SIGKILL to pid; a process already gone is not an error.

@@ -34,6 +34,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/procrecord"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
@@ -47,7 +48,7 @@ const (
 	startTimeout = 15 * time.Second
 	// aliveTimeout bounds the Info probe that decides Sandbox.Alive, so one
 	// wedged daemon cannot make List hang.
-	aliveTimeout = time.Second
+	aliveTimeout = procrecord.AliveTimeout
 	// shutdownTimeout bounds the Shutdown RPC when the caller's context has no
 	// deadline. The RPC takes as long as the slowest exec's grace period.
 	shutdownTimeout = 2 * time.Minute
@@ -122,36 +123,10 @@ type Store struct {
 }
 
 // DefaultHome returns $RUNBOX_HOME, or ~/.runbox when it is unset.
-func DefaultHome() (string, error) {
-	if h := os.Getenv("RUNBOX_HOME"); h != "" {
-		return h, nil
-	}
-	u, err := os.UserHomeDir()
-	if err != nil {
-		return "", fmt.Errorf("runbox home: set RUNBOX_HOME: %w", err)
-	}
-	return filepath.Join(u, ".runbox"), nil
-}
+func DefaultHome() (string, error) { return procrecord.Home() }
 
-// Record is a sandbox as stored in sandbox.json.
-type Record struct {
-	ID       string    `json:"id"`
-	Name     string    `json:"name,omitempty"`
-	Provider string    `json:"provider"`
-	Created  time.Time `json:"created"`
-	// Pid is runboxd's pid; 0 while Create has not started it yet.
-	Pid int `json:"pid"`
-	// StartTime is field 22 of /proc/<pid>/stat (clock ticks since boot) and
-	// BootID the kernel's boot id: together with Pid they name one process
-	// for good, so a recycled pid is never taken for runboxd.
-	StartTime uint64 `json:"start_time"`
-	BootID    string `json:"boot_id,omitempty"`
-	Socket    string `json:"socket"`
-	Workdir   string `json:"workdir"`
-	Runboxd   string `json:"runboxd"`
-	// Extra holds what the provider's Kind records (cgroup paths, ...).
-	Extra map[string]string `json:"extra,omitempty"`
-}
+// Record is a sandbox as stored in sandbox.json (procrecord.Record).
+type Record = procrecord.Record
 
 func (p *Store) home() (string, error) {
 	if p.Home != "" {
@@ -165,11 +140,7 @@ func (p *Store) sandboxesDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	abs, err := filepath.Abs(h)
-	if err != nil {
-		return "", fmt.Errorf("runbox home %s: %w", h, err)
-	}
-	return filepath.Join(abs, "sandboxes"), nil
+	return procrecord.SandboxesDir(h)
 }
 
 // validName is what a sandbox name may look like (docker's rule), so names
@@ -357,7 +328,7 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 		// It died already (and may be reaped); the wait below reports why.
 		rec.StartTime = 0
 	}
-	rec.BootID = bootID()
+	rec.BootID = procrecord.BootID()
 	if err := writeRecord(sbDir, *rec); err != nil {
 		proc.Kill()
 		return err
@@ -501,17 +472,9 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 	return nil
 }
 
-// procAlive reports whether the recorded runboxd process is still running:
-// same pid, same boot, same start time, and not a zombie.
-func procAlive(rec Record) bool {
-	if rec.Pid <= 0 {
-		return false
-	}
-	if rec.BootID != "" && rec.BootID != bootID() {
-		return false
-	}
-	return sameProcess(rec.Pid, rec.StartTime)
-}
+// procAlive reports whether the recorded runboxd process is still running
+// (procrecord.Alive).
+func procAlive(rec Record) bool { return procrecord.Alive(rec) }
 
 // killRecord sends SIGKILL to the recorded runboxd, if it is still that
 // process.

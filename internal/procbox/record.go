@@ -2,8 +2,8 @@ package procbox
 
 import (
 	"slices"
-	"time"
 
+	"github.com/runbox/runbox/internal/procrecord"
 	"github.com/runbox/runbox/internal/recordfile"
 )
 
@@ -20,12 +20,6 @@ func (p *Store) records(dir string) ([]Record, error) {
 // first (see recordfile.List).
 func readRecords(dir string) ([]Record, error) { return recordfile.List[Record](dir, nil) }
 
-func readRecord(sbDir string) (Record, error) { return recordfile.Read[Record](sbDir) }
+func readRecord(sbDir string) (Record, error) { return procrecord.Read(sbDir) }
 
 func writeRecord(sbDir string, r Record) error { return recordfile.Write(sbDir, r) }
-
-// RecordID is the id the record claims (recordfile.Record).
-func (r Record) RecordID() string { return r.ID }
-
-// RecordCreated is when the sandbox was made (recordfile.Record).
-func (r Record) RecordCreated() time.Time { return r.Created }

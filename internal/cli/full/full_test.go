@@ -25,19 +25,9 @@ func help(t *testing.T, f cli.Features, args ...string) string {
 	return stdout.String()
 }
 
-// TestLightHelpIsFullHelp: the light runbox lists every command of
-// runbox-full with the same one-line help, and up's flags (the
-// kubernetes and ssh ones among them) are the same in both.
-func TestLightHelpIsFullHelp(t *testing.T) {
-	light := cli.Light(func([]string, string) error {
-		t.Fatal("help was handed to the full binary")
-		return nil
-	})
-	for _, args := range [][]string{{"--help"}, {"up", "--help"}, {"run", "--help"}, {"exec", "--help"}} {
-		if l, f := help(t, light, args...), help(t, full.Features(), args...); l != f {
-			t.Errorf("runbox %q differs between the binaries:\nrunbox:\n%s\nrunbox-full:\n%s", args, l, f)
-		}
-	}
+// TestUpHelpNamesProviderSettings: up's help names the kubernetes and ssh
+// providers' settings.
+func TestUpHelpNamesProviderSettings(t *testing.T) {
 	up := help(t, full.Features(), "up", "--help")
 	for _, s := range []string{kubernetes.NamespaceEnv, kubernetes.PodTemplateEnv, kubernetes.ContextEnv, kubernetes.RunboxdImageEnv, kubernetes.DefaultRunboxdImage, ssh.TargetEnv} {
 		if !strings.Contains(up, s) {

@@ -1,4 +1,4 @@
-package cli
+package front
 
 import (
 	"errors"
@@ -19,33 +19,13 @@ const FullEnv = "RUNBOX_FULL"
 
 // DelegatedEnv is set in the full binary's environment by the runbox that
 // handed it an invocation; the full binary unsets it. A runbox that finds
-// it set refuses to hand over again ($RUNBOX_FULL naming the light binary
-// would otherwise loop).
+// it set refuses to hand over again ($RUNBOX_FULL naming the front would
+// otherwise loop).
 const DelegatedEnv = "RUNBOX_DELEGATED"
 
 // ErrFullBinaryMissing is returned when an invocation needs the full
 // binary and it cannot be found or run.
 var ErrFullBinaryMissing = errors.New(FullBinary + " not found")
-
-// errNeedFull says the invocation needs what this binary does not link:
-// Run hands the whole invocation to the full binary. It is returned before
-// the command has done anything (no sandbox made, no byte of stdin read).
-type errNeedFull struct{ why string }
-
-func (e *errNeedFull) Error() string {
-	return e.why + " needs " + FullBinary + ", which this runbox does not link"
-}
-
-func needFull(why string) error { return &errNeedFull{why: why} }
-
-// delegate hands the invocation to the full binary; it returns only when
-// it could not.
-func (a *app) delegate(args []string, need *errNeedFull) error {
-	if a.features.Delegate == nil {
-		return need // a binary that links everything never gets here
-	}
-	return a.features.Delegate(args, need.why)
-}
 
 // ExecFull replaces this process with the full binary, run with args (the
 // invocation's arguments without the program name), so that its stdio,
@@ -54,7 +34,7 @@ func (a *app) delegate(args []string, need *errNeedFull) error {
 // started, with an error naming what was needed and how to get it.
 func ExecFull(args []string, why string) error {
 	if os.Getenv(DelegatedEnv) != "" {
-		return fmt.Errorf("%s: %w: %s handed it back (is $%s the light runbox?)", why, ErrFullBinaryMissing, os.Getenv(DelegatedEnv), FullEnv)
+		return fmt.Errorf("%s: %w: %s handed it back (is $%s the runbox front?)", why, ErrFullBinaryMissing, os.Getenv(DelegatedEnv), FullEnv)
 	}
 	path, err := FindFull()
 	if err != nil {

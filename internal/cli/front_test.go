@@ -1,0 +1,172 @@
+package cli_test
+
+import (
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/recordfile"
+)
+
+// cuttingProxy listens beside the sandbox's runboxd socket and makes the
+// record point at it: it forwards every connection to runboxd, but cuts
+// the first one once it has carried cutAfter bytes from the daemon.
+func cuttingProxy(t *testing.T, home, id string, cutAfter int64) (cuts *atomic.Int32) {
+	t.Helper()
+	sbDir := filepath.Join(home, "sandboxes", id)
+	rec, err := procrecord.Read(sbDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(home, "p.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	real := rec.Socket
+	cuts = new(atomic.Int32)
+	var first sync.Once
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			cut := false
+			first.Do(func() { cut = true })
+			go func() {
+				defer c.Close()
+				d, err := net.Dial("unix", real)
+				if err != nil {
+					t.Logf("proxy: %v", err)
+					return
+				}
+				defer d.Close()
+				go func() { io.Copy(d, c); d.(*net.UnixConn).CloseWrite() }()
+				if cut {
+					io.CopyN(c, d, cutAfter)
+					cuts.Add(1)
+					return
+				}
+				io.Copy(c, d)
+			}()
+		}
+	}()
+	rec.Socket = sock
+	if err := recordfile.Write(sbDir, rec); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		rec.Socket = real
+		recordfile.Write(sbDir, rec)
+	})
+	return cuts
+}
+
+// TestFrontHandsOverABrokenStream: when the front's stream to runboxd
+// breaks after it showed output, runbox-full follows the exec from the next
+// chunk: every line appears once, in order, the command ran once, and the
+// status is the command's.
+func TestFrontHandsOverABrokenStream(t *testing.T) {
+	home := setHome(t)
+	id := up(t)
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
+	count := filepath.Join(t.TempDir(), "count")
+	cuts := cuttingProxy(t, home, id, 2000)
+	o := runBin(t, "exec", id, "--", "echo run >> "+count+"; for i in $(seq 1 300); do echo line $i; sleep 0.002; done; echo done >&2; exit 3")
+	var want strings.Builder
+	for i := 1; i <= 300; i++ {
+		want.WriteString("line " + strconv.Itoa(i) + "\n")
+	}
+	if o.code != 3 || o.stdout != want.String() || o.stderr != "done\n" {
+		t.Errorf("exec through a stream cut once: exit %d, stderr %q, stdout %d bytes (want %d, each line once); want exit 3", o.code, o.stderr, len(o.stdout), want.Len())
+	}
+	if b, _ := os.ReadFile(count); string(b) != "run\n" {
+		t.Errorf("the command ran %q; want once", b)
+	}
+	if cuts.Load() != 1 || !strings.Contains(spied(t, log), "--from ") {
+		t.Errorf("cuts %d, runbox-full got %q; want the stream cut and the exec handed over with --from", cuts.Load(), spied(t, log))
+	}
+}
+
+// TestFrontSandboxLostAsFull: runboxd killed while the front follows an
+// exec is the same failure as for runbox-full alone: the output shown,
+// then exit 125 naming the lost sandbox.
+func TestFrontSandboxLostAsFull(t *testing.T) {
+	home := setHome(t)
+	full := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
+	for _, bin := range []string{binary(t), full} {
+		id := up(t)
+		rec, err := procrecord.Read(filepath.Join(home, "sandboxes", id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := marker(t)
+		cmd := exec.Command(bin, "exec", id, "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep "))
+		out := &syncBuffer{written: make(chan struct{})}
+		var stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = out, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-out.written:
+		case <-time.After(hangBound):
+			t.Fatalf("%s: no output", bin)
+		}
+		syscall.Kill(rec.Pid, syscall.SIGKILL)
+		code, _ := waitExit(t, cmd, hangBound)
+		if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") || strings.Count(stderr.String(), "\n") != 1 {
+			t.Errorf("%s, runboxd killed mid-exec: exit %d, stdout %q, stderr %q; want 125, the output, one line saying the sandbox is lost", filepath.Base(bin), code, out.String(), stderr.String())
+		}
+		pollCount(t, m, hangBound, func(n int) bool { return n == 0 })
+	}
+}
+
+// TestFrontFailsAsFull: a sandbox whose record is gone, or whose secret
+// runboxd refuses, gives what runbox-full alone gives, byte for byte.
+func TestFrontFailsAsFull(t *testing.T) {
+	home := setHome(t)
+	full := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
+	id := up(t)
+	gone := up(t)
+	run := func(bin string, args ...string) outcome {
+		cmd := exec.Command(bin, args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(interface{ ExitCode() int }); ok {
+			code = ee.ExitCode()
+		}
+		return outcome{code, stdout.String(), stderr.String()}
+	}
+	must(t, "rm", gone)
+	secret := filepath.Join(home, "sandboxes", id, procrecord.SecretFile)
+	if err := os.WriteFile(secret, []byte(strings.Repeat("x", 32)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"exec", gone, "--", "true"},
+		{"exec", id, "--", "true"},
+		{"exec", "--json", id, "--", "true"},
+		{"exec", "--timeout", "-1s", id, "--", "true"},
+	} {
+		f, w := run(binary(t), args...), run(full, args...)
+		if f != w || f.code != 125 {
+			t.Errorf("runbox %q: %+v; runbox-full: %+v; want the same failure, 125", args, f, w)
+		}
+	}
+}

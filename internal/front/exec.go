@@ -1,0 +1,206 @@
+package front
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execwire"
+	"github.com/runbox/runbox/internal/procrecord"
+)
+
+// Timing as the Go client has it (client/client.go): the exec's deadline
+// is the daemon's; past timeout + grace + streamHeadroom without a result,
+// the front hands the exec to runbox-full, whose client asks the daemon
+// about it; a Cancel is bounded by grace + cancelHeadroom, and the result
+// is waited for as long again.
+const (
+	streamHeadroom = 5 * time.Second
+	cancelHeadroom = 5 * time.Second
+)
+
+// run runs the exec, or hands it to runbox-full (args is the whole
+// invocation).
+func (x *execArgs) run(args []string) int {
+	if x.flags.Check() != nil {
+		return handOver(args, nil) // runbox-full says what is wrong
+	}
+	home, err := procrecord.Home()
+	if err != nil {
+		return handOver(args, nil)
+	}
+	dir, err := procrecord.SandboxesDir(home)
+	if err != nil {
+		return handOver(args, nil)
+	}
+	sbDir := filepath.Join(dir, x.key)
+	rec, err := procrecord.Read(sbDir)
+	if err != nil || rec.ID != x.key || rec.Provider != procrecord.HostProvider && rec.Provider != procrecord.LocalProvider {
+		return handOver(args, nil) // not a sandbox the front reaches
+	}
+	spec := x.flags.Spec(x.command)
+	spec.CancelOnDisconnect = true // --cancel-on-exit, the only value the front takes
+	if !x.flags.JSON {
+		// Streamed, as runbox-full asks: runboxd spills only from the
+		// first byte the stream misses, if any.
+		spec.Spill = runbox.SpillUnsent
+	}
+	if spec.ID == "" {
+		spec.ID = execcli.NewExecID()
+	}
+	if !utf8.ValidString(spec.ID) || !utf8.ValidString(spec.Session) || spec.CheckInput() != nil {
+		return handOver(args, nil) // refused before sending, by runbox-full
+	}
+	conn := procrecord.AliveConn(context.Background(), rec, sbDir)
+	if conn == nil {
+		return handOver(args, nil) // runbox-full says the sandbox is lost
+	}
+	// From here the Run may reach runboxd: a handover names the exec.
+	withID := []string{"--id", spec.ID}
+	if x.flags.ID != "" {
+		withID = nil // the invocation names it already
+	}
+	e := &execRun{x: x, spec: spec, dial: procrecord.Dialer(rec.Socket, sbDir)}
+	res, started, err := e.follow(conn)
+	conn.Close()
+	switch {
+	case err != nil && !started:
+		return handOver(args, withID)
+	case err != nil:
+		from := []string{"--from", strconv.FormatUint(e.lastSeq+1, 10)}
+		if e.gaps > 0 {
+			from = append(from, "--from-gaps", strconv.Itoa(e.gaps), "--from-lost", strconv.FormatInt(e.lost, 10))
+		}
+		return handOver(args, append(withID, from...))
+	case e.interrupted.Load() && !res.Cancelled:
+		// The command ended before the cancel took: the call failed as
+		// the Go client reports a cancelled context.
+		return execcli.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: context.Canceled})
+	}
+	res.StreamGaps, res.StreamLost = e.gaps, e.lost
+	if x.flags.JSON {
+		if err := execcli.WriteJSON(os.Stdout, execcli.ResultJSON(res)); err != nil {
+			return execcli.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: err})
+		}
+	} else {
+		execcli.ReportStop(os.Stderr, res, x.flags.Timeout, x.flags.Idle)
+		execcli.ReportLeftovers(os.Stderr, res, x.key)
+	}
+	return execcli.ExitStatus(res)
+}
+
+// execRun is one exec the front follows.
+type execRun struct {
+	x    *execArgs
+	spec runbox.ExecSpec
+	dial runbox.Dialer
+
+	lastSeq     uint64 // of the last chunk shown, or the end of the last gap
+	gaps        int    // gaps reported, and the bytes they left out
+	lost        int64
+	interrupted atomic.Bool
+}
+
+// grace is the exec's grace period as the daemon applies it.
+func (e *execRun) grace() time.Duration {
+	switch g := e.spec.Grace; {
+	case g > 0:
+		return g
+	case g < 0:
+		return 0
+	}
+	return runbox.DefaultGrace
+}
+
+// follow sends the Run call on conn and shows the exec's events to its
+// result. started says the started event came (the exec exists); err is
+// any failure, after which runbox-full takes over.
+func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err error) {
+	// Ctrl-C or SIGTERM cancel the exec on runboxd; the stream then
+	// brings its result.
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go e.cancelOnSignal(sigs, done, conn)
+
+	if e.spec.Timeout > 0 {
+		conn.SetReadDeadline(time.Now().Add(e.spec.Timeout + e.grace() + streamHeadroom))
+	}
+	s, err := execwire.Run(conn, e.spec, !e.x.flags.JSON)
+	if err != nil {
+		return res, false, err
+	}
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			var ce *execwire.CallError
+			if !started && e.interrupted.Load() && errors.As(err, &ce) && ce.Tag == "cancelled" {
+				// The cancel's tombstone came before the Run: the command
+				// never ran (as the Go client reports it).
+				return runbox.Result{ID: e.spec.ID, Cancelled: true}, true, nil
+			}
+			if err == io.EOF {
+				err = execwire.ErrStreamBroken // ended without the result
+			}
+			return res, started, err
+		}
+		switch ev.Kind {
+		case execwire.EventStarted:
+			started = true
+		case execwire.EventOutput:
+			if ev.Seq <= e.lastSeq {
+				continue
+			}
+			e.lastSeq = ev.Seq
+			if ev.Stream == runbox.Stderr {
+				_, _ = os.Stderr.Write(ev.Data)
+			} else {
+				_, _ = os.Stdout.Write(ev.Data)
+			}
+		case execwire.EventGap:
+			e.gaps++
+			e.lost += ev.Gap.Bytes
+			if to := ev.Gap.ToSeq; to > 0 && to-1 > e.lastSeq {
+				e.lastSeq = to - 1
+			}
+			execcli.ReportGap(os.Stderr, ev.Gap)
+		case execwire.EventExited:
+			return ev.Result, true, nil
+		}
+	}
+}
+
+// cancelOnSignal waits for the first signal and cancels the exec on a
+// connection of its own, bounded by its grace, then gives the stream on
+// conn as long again to bring the result. Later signals are ignored, as
+// by runbox-full.
+func (e *execRun) cancelOnSignal(sigs <-chan os.Signal, done <-chan struct{}, conn net.Conn) {
+	select {
+	case <-sigs:
+	case <-done:
+		return
+	}
+	e.interrupted.Store(true)
+	bound := e.grace() + cancelHeadroom
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	if c, err := e.dial(ctx); err == nil {
+		c.SetDeadline(time.Now().Add(bound))
+		_ = execwire.Cancel(c, e.spec.ID)
+		c.Close()
+	}
+	conn.SetReadDeadline(time.Now().Add(bound))
+}

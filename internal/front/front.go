@@ -1,0 +1,64 @@
+// Package front is the runbox binary that agents and people call
+// (cmd/runbox): a small program that runs the hot path itself and hands
+// everything else, with the same arguments, to runbox-full (package cli),
+// by replacing itself with it.
+//
+// Go runs every linked package's init before main, and start-up grows
+// with the binary, so the front links no command-line framework, no HTTP
+// stack, no protobuf runtime and no provider: it runs `runbox version` and
+// `runbox exec [flags] ID -- COMMAND...` on a host or local sandbox named
+// by its exact id, with the flags package execcli marks as the front's,
+// speaking runboxd's Run and Cancel calls itself (package execwire). It
+// follows the same rules as runbox-full (package execcli), so its output,
+// messages and exit status are runbox-full's.
+//
+// Handover: anything else goes to runbox-full untouched. When something
+// fails after the Run call may have reached runboxd, the front hands over
+// with the exec's id added (--id: an id that exists is attached to, never
+// run again), and once the exec has started, with the sequence number to
+// follow it from (--from and the gaps already reported): runbox-full
+// reports the failure, or the rest of the exec, in its own words, and no
+// exec runs twice and no output is shown twice.
+package front
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/runbox/runbox/internal/buildinfo"
+	"github.com/runbox/runbox/internal/execcli"
+)
+
+// Version is runbox's version, set at build time with
+// -ldflags "-X github.com/runbox/runbox/internal/front.Version=v1.2.3"
+// (and the same for internal/cli.Version, runbox-full's).
+var Version = buildinfo.Unstamped
+
+// Main runs the invocation (args without the program name) and returns
+// its exit status, or replaces this process with runbox-full.
+func Main(args []string) int {
+	switch {
+	case len(args) == 1 && (args[0] == "version" || args[0] == "--version"):
+		fmt.Println(buildinfo.Version(Version))
+		return 0
+	case len(args) > 0 && args[0] == "exec" && os.Getenv("RUNBOX_HOST") == "":
+		if x, ok := parseExec(args[1:]); ok {
+			return x.run(args)
+		}
+	}
+	return handOver(args, nil)
+}
+
+// handOver replaces this process with runbox-full run with args, the
+// flags in extra added after the command's name. It returns only when
+// runbox-full cannot be run, with exit status 125 after saying why.
+func handOver(args, extra []string) int {
+	if len(extra) > 0 {
+		args = append(append([]string{args[0]}, extra...), args[1:]...)
+	}
+	why := "runbox"
+	if len(args) > 0 {
+		why += " " + args[0]
+	}
+	return execcli.ReportFailure(os.Stderr, ExecFull(args, why))
+}
