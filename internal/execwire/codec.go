@@ -315,7 +315,7 @@ const (
 	outputFields  = 3
 	gapFields     = 3
 	exitedFields  = 1
-	resultFields  = 25
+	resultFields  = 27
 )
 
 // DecodeEvent decodes an ExecEvent into ev, reusing it; an Output event

@@ -84,7 +84,7 @@ func randSpec(r *rand.Rand) runbox.ExecSpec {
 		ID: validString(r), Command: randString(r), Login: r.IntN(2) == 0, Cwd: randString(r),
 		StdinStream: r.IntN(2) == 0, Timeout: randDuration(r), IdleTimeout: randDuration(r),
 		Grace: randDuration(r), HeadBytes: r.IntN(1 << 20), TailBytes: r.IntN(1 << 20),
-		Session: validString(r), Spill: runbox.SpillMode(r.IntN(3)),
+		Session: validString(r), Spill: runbox.SpillMode(r.IntN(4)),
 		CancelOnDisconnect: r.IntN(2) == 0, KillLeftovers: r.IntN(2) == 0,
 	}
 	for range r.IntN(4) {
