@@ -117,8 +117,18 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		if done, left = over(); done || time.Now().After(termBy) {
 			break
 		}
-		signalPids(e.cont.pids(), syscall.SIGTERM, e.signalled)
+		// The leader's group first: one system call reaches most trees
+		// whole, where signalling pid by pid on two cores is overtaken by
+		// the processes it wakes. Then each process of the exec by pid (a
+		// process in the group gets a second SIGTERM there). Every member
+		// listed before the group signal was signalled, even if it is gone
+		// by the time its pid's turn comes.
+		members := e.cont.pids()
 		e.signalLeaderGroup(syscall.SIGTERM)
+		signalPids(members, syscall.SIGTERM, e.signalled)
+		for _, pid := range members {
+			e.signalled[pid] = struct{}{}
+		}
 		if left == nil {
 			left, _ = search(look)
 		}
