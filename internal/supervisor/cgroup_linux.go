@@ -184,3 +184,63 @@ func (c *cgroupExec) release() {
 		time.Sleep(releaseRetryInterval)
 	}
 }
+
+// cgroupEvents is an exec cgroup's cgroup.events file held open: the
+// kernel wakes a poll on it when the cgroup's "populated" value changes,
+// so the stop protocol sees the last process go as it goes instead of at
+// its next look.
+type cgroupEvents struct {
+	fd  int
+	buf [128]byte
+}
+
+func (c *cgroupExec) openEvents() (*cgroupEvents, error) {
+	fd, err := unix.Open(filepath.Join(c.dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return &cgroupEvents{fd: fd}, nil
+}
+
+func (w *cgroupEvents) close() { unix.Close(w.fd) }
+
+// populated reads the file afresh; the read also arms the next poll, which
+// wakes on any change made after it.
+func (w *cgroupEvents) populated() (bool, error) {
+	n, err := unix.Pread(w.fd, w.buf[:], 0)
+	if err != nil {
+		return false, err
+	}
+	for line := range bytes.SplitSeq(w.buf[:n], []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("populated ")); ok {
+			return string(bytes.TrimSpace(v)) != "0", nil
+		}
+	}
+	return false, errors.New("cgroup.events has no populated line")
+}
+
+// waitEmpty waits up to d for the cgroup to have no process left, and
+// reports whether it has none.
+func (w *cgroupEvents) waitEmpty(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		populated, err := w.populated()
+		if err != nil {
+			time.Sleep(time.Until(deadline))
+			return false
+		}
+		if !populated {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		ts := unix.NsecToTimespec(left.Nanoseconds())
+		fds := []unix.PollFd{{Fd: int32(w.fd), Events: unix.POLLPRI}}
+		if _, err := unix.Ppoll(fds, &ts, nil); err != nil && !errors.Is(err, unix.EINTR) {
+			time.Sleep(time.Until(deadline))
+			return false
+		}
+	}
+}

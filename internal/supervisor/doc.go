@@ -61,6 +61,12 @@ const (
 	// 5 ms doubling at once: a tree gone in 6 ms was seen gone at 15 ms.)
 	stopPollInterval = time.Millisecond
 	stopFastPolls    = 20
+	// escapeeRescanInterval is how often, at most, the stop protocol
+	// searches /proc for processes that left the exec's cgroup while the
+	// cgroup still has members (it always searches on a phase's first
+	// look and once the cgroup is empty). A search reads every process's
+	// /proc entry.
+	escapeeRescanInterval = 50 * time.Millisecond
 	// releaseRetryInterval spaces the retries of removing an exec's
 	// cgroup that the kernel still reports busy (up to 100 of them).
 	releaseRetryInterval = 5 * time.Millisecond

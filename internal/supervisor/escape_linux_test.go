@@ -68,6 +68,25 @@ func TestStopKillsCgroupEscapees(t *testing.T) {
 			killMarked(m)
 		}
 	})
+	t.Run("cancel, the escapee ignores SIGTERM", func(t *testing.T) {
+		// Outside the cgroup, cgroup.kill does not reach it: after the
+		// grace the stop protocol must find it again and kill it.
+		s := newSup(t, ModeCgroup2)
+		m := marker()
+		e, _, err := s.Start(runbox.ExecSpec{Command: "trap '' TERM; " + escapeCommand(t, m, "sleep 300"), Grace: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitCount(t, m, 1)
+		s.Cancel(e.ID(), 0)
+		if r := waitResult(t, e); !r.Cancelled || r.Survivors != 0 {
+			t.Fatalf("exit %d, survivors %d, stderr %q: want cancelled, none surviving", r.ExitCode, r.Survivors, r.Stderr)
+		}
+		if n := countAlive(m); n != 0 {
+			t.Errorf("%d `sleep %s` outside the exec's cgroup that ignore SIGTERM survived the cancel", n, m)
+			killMarked(m)
+		}
+	})
 	t.Run("shutdown", func(t *testing.T) {
 		s, err := New(Config{CgroupMode: ModeCgroup2, Retention: 50 * time.Millisecond, Version: "test"})
 		if err != nil {

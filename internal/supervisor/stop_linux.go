@@ -68,52 +68,102 @@ func (e *Exec) gone() bool {
 // forked since; on a pty, SIGHUP first), waits up to grace for them to
 // exit, SIGKILLs what is left (at once when grace is zero),
 // and waits until nothing is alive or killConfirmTimeout passes.
+//
+// In cgroup2 mode each look reads the cgroup's member list, which is cheap,
+// and a wait between looks ends as the cgroup empties (see cgroupEvents).
+// The search for processes that left the cgroup (escapees) reads every
+// process's /proc entry, which costs in proportion to the machine's
+// process count: it runs from the second look of each phase on, at most
+// every escapeeRescanInterval while the cgroup is populated, and once the
+// cgroup is empty and the leader reaped, to confirm that nothing is left
+// (a tree that obeys SIGTERM at once needs that one search only).
 func (e *Exec) stopProtocol(grace time.Duration) {
 	e.stopMu.Lock()
 	defer e.stopMu.Unlock()
-	// Look often at first, when a tree that obeys SIGTERM is going (most
-	// are gone within milliseconds), then back off for one that lingers.
-	poll, polls := stopPollInterval, 0
-	wait := func() {
-		time.Sleep(poll)
-		if polls++; polls >= stopFastPolls {
-			poll = min(poll*2, 50*time.Millisecond)
-		}
-	}
-	// In cgroup2 mode, processes that left the cgroup are looked for by
-	// their markers once the cgroup is done with (the look reads every
-	// process's environment).
-	over := func() bool { return e.gone() && (e.escapees == nil || e.escapees.empty()) }
-	if e.pty != nil && grace > 0 && !over() {
+	w := e.newStopWait()
+	defer w.close()
+	if e.pty != nil && grace > 0 && !e.gone() {
 		// A command on a terminal is stopped as a closed terminal stops
 		// it: a hangup first (an interactive shell ignores SIGTERM and
 		// would otherwise hold on for the whole grace period).
 		signalPids(e.livePids(), syscall.SIGHUP, e.signalled)
 		e.signalLeaderGroup(syscall.SIGHUP)
 	}
+	var lastSearch time.Time
+	// search looks for the exec's processes by their markers (cgroup2
+	// mode; proc mode's containment is that search itself): always once
+	// the cgroup is empty and the leader reaped, else from a phase's
+	// second look on, every escapeeRescanInterval.
+	search := func(look int) (pids []int, searched bool) {
+		if e.escapees == nil || (!e.gone() && (look == 0 || time.Since(lastSearch) < escapeeRescanInterval)) {
+			return nil, false
+		}
+		lastSearch = time.Now()
+		return e.escapees.pidsWith(e.cont.pids), true
+	}
+	// over reports whether nothing of the exec is left; left is what its
+	// confirming search found (escapees, the cgroup being empty).
+	over := func() (done bool, left []int) {
+		if !e.gone() {
+			return false, nil
+		}
+		left, _ = search(-1)
+		return len(left) == 0, left
+	}
+	done := false
 	termBy := time.Now().Add(grace)
-	for !over() {
-		if time.Now().After(termBy) {
+	for look := 0; ; look++ {
+		var left []int
+		if done, left = over(); done || time.Now().After(termBy) {
 			break
 		}
-		signalPids(e.livePids(), syscall.SIGTERM, e.signalled)
+		// The leader's group first: one system call reaches most trees
+		// whole, where signalling pid by pid on two cores is overtaken by
+		// the processes it wakes. Then each process of the exec by pid (a
+		// process in the group gets a second SIGTERM there). Every member
+		// listed before the group signal was signalled, even if it is gone
+		// by the time its pid's turn comes.
+		members := e.cont.pids()
 		e.signalLeaderGroup(syscall.SIGTERM)
-		wait()
+		signalPids(members, syscall.SIGTERM, e.signalled)
+		for _, pid := range members {
+			e.signalled[pid] = struct{}{}
+		}
+		if left == nil {
+			left, _ = search(look)
+		}
+		signalPids(left, syscall.SIGTERM, e.signalled)
+		w.wait(termBy)
 	}
 	killBy := time.Now().Add(killConfirmTimeout)
-	for !over() && time.Now().Before(killBy) {
-		for _, pid := range e.livePids() {
+	w.restart()
+	for look := 0; !done; look++ {
+		var left []int
+		if done, left = over(); done || time.Now().After(killBy) {
+			break
+		}
+		members := e.cont.pids()
+		for _, pid := range members {
 			e.signalled[pid] = struct{}{}
 		}
 		e.cont.killAll()
-		if e.escapees != nil {
+		e.signalLeaderGroup(syscall.SIGKILL)
+		if left == nil {
+			left, _ = search(look)
+		}
+		for _, pid := range left {
+			e.signalled[pid] = struct{}{}
+		}
+		if outside(left, members) {
+			// Nothing kills processes outside the cgroup all at once: the
+			// tracker stops them first, then kills them (a fork bomb
+			// cannot outpace it).
 			e.escapees.killAll()
 		}
-		e.signalLeaderGroup(syscall.SIGKILL)
-		wait()
+		w.wait(killBy)
 	}
 	survivors := 0
-	if !over() {
+	if !done {
 		survivors = len(e.livePids())
 	}
 	e.mu.Lock()
@@ -121,19 +171,76 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 	e.mu.Unlock()
 }
 
+// outside reports whether some of pids are not among members.
+func outside(pids, members []int) bool {
+	for _, pid := range pids {
+		if !slices.Contains(members, pid) {
+			return true
+		}
+	}
+	return false
+}
+
+// stopWait spaces the stop protocol's looks at what is alive: often at
+// first, when a tree that obeys SIGTERM is going (most are gone within
+// milliseconds), then backing off for one that lingers, but never past the
+// end of the grace. In cgroup2 mode a wait ends as soon as the cgroup is
+// empty and the leader reaped.
+type stopWait struct {
+	e      *Exec
+	events *cgroupEvents // nil in proc mode (or when cgroup.events cannot be opened)
+	poll   time.Duration
+	polls  int
+}
+
+func (e *Exec) newStopWait() *stopWait {
+	w := &stopWait{e: e, poll: stopPollInterval}
+	if c, ok := e.cont.(*cgroupExec); ok {
+		w.events, _ = c.openEvents()
+	}
+	return w
+}
+
+// restart looks often again, for a new phase.
+func (w *stopWait) restart() { w.poll, w.polls = stopPollInterval, 0 }
+
+func (w *stopWait) close() {
+	if w.events != nil {
+		w.events.close()
+	}
+}
+
+// wait waits for the next look, which is never later than until (the end
+// of the phase: a wait that overshot the grace would prolong the stop).
+func (w *stopWait) wait(until time.Time) {
+	d := min(w.poll, max(time.Until(until), 0))
+	if w.polls++; w.polls >= stopFastPolls {
+		w.poll = min(w.poll*2, 50*time.Millisecond)
+	}
+	if w.events == nil {
+		time.Sleep(d)
+		return
+	}
+	deadline := time.Now().Add(d)
+	if !w.events.waitEmpty(d) {
+		return
+	}
+	// The cgroup is empty, so the leader has exited: wait for the reaper.
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case <-w.e.leaderGone:
+	case <-t.C:
+	}
+}
+
 // livePids lists the exec's live processes: in cgroup2 mode, those in its
 // cgroup and those that left it but carry its markers.
 func (e *Exec) livePids() []int {
-	pids := e.cont.pids()
 	if e.escapees == nil {
-		return pids
+		return e.cont.pids()
 	}
-	for _, pid := range e.escapees.pids() {
-		if !slices.Contains(pids, pid) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return e.escapees.pidsWith(e.cont.pids)
 }
 
 // signalLeaderGroup signals the leader's process group while the leader is
