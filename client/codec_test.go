@@ -53,8 +53,12 @@ func TestCodecDecodesExecEventsAsProto(t *testing.T) {
 		b := protowire.AppendTag(nil, 2, protowire.BytesType)
 		return protowire.AppendBytes(b, body)
 	}
-	seq := func(v uint64) []byte { return protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), v) }
-	dat := func(p []byte) []byte { return protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), p) }
+	seq := func(v uint64) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(nil, 2, protowire.VarintType), v)
+	}
+	dat := func(p []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), p)
+	}
 	unknown := protowire.AppendVarint(protowire.AppendTag(nil, 9, protowire.VarintType), 5)
 	msgs = append(msgs,
 		out(seq(3), dat(data(70<<10)), unknown),
