@@ -1,10 +1,15 @@
 package client
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"sync"
 
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 )
 
 // errUnencodable marks a request the client could not encode (a string
@@ -35,9 +40,115 @@ func (protoCodec) MarshalAppend(b []byte, m any) ([]byte, error) {
 }
 
 func (protoCodec) Unmarshal(b []byte, m any) error {
+	if ev, ok := m.(*runboxv1.ExecEvent); ok && unmarshalExecEvent(b, ev) {
+		return nil
+	}
 	msg, ok := m.(proto.Message)
 	if !ok {
 		return fmt.Errorf("%T is not a proto.Message", m)
 	}
 	return proto.Unmarshal(b, msg)
+}
+
+// unmarshalExecEvent decodes an ExecEvent carrying output without the
+// generic decoder, taking the output's bytes from outputBufs (see
+// releaseOutputData): at full speed a fresh allocation per chunk is most of
+// what the client spends per byte after the transport (the runtime faults
+// in and the collector scans each one). It reports false, leaving m alone,
+// for anything else or anything unusual (unknown or repeated fields), which
+// the generic decoder then handles.
+func unmarshalExecEvent(b []byte, m *runboxv1.ExecEvent) bool {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 || num != 2 || typ != protowire.BytesType {
+		return false
+	}
+	body, n2 := protowire.ConsumeBytes(b[n:])
+	if n2 < 0 || n+n2 != len(b) {
+		return false
+	}
+	out := &runboxv1.Output{}
+	var seen [4]bool
+	for len(body) > 0 {
+		num, typ, n := protowire.ConsumeTag(body)
+		if n < 0 || num < 1 || num > 3 || seen[num] {
+			return false
+		}
+		seen[num] = true
+		body = body[n:]
+		switch {
+		case num == 1 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(body)
+			if n < 0 {
+				return false
+			}
+			out.Stream, body = runboxv1.Stream(int32(v)), body[n:]
+		case num == 2 && typ == protowire.VarintType:
+			v, n := protowire.ConsumeVarint(body)
+			if n < 0 {
+				return false
+			}
+			out.Seq, body = v, body[n:]
+		case num == 3 && typ == protowire.BytesType:
+			v, n := protowire.ConsumeBytes(body)
+			if n < 0 {
+				return false
+			}
+			out.Data, body = outputData(v), body[n:]
+		default:
+			return false
+		}
+	}
+	proto.Reset(m)
+	m.Event = &runboxv1.ExecEvent_Output{Output: out}
+	return true
+}
+
+// outputBufs holds buffers for output chunks of at least minPooledOutput
+// bytes, one pool per power-of-two capacity up to maxPooledOutput.
+var outputBufs [outputBufClasses]sync.Pool
+
+const (
+	minPooledOutput  = 64 << 10
+	maxPooledOutput  = 1 << 20
+	outputBufClasses = 5 // 64 KiB, 128 KiB, ..., 1 MiB
+)
+
+// outputClass returns the pool for a chunk of n bytes, or -1.
+func outputClass(n int) int {
+	if n < minPooledOutput/2 || n > maxPooledOutput {
+		return -1
+	}
+	c := 0
+	for minPooledOutput<<c < n {
+		c++
+	}
+	return c
+}
+
+// outputData returns a copy of p, in a pooled buffer when p is large.
+func outputData(p []byte) []byte {
+	c := outputClass(len(p))
+	if c < 0 {
+		return bytes.Clone(p)
+	}
+	var buf []byte
+	if v, ok := outputBufs[c].Get().(*[]byte); ok {
+		buf = (*v)[:len(p)]
+	} else {
+		buf = make([]byte, len(p), minPooledOutput<<c)
+	}
+	copy(buf, p)
+	return buf
+}
+
+// releaseOutputData gives a chunk's bytes back for reuse, once nothing
+// holds them (the caller wrote them to an io.Writer, which may not retain
+// them). Bytes of another size class are left to the garbage collector.
+func releaseOutputData(p []byte) {
+	c := outputClass(cap(p))
+	if c < 0 || cap(p) != minPooledOutput<<c {
+		return
+	}
+	p = p[:cap(p)]
+	outputBufs[c].Put(&p)
 }

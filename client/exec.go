@@ -149,6 +149,9 @@ func (o *execOptions) streaming() bool {
 	return o.stdout != nil || o.stderr != nil || o.onChunk != nil
 }
 
+// deliver hands a chunk to the caller's callback and writers. Without a
+// callback nothing may keep the chunk's bytes after (an io.Writer does not
+// retain them), so they go back for the next chunk (see releaseOutputData).
 func (o *execOptions) deliver(c runbox.Chunk) {
 	if o.onChunk != nil {
 		o.onChunk(c)
@@ -158,6 +161,9 @@ func (o *execOptions) deliver(c runbox.Chunk) {
 		_, _ = o.stdout.Write(c.Data)
 	case c.Stream == runbox.Stderr && o.stderr != nil:
 		_, _ = o.stderr.Write(c.Data)
+	}
+	if o.onChunk == nil {
+		releaseOutputData(c.Data)
 	}
 }
 

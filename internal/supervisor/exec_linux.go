@@ -379,8 +379,9 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 			s := runbox.Stream(i + 1)
 			sf := e.s.spills.create(e.spillName(s))
 			e.spills[i] = sf
-			for _, p := range chunks {
-				e.s.spills.write(sf, p)
+			for _, c := range chunks {
+				e.s.spills.write(sf, c.data)
+				c.buf.release()
 			}
 		}
 	}
@@ -489,17 +490,19 @@ func readStateRecord(f *os.File) []byte {
 
 // readStream reads one output stream into the exec's output store (and its
 // spill file) until EOF. A read that fills most of the buffer hands the
-// buffer itself to the store, which keeps it as the chunk (no copy), and a
-// new one is made; a short read is copied, so a trickle of small writes
-// does not pin a large buffer per chunk.
+// buffer itself to the store, which keeps it as the chunk (no copy), and
+// takes another from the pool (see outBuf); a short read is copied, so a
+// trickle of small writes does not pin a large buffer per chunk.
 func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 	defer e.out.closeStream()
-	buf := make([]byte, readChunkSize)
+	ob := getOutBuf()
+	defer func() { ob.release() }()
 	i := streamIndex(s)
 	// The spill file is written by a goroutine of its own, so the disk's
 	// writes overlap the pipe's reads; the queue bounds how far it may lag
-	// (chunks are never modified once stored, so it shares them).
-	var spill chan []byte
+	// (chunks are never modified while held, so it shares them, holding a
+	// reference to each until written).
+	var spill chan chunkData
 	var spilled sync.WaitGroup
 	defer func() {
 		if spill != nil {
@@ -509,6 +512,7 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 	}()
 	late := 0 // bytes read after the drain deadline (see readAvailable)
 	for {
+		buf := ob.data
 		n, err := f.Read(buf)
 		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && late < maxLateDrainBytes {
 			// The drain deadline passed, maybe before this goroutine got
@@ -519,21 +523,25 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			late += n
 		}
 		if n > 0 {
-			chunk := buf[:n:n]
+			chunk := chunkData{data: buf[:n:n], buf: ob}
 			if n >= readChunkSize/2 {
-				buf = make([]byte, readChunkSize)
+				ob = getOutBuf() // the store took over this one's reference
 			} else {
-				chunk = bytes.Clone(chunk)
+				chunk = chunkData{data: bytes.Clone(buf[:n])}
 			}
-			// The store and the spill writer share chunk from here on.
-			start, prior := e.out.appendOwned(s, chunk)
+			// The store and the spill writer share chunk from here on. The
+			// spill writer's reference is taken first: once stored, the
+			// store may let the chunk go at any time.
+			chunk.buf.retain()
+			start, prior := e.out.appendChunk(s, chunk)
 			if start {
 				sf := e.s.spills.create(e.spillName(s))
 				e.spills[i] = sf
-				spill = make(chan []byte, spillQueueChunks)
+				spill = make(chan chunkData, spillQueueChunks)
 				spilled.Go(func() {
-					for p := range spill {
-						e.s.spills.write(sf, p)
+					for c := range spill {
+						e.s.spills.write(sf, c.data)
+						c.buf.release()
 					}
 				})
 				for _, p := range prior {
@@ -542,6 +550,8 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			}
 			if spill != nil {
 				spill <- chunk
+			} else {
+				chunk.buf.release()
 			}
 		}
 		if err != nil {

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"sync"
@@ -17,11 +18,13 @@ type OutputEvent struct {
 }
 
 // ringChunk is a chunk kept for replay; off is the stream offset of its first
-// byte. data is never modified once stored, so readers share it.
+// byte. data is never modified while the chunk is held (see outBuf), so
+// readers share it; the ring holds one reference to buf.
 type ringChunk struct {
 	seq  uint64
 	off  int64
 	data []byte
+	buf  *outBuf
 }
 
 // ring keeps the most recent chunks of one stream, at most limit bytes (a
@@ -34,14 +37,16 @@ type ring struct {
 	chunks []ringChunk
 }
 
-func (r *ring) push(seq uint64, data []byte) {
-	r.chunks = append(r.chunks, ringChunk{seq: seq, off: r.total, data: data})
-	r.bytes += len(data)
-	r.total += int64(len(data))
+// push stores c as chunk seq; the ring takes over c's reference.
+func (r *ring) push(seq uint64, c chunkData) {
+	r.chunks = append(r.chunks, ringChunk{seq: seq, off: r.total, data: c.data, buf: c.buf})
+	r.bytes += len(c.data)
+	r.total += int64(len(c.data))
 }
 
 func (r *ring) evictOldest() {
 	r.bytes -= len(r.chunks[0].data)
+	r.chunks[0].buf.release()
 	r.chunks[0] = ringChunk{}
 	r.chunks = r.chunks[1:]
 }
@@ -121,7 +126,7 @@ type outputStore struct {
 	// unsent holds, for SpillUnsent, the chunks from spillFrom on that the
 	// stream's spill must start with: they were in the ring when the live
 	// stream missed them. The producer (or the exec's end) writes them.
-	unsent [2][][]byte
+	unsent [2][]chunkData
 	// live is the reader of the Run stream a SpillUnsent exec spills for;
 	// liveState says where it is.
 	live      *OutputReader
@@ -165,20 +170,25 @@ func streamIndex(s runbox.Stream) int { return int(s) - 1 }
 
 // append stores a copy of data as the next chunk of stream. When this chunk
 // makes the stream start spilling, it returns startSpill with what the spill
-// file must hold before this chunk (see appendOwned).
+// file must hold before this chunk (see appendChunk).
 func (o *outputStore) append(s runbox.Stream, data []byte) (startSpill bool, prior [][]byte) {
-	buf := make([]byte, len(data))
-	copy(buf, data)
-	return o.appendOwned(s, buf)
+	start, chunks := o.appendChunk(s, chunkData{data: bytes.Clone(data)})
+	for _, c := range chunks {
+		prior = append(prior, bytes.Clone(c.data))
+		c.buf.release()
+	}
+	return start, prior
 }
 
-// appendOwned is append for a buffer the caller hands over: it is stored as
-// it is, and the caller must not touch it again. When the stream starts
-// spilling with this chunk, prior is what the spill file holds before it:
-// everything the stream produced (SpillAuto: the head and tail still hold
-// it), or, for SpillUnsent, the chunks from the first one the live stream
-// missed.
-func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool, prior [][]byte) {
+// appendChunk stores c as the next chunk of stream s: the store takes over
+// the reference c holds, and nothing may modify c.data while the chunk is
+// held. When the stream starts spilling with this chunk, prior is what the
+// spill file holds before it: everything the stream produced (SpillAuto:
+// the head and tail still hold it), or, for SpillUnsent, the chunks from
+// the first one the live stream missed. The caller holds a reference to
+// each chunk of prior and releases it once written.
+func (o *outputStore) appendChunk(s runbox.Stream, c chunkData) (startSpill bool, prior []chunkData) {
+	buf := c.data
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	i := streamIndex(s)
@@ -195,7 +205,7 @@ func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool,
 	if !o.spilling[i] {
 		startSpill, prior = o.startSpillLocked(i, len(buf))
 	}
-	o.rings[i].push(o.seq, buf)
+	o.rings[i].push(o.seq, c)
 	o.results[i].write(buf)
 	o.lastOutput = time.Now()
 	o.broadcastLocked()
@@ -204,7 +214,7 @@ func (o *outputStore) appendOwned(s runbox.Stream, buf []byte) (startSpill bool,
 
 // startSpillLocked decides whether stream i starts spilling with its next
 // chunk, of n bytes, and returns what the spill holds before that chunk.
-func (o *outputStore) startSpillLocked(i, n int) (bool, [][]byte) {
+func (o *outputStore) startSpillLocked(i, n int) (bool, []chunkData) {
 	mode := o.spill
 	if mode == runbox.SpillUnsent && o.liveState == liveNone {
 		mode = runbox.SpillAuto // no live stream: every byte is unsent
@@ -220,7 +230,7 @@ func (o *outputStore) startSpillLocked(i, n int) (bool, [][]byte) {
 		}
 		o.spilling[i], o.spillFrom[i] = true, 0
 		if all, _ := h.result(); len(all) > 0 {
-			return true, [][]byte{all}
+			return true, []chunkData{{data: all}}
 		}
 		return true, nil
 	case runbox.SpillUnsent:
@@ -268,7 +278,8 @@ func (o *outputStore) missedLocked(i, j int) {
 	}
 	o.spillFrom[i] = r.chunks[j].off
 	for _, c := range r.chunks[j:] {
-		o.unsent[i] = append(o.unsent[i], c.data)
+		c.buf.retain()
+		o.unsent[i] = append(o.unsent[i], chunkData{data: c.data, buf: c.buf})
 	}
 }
 
@@ -291,8 +302,9 @@ func (o *outputStore) loseLiveLocked() {
 // unsentAtEnd is called once every stream's producer is done. It waits, up
 // to wait, for the live stream to send the rest of the output; what it has
 // not sent by then is spilled. It returns, per stream, the chunks a spill
-// that has not started yet must be written with (nil: none).
-func (o *outputStore) unsentAtEnd(wait time.Duration) [2][][]byte {
+// that has not started yet must be written with (nil: none); the caller
+// releases each once written.
+func (o *outputStore) unsentAtEnd(wait time.Duration) [2][]chunkData {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.liveState == liveFollowing && o.live.sent <= o.seq {
@@ -316,7 +328,7 @@ func (o *outputStore) unsentAtEnd(wait time.Duration) [2][][]byte {
 	if o.liveState == liveFollowing && o.live.sent <= o.seq {
 		o.loseLiveLocked()
 	}
-	var out [2][][]byte
+	var out [2][]chunkData
 	for i := range o.unsent {
 		if !o.spilling[i] && len(o.unsent[i]) > 0 {
 			out[i] = o.unsent[i]
@@ -430,6 +442,9 @@ type OutputReader struct {
 	sent uint64
 	eof  bool     // Next returned io.EOF
 	off  [2]int64 // stream offset this reader has reached, -1 when unknown
+	// held is the buffer of the chunk Next returned last, referenced until
+	// the caller comes back for the next event or closes the reader.
+	held *outBuf
 }
 
 func (o *outputStore) reader(from uint64) *OutputReader {
@@ -459,6 +474,8 @@ func (r *OutputReader) Close() {
 		}
 	}
 	delete(o.followers, r)
+	r.held.release()
+	r.held = nil
 	for i := range o.rings {
 		o.evictLocked(i, 0)
 	}
@@ -467,10 +484,14 @@ func (r *OutputReader) Close() {
 }
 
 // Next returns the next output event, waiting for one if necessary; calling
-// it again says the caller has sent the previous one. It returns io.EOF once every chunk has been delivered and both streams are
-// closed, and ctx's error if ctx ends first.
+// it again says the caller has sent the previous one. It returns io.EOF once
+// every chunk has been delivered and both streams are closed, and ctx's
+// error if ctx ends first. A chunk's Data is valid until the next call of
+// Next or Close (its buffer is reused then): copy what must outlive that.
 func (r *OutputReader) Next(ctx context.Context) (OutputEvent, error) {
 	r.o.mu.Lock()
+	r.held.release()
+	r.held = nil
 	if r.sent != r.next {
 		// The caller came back: it has sent what Next returned before.
 		r.sent = r.next
@@ -539,6 +560,8 @@ func (r *OutputReader) nextLocked() (OutputEvent, bool) {
 	}
 	r.next = best.seq + 1
 	r.off[bestStream] = best.off + int64(len(best.data))
+	best.buf.retain()
+	r.held = best.buf
 	return OutputEvent{Chunk: &runbox.Chunk{
 		Stream: runbox.Stream(bestStream + 1), Seq: best.seq, Data: best.data,
 	}}, true
