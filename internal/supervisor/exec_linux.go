@@ -475,7 +475,12 @@ func readStateRecord(f *os.File) []byte {
 // does not pin a large buffer per chunk.
 func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 	defer e.out.closeStream()
-	buf := make([]byte, readChunkSize)
+	// The read buffer comes from a pool and goes back to it unless a read
+	// handed it to the store: a command that writes little (most do) then
+	// costs no new 256 KiB per stream, which on a machine running many short
+	// commands was most of runboxd's allocation and so of its GC work.
+	buf := getReadBuf()
+	defer func() { putReadBuf(buf) }()
 	i := streamIndex(s)
 	// The spill file is written by a goroutine of its own, so the disk's
 	// writes overlap the pipe's reads; the queue bounds how far it may lag
@@ -557,4 +562,17 @@ func readAvailable(f *os.File, buf []byte) (int, error) {
 	}
 	_ = f.SetReadDeadline(time.Now()) // keep every later Read from waiting
 	return n, nil
+}
+
+// readBufs holds read buffers of readChunkSize no store holds (see readStream).
+var readBufs = sync.Pool{New: func() any { return new([readChunkSize]byte) }}
+
+func getReadBuf() []byte { return readBufs.Get().(*[readChunkSize]byte)[:] }
+
+// putReadBuf returns buf to the pool; a buffer that a read handed to the
+// output store is not readChunkSize long any more and is not returned.
+func putReadBuf(buf []byte) {
+	if len(buf) == readChunkSize && cap(buf) == readChunkSize {
+		readBufs.Put((*[readChunkSize]byte)(buf))
+	}
 }
