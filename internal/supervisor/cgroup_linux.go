@@ -22,6 +22,7 @@ import (
 // under which each exec gets a child cgroup.
 type cgroupParent struct {
 	dir string
+	fd  int // dir, open: exec cgroups are made and opened relative to it
 
 	mu     sync.Mutex
 	made   uint64   // exec cgroups created so far (their names: e1, e2, ...)
@@ -94,7 +95,12 @@ func newCgroupParent(own string) (*cgroupParent, error) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 	}
-	return &cgroupParent{dir: dir}, nil
+	fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		_ = os.Remove(dir)
+		return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
+	}
+	return &cgroupParent{dir: dir, fd: fd}, nil
 }
 
 // removeStaleParents removes runboxd-<pid>-* cgroups under own whose daemon
@@ -124,21 +130,22 @@ func removeStaleParents(own string) {
 func (p *cgroupParent) newExec() (*cgroupExec, int, error) {
 	for {
 		p.mu.Lock()
-		var dir string
+		var name string
 		reused := len(p.free) > 0
 		if reused {
-			dir, p.free = p.free[len(p.free)-1], p.free[:len(p.free)-1]
+			name, p.free = p.free[len(p.free)-1], p.free[:len(p.free)-1]
 		} else {
 			p.made++
-			dir = filepath.Join(p.dir, "e"+strconv.FormatUint(p.made, 10))
+			name = "e" + strconv.FormatUint(p.made, 10)
 		}
 		p.mu.Unlock()
+		dir := filepath.Join(p.dir, name)
 		if !reused {
-			if err := unix.Mkdir(dir, 0o755); err != nil {
+			if err := unix.Mkdirat(p.fd, name, 0o755); err != nil {
 				return nil, -1, fmt.Errorf("create exec cgroup: %w", &os.PathError{Op: "mkdir", Path: dir, Err: err})
 			}
 		}
-		fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err := unix.Openat(p.fd, name, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			_ = unix.Rmdir(dir)
 			return nil, -1, fmt.Errorf("open exec cgroup: %w", &os.PathError{Op: "open", Path: dir, Err: err})
@@ -156,23 +163,23 @@ func (p *cgroupParent) newExec() (*cgroupExec, int, error) {
 				unix.Close(events)
 			}
 			p.mu.Lock()
-			p.stray = append(p.stray, dir)
+			p.stray = append(p.stray, name)
 			p.mu.Unlock()
 			continue
 		}
-		return &cgroupExec{p: p, dir: dir, fd: fd, events: events}, fd, nil
+		return &cgroupExec{p: p, name: name, dir: dir, fd: fd, events: events}, fd, nil
 	}
 }
 
-// recycle keeps dir, an empty exec cgroup, for the next exec, and reports
-// whether it did.
-func (p *cgroupParent) recycle(dir string) bool {
+// recycle keeps the exec cgroup name, empty, for the next exec, and
+// reports whether it did.
+func (p *cgroupParent) recycle(name string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.free) >= maxFreeCgroups {
 		return false
 	}
-	p.free = append(p.free, dir)
+	p.free = append(p.free, name)
 	return true
 }
 
@@ -184,9 +191,10 @@ func (p *cgroupParent) remove() error {
 	free := append(p.free, p.stray...)
 	p.free, p.stray = nil, nil
 	p.mu.Unlock()
-	for _, dir := range free {
-		removeCgroup(dir)
+	for _, name := range free {
+		removeCgroup(filepath.Join(p.dir, name))
 	}
+	unix.Close(p.fd)
 	return os.Remove(p.dir)
 }
 
@@ -198,6 +206,7 @@ type cgroupExec struct {
 	// empty) the cgroup may already be another exec's, and every method
 	// is a no-op.
 	mu     sync.RWMutex
+	name   string // under the parent
 	dir    string
 	fd     int  // the cgroup directory, open
 	events int  // its cgroup.events, open (-1 if it could not be opened)
@@ -236,8 +245,12 @@ func (c *cgroupExec) killAll() {
 	c.killed = true
 	// cgroup.kill (Linux 5.14) kills every member, including ones forking
 	// right now, in one step.
-	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0); err == nil {
-		return
+	if fd, err := unix.Openat(c.fd, "cgroup.kill", unix.O_WRONLY|unix.O_CLOEXEC, 0); err == nil {
+		_, werr := unix.Write(fd, []byte("1"))
+		unix.Close(fd)
+		if werr == nil {
+			return
+		}
 	}
 	signalPids(c.pidsLocked(), syscall.SIGKILL, nil)
 }
@@ -320,7 +333,7 @@ func (c *cgroupExec) release() {
 		c.mu.Unlock()
 		return
 	}
-	dir := c.dir
+	dir, name := c.dir, c.name
 	reuse := !c.killed && populated(c.events) == 0
 	c.dir = ""
 	unix.Close(c.fd)
@@ -328,7 +341,7 @@ func (c *cgroupExec) release() {
 		unix.Close(c.events)
 	}
 	c.mu.Unlock()
-	if reuse && c.p.recycle(dir) {
+	if reuse && c.p.recycle(name) {
 		return
 	}
 	removeCgroup(dir)
