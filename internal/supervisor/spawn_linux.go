@@ -76,6 +76,37 @@ func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[str
 	return env
 }
 
+// execEnvList is execEnv as the child gets it, with its PATH. An exec with
+// no session, no variables of its own and no pty (most are) gets the
+// daemon's default list, built once by New, and its markers: no map of
+// the whole environment and no string per variable on each exec.
+func (s *Supervisor) execEnvList(spec runbox.ExecSpec, id string, sessionEnv map[string]string) (list []string, path string) {
+	if sessionEnv == nil && len(spec.Env) == 0 && spec.PTY == nil {
+		list = make([]string, len(s.plainEnv), len(s.plainEnv)+2)
+		copy(list, s.plainEnv)
+		return append(list, execMarkerVar+"="+id, daemonMarkerVar+"="+s.daemonMark), s.plainPath
+	}
+	env := s.execEnv(spec, id, sessionEnv)
+	list = make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	return list, env["PATH"]
+}
+
+// plainEnvList returns the default environment of an exec without its
+// markers, and its PATH (see execEnvList).
+func (s *Supervisor) plainEnvList() ([]string, string) {
+	env := s.execEnv(runbox.ExecSpec{}, "", nil)
+	delete(env, execMarkerVar)
+	delete(env, daemonMarkerVar)
+	list := make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	return list, env["PATH"]
+}
+
 // lookPath finds file in the directories of pathList, like a shell does.
 func lookPath(file, pathList string) (string, error) {
 	if strings.Contains(file, "/") {
@@ -104,7 +135,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		e.session = &snap
 		sessionEnv = snap.env
 	}
-	env := s.execEnv(spec, e.id, sessionEnv)
+	envList, envPath := s.execEnvList(spec, e.id, sessionEnv)
 	var path string
 	var argv []string
 	if spec.Command != "" {
@@ -119,7 +150,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 			argv = []string{shellName, "-l", "-c", command}
 		}
 	} else {
-		if path, err = lookPath(spec.Argv[0], env["PATH"]); err != nil {
+		if path, err = lookPath(spec.Argv[0], envPath); err != nil {
 			return fmt.Errorf("%w: %w", runbox.ErrSpawn, err)
 		}
 		argv = spec.Argv
@@ -134,10 +165,6 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		dir = filepath.Join(s.cfg.Dir, dir)
 	}
 	e.dir = dir
-	envList := make([]string, 0, len(env))
-	for k, v := range env {
-		envList = append(envList, k+"="+v)
-	}
 
 	var closeAfter []*os.File // the child's ends, closed once it has them
 	defer func() {
