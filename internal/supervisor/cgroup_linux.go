@@ -146,6 +146,9 @@ func (p *cgroupParent) newExec() (*cgroupExec, int, error) {
 			}
 		}
 		fd, err := unix.Openat(p.fd, name, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil && reused {
+			continue // removed behind the daemon's back: make a new one
+		}
 		if err != nil {
 			_ = unix.Rmdir(dir)
 			return nil, -1, fmt.Errorf("open exec cgroup: %w", &os.PathError{Op: "open", Path: dir, Err: err})
