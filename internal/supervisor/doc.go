@@ -1,6 +1,6 @@
 // Package supervisor owns every process an exec spawns inside a sandbox: it
 // spawns each exec in its own process group and (where a writable cgroup v2
-// hierarchy exists) straight into a fresh cgroup of its own, enforces the
+// hierarchy exists) straight into an empty cgroup of its own, enforces the
 // exec's deadlines on the daemon's monotonic clock, stops it with the stop
 // protocol (SIGTERM to every process, grace, SIGKILL, confirm none is left),
 // reaps every zombie, and keeps the exec's output in bounded rings for replay.
@@ -10,7 +10,10 @@
 // be forked outside the exec's cgroup, and the cgroup's membership is the
 // truth about what is alive, except that a root process can move itself out
 // of it: the stop protocol (timeout, cancel, shutdown) also looks for the
-// exec's markers, so such a process still dies. In "proc" mode (no writable
+// exec's markers, so such a process still dies. An exec's cgroup is new, or
+// one an earlier exec left empty without ever being killed (kept for reuse,
+// so a short exec costs no mkdir and rmdir); either way the exec is its only
+// member from its first instruction. In "proc" mode (no writable
 // cgroup v2) the daemon is a child subreaper and finds an exec's processes
 // through /proc: by ancestry from the leader, and by the markers in each
 // process's initial environment (RUNBOX_EXEC_ID, the exec's id, and

@@ -1,8 +1,9 @@
 package supervisor
 
 import (
-	"os"
 	"strconv"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultCommandOOMScoreAdj is the oom_score_adj commands start with: the
@@ -21,10 +22,13 @@ const DefaultCommandOOMScoreAdj = 1000
 // milliseconds on a loaded one (CI saw a shell's first child fork inside it).
 // The daemon itself never changes its own value.
 func setOOMScoreAdj(pid, value int) {
-	f, err := os.OpenFile("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", os.O_WRONLY, 0)
+	// Plain system calls, not os.File: an *os.File tries to register the
+	// file with the poller and changes its flags, four system calls more on
+	// the path of every exec.
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/oom_score_adj", unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return // it has exited already
 	}
-	_, _ = f.WriteString(strconv.Itoa(value))
-	f.Close()
+	_, _ = unix.Write(fd, []byte(strconv.Itoa(value)))
+	unix.Close(fd)
 }

@@ -76,6 +76,37 @@ func (s *Supervisor) execEnv(spec runbox.ExecSpec, id string, sessionEnv map[str
 	return env
 }
 
+// execEnvList is execEnv as the child gets it, with its PATH. An exec with
+// no session, no variables of its own and no pty (most are) gets the
+// daemon's default list, built once by New, and its markers: no map of
+// the whole environment and no string per variable on each exec.
+func (s *Supervisor) execEnvList(spec runbox.ExecSpec, id string, sessionEnv map[string]string) (list []string, path string) {
+	if sessionEnv == nil && len(spec.Env) == 0 && spec.PTY == nil {
+		list = make([]string, len(s.plainEnv), len(s.plainEnv)+2)
+		copy(list, s.plainEnv)
+		return append(list, execMarkerVar+"="+id, daemonMarkerVar+"="+s.daemonMark), s.plainPath
+	}
+	env := s.execEnv(spec, id, sessionEnv)
+	list = make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	return list, env["PATH"]
+}
+
+// plainEnvList returns the default environment of an exec without its
+// markers, and its PATH (see execEnvList).
+func (s *Supervisor) plainEnvList() ([]string, string) {
+	env := s.execEnv(runbox.ExecSpec{}, "", nil)
+	delete(env, execMarkerVar)
+	delete(env, daemonMarkerVar)
+	list := make([]string, 0, len(env))
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	return list, env["PATH"]
+}
+
 // lookPath finds file in the directories of pathList, like a shell does.
 func lookPath(file, pathList string) (string, error) {
 	if strings.Contains(file, "/") {
@@ -104,7 +135,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		e.session = &snap
 		sessionEnv = snap.env
 	}
-	env := s.execEnv(spec, e.id, sessionEnv)
+	envList, envPath := s.execEnvList(spec, e.id, sessionEnv)
 	var path string
 	var argv []string
 	if spec.Command != "" {
@@ -119,7 +150,7 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 			argv = []string{shellName, "-l", "-c", command}
 		}
 	} else {
-		if path, err = lookPath(spec.Argv[0], env["PATH"]); err != nil {
+		if path, err = lookPath(spec.Argv[0], envPath); err != nil {
 			return fmt.Errorf("%w: %w", runbox.ErrSpawn, err)
 		}
 		argv = spec.Argv
@@ -134,10 +165,6 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		dir = filepath.Join(s.cfg.Dir, dir)
 	}
 	e.dir = dir
-	envList := make([]string, 0, len(env))
-	for k, v := range env {
-		envList = append(envList, k+"="+v)
-	}
 
 	var closeAfter []*os.File // the child's ends, closed once it has them
 	defer func() {
@@ -180,22 +207,26 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		closeAfter = append(closeAfter, r)
 		parentFiles = append(parentFiles, w)
 	}
-	outR, outW, err := pipe()
+	var childFDs []int // the child's plain descriptors, closed once it has them
+	defer func() {
+		for _, fd := range childFDs {
+			unix.Close(fd)
+		}
+	}()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		return err
 	}
-	closeAfter = append(closeAfter, outW)
+	childFDs = append(childFDs, outW)
 	parentFiles = append(parentFiles, outR)
-	growPipe(outR)
-	errR, errW, err := pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
 		return err
 	}
-	growPipe(errR)
-	closeAfter = append(closeAfter, errW)
+	childFDs = append(childFDs, errW)
 	parentFiles = append(parentFiles, errR)
 
-	files := []uintptr{stdin.Fd(), outW.Fd(), errW.Fd()}
+	files := []uintptr{stdin.Fd(), uintptr(outW), uintptr(errW)}
 	if ptySlave != nil {
 		// The terminal is the child's stdin, stdout and stderr; the master
 		// is read as stdout, and the stderr pipe closes with no output once
@@ -226,11 +257,10 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}
 	if s.cgroups != nil {
-		c, fd, cerr := s.cgroups.newExec(e.n)
+		c, fd, cerr := s.cgroups.newExec()
 		if cerr != nil {
 			return fmt.Errorf("%w: %w", runbox.ErrSpawn, cerr)
 		}
-		defer syscall.Close(fd)
 		defer func() {
 			if err != nil {
 				c.release()
@@ -311,16 +341,29 @@ func (e *Exec) feedStdin(data []byte, closeAfter bool) {
 	}
 }
 
-// growPipe asks for an output pipe of outputPipeBytes, so a command writing
-// fast fills larger reads and wakes runboxd less often. It is best effort:
+// outputPipe makes the pipe of one output stream: its read end for runboxd,
+// non-blocking and in the poller, and its write end for the child as a
+// plain descriptor (as an *os.File it would be put in the poller, made
+// blocking again by Fd, and taken out of the poller at Close: six system
+// calls per pipe on the path of every exec, for nothing).
+//
+// The pipe is asked to hold outputPipeBytes, so a command writing fast
+// fills larger reads and wakes runboxd less often. That is best effort:
 // past the user's pipe quota (fs.pipe-user-pages-soft) the kernel refuses,
 // and the pipe keeps its default 64 KiB.
-// (Through SyscallConn: Fd would put the file in blocking mode, and the
-// drain's read deadline would no longer work.)
-func growPipe(f *os.File) {
-	if rc, err := f.SyscallConn(); err == nil {
-		_ = rc.Control(func(fd uintptr) {
-			_, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, outputPipeBytes)
-		})
+func outputPipe() (r *os.File, w int, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, fmt.Errorf("%w: pipe: %w", runbox.ErrSpawn, err)
 	}
+	_, _ = unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, outputPipeBytes)
+	// O_NONBLOCK is the only status flag a pipe's read end has.
+	if _, err := unix.FcntlInt(uintptr(p[0]), unix.F_SETFL, unix.O_NONBLOCK); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("%w: pipe: %w", runbox.ErrSpawn, err)
+	}
+	// A non-blocking descriptor becomes a pollable file: reads park the
+	// goroutine, and read deadlines (the drain) work.
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }

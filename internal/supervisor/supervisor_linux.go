@@ -87,6 +87,8 @@ type Supervisor struct {
 	spawner   *spawnThread  // nil unless ExecCgroupsV1 or SpawnSetup are given
 	shell     string        // bash, or sh where bash is absent
 	baseEnv   map[string]string
+	plainEnv  []string // an exec's default environment, markers aside (execEnvList)
+	plainPath string   // its PATH
 	devNull   *os.File
 	startedAt time.Time
 	stateDir  string
@@ -152,6 +154,7 @@ func New(cfg Config) (*Supervisor, error) {
 		startedAt:  time.Now(),
 		daemonMark: newDaemonMark(),
 	}
+	s.plainEnv, s.plainPath = s.plainEnvList()
 	s.shell = "/bin/sh"
 	if p, err := lookPath("bash", s.baseEnv["PATH"]); err == nil {
 		s.shell = p
