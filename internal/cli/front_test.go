@@ -170,3 +170,51 @@ func TestFrontFailsAsFull(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontFrozenDaemonIsLost: a runboxd that stops answering mid-exec
+// without closing its socket (SIGSTOP) does not leave the front waiting
+// forever: it probes runboxd after a silence, hands over, and runbox-full
+// reports the sandbox lost (125). Once runboxd runs again, the exec that
+// lost its follower is stopped (cancel-on-exit), so nothing outlives it.
+// Before the probe, the front waited for as long as runboxd stayed stopped.
+func TestFrontFrozenDaemonIsLost(t *testing.T) {
+	home := setHome(t)
+	id := up(t)
+	rec, err := procrecord.Read(filepath.Join(home, "sandboxes", id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := marker(t)
+	cmd := exec.Command(binary(t), "exec", id, "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep "))
+	out := &syncBuffer{written: make(chan struct{})}
+	var stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-out.written:
+	case <-time.After(hangBound):
+		t.Fatal("no output")
+	}
+	if err := syscall.Kill(rec.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(rec.Pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	code, took := waitExit(t, cmd, 2*hangBound)
+	resume()
+	if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") {
+		t.Fatalf("runboxd stopped mid-exec: exit %d after %v, stdout %q, stderr %q; want 125 saying the sandbox is lost", code, took, out.String(), stderr.String())
+	}
+	t.Logf("the front reported the stopped runboxd after %v: %s", took, strings.TrimSpace(stderr.String()))
+	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 0 }); n != 0 {
+		t.Errorf("%d processes of the exec still run after runboxd resumed with no one following it", n)
+	}
+}

@@ -28,6 +28,11 @@ import (
 const (
 	streamHeadroom = 5 * time.Second
 	cancelHeadroom = 5 * time.Second
+	// daemonSilence and daemonProbeBound: after daemonSilence without an
+	// event, runboxd must answer a handshake within daemonProbeBound
+	// (runbox-full's client pings its connection on the same terms).
+	daemonSilence    = 5 * time.Second
+	daemonProbeBound = 5 * time.Second
 )
 
 // run runs the exec, or hands it to runbox-full (args is the whole
@@ -135,6 +140,9 @@ func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err er
 	done := make(chan struct{})
 	defer close(done)
 	go e.cancelOnSignal(sigs, done, conn)
+	var lastEvent atomic.Int64 // when the stream last brought an event, unix ns
+	lastEvent.Store(time.Now().UnixNano())
+	go e.watchDaemon(done, conn, &lastEvent)
 
 	if e.spec.Timeout > 0 {
 		conn.SetReadDeadline(time.Now().Add(e.spec.Timeout + e.grace() + streamHeadroom))
@@ -145,6 +153,7 @@ func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err er
 	}
 	for {
 		ev, err := s.Next()
+		lastEvent.Store(time.Now().UnixNano())
 		if err != nil {
 			var ce *execwire.CallError
 			if !started && e.interrupted.Load() && errors.As(err, &ce) && ce.Tag == "cancelled" {
@@ -180,6 +189,42 @@ func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err er
 		case execwire.EventExited:
 			return ev.Result, true, nil
 		}
+	}
+}
+
+// watchDaemon keeps a silent stream from waiting forever on a runboxd
+// that stopped answering without closing its socket (frozen, or SIGSTOPped):
+// after daemonSilence without an event it proves runboxd alive with a
+// handshake on a connection of its own, as runbox-full's client pings its
+// connection; when that fails within daemonProbeBound it ends the
+// stream's read, and runbox-full takes over to say what became of the
+// sandbox.
+func (e *execRun) watchDaemon(done <-chan struct{}, conn net.Conn, lastEvent *atomic.Int64) {
+	tick := time.NewTicker(daemonSilence / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-tick.C:
+		}
+		if time.Since(time.Unix(0, lastEvent.Load())) < daemonSilence {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), daemonProbeBound)
+		c, err := e.dial(ctx)
+		cancel()
+		if err == nil {
+			c.Close()
+			lastEvent.Store(time.Now().UnixNano())
+			continue
+		}
+		select {
+		case <-done:
+		default:
+			conn.SetReadDeadline(time.Now())
+		}
+		return
 	}
 }
 
