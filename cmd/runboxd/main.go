@@ -2,7 +2,7 @@
 // sandbox. It only parses flags and wires packages; the behaviour lives in
 // internal/supervisor and internal/daemon.
 //
-//	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D]
+//	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D] [--daemon-file F]
 //	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N]
 //	              [--private DIR]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]

@@ -12,6 +12,8 @@
 //	$HOME/sandboxes/<id>/runboxd.log    runboxd's stdout and stderr
 //	$HOME/sandboxes/<id>/secret         the sandbox's secret (0600): every connection to
 //	                                    runboxd starts with it; runboxd holds only its SHA-256
+//	$HOME/sandboxes/<id>/daemon.json    (host) runboxd's marker and cgroup, written before it
+//	                                    serves; moved into the record once it answers
 //
 // A record stores runboxd's pid together with the process start time from
 // /proc/<pid>/stat, so a recycled pid is never mistaken for the sandbox's
