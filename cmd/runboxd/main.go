@@ -2,7 +2,7 @@
 // sandbox. It only parses flags and wires packages; the behaviour lives in
 // internal/supervisor and internal/daemon.
 //
-//	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D]
+//	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D] [--daemon-file F]
 //	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N]
 //	              [--private DIR]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]
@@ -55,7 +55,7 @@ func main() {
 }
 
 const usage = `usage:
-  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N] [--private DIR]
+  runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--daemon-file F] [--cgroup auto|cgroup2|off] [--state-dir D] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N] [--private DIR]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd proxy --socket PATH
   runboxd install DEST    (copy this binary to DEST: a kubernetes sandbox's init container)
@@ -108,6 +108,7 @@ func serve(args []string, stderr io.Writer) error {
 	fs.StringVar(&cfg.StateDir, "state-dir", "", "the daemon's state directory (session functions, default spill directory), kept at shutdown (default: a fresh directory under $TMPDIR, removed at shutdown)")
 	auth := authFlags(fs)
 	private := privateFlag(fs)
+	daemonFile := fs.String("daemon-file", "", "file to write, before serving, where this daemon's commands live (pid, RUNBOX_DAEMON marker, cgroup directory) as JSON, so the side that started it can kill what they leave if the daemon dies")
 	threads := fs.Int("threads", 0, "OS threads to make at start and keep, so that commands filling a pids limit the daemon shares cannot stop it making one")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -137,7 +138,12 @@ func serve(args []string, stderr io.Writer) error {
 		}
 	}
 	keepThreads(*threads)
-	return serveOn(ctx, cfg, *auth, stderr, func(*supervisor.Supervisor) (net.Listener, error) {
+	return serveOn(ctx, cfg, *auth, stderr, func(sup *supervisor.Supervisor) (net.Listener, error) {
+		if *daemonFile != "" {
+			if err := writeDaemonFile(*daemonFile, sup); err != nil {
+				return nil, err
+			}
+		}
 		return daemon.ListenMode(*socket, os.FileMode(mode))
 	})
 }

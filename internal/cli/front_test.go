@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/internal/recordfile"
 )
 
@@ -131,7 +132,15 @@ func TestFrontSandboxLostAsFull(t *testing.T) {
 		if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") || strings.Count(stderr.String(), "\n") != 1 {
 			t.Errorf("%s, runboxd killed mid-exec: exit %d, stdout %q, stderr %q; want 125, the output, one line saying the sandbox is lost", filepath.Base(bin), code, out.String(), stderr.String())
 		}
-		pollCount(t, m, hangBound, func(n int) bool { return n == 0 })
+		// runboxd died by SIGKILL: its exec's sleep lives on until the
+		// sandbox is removed, and rm -f must not return before it is gone.
+		if n, err := providertest.ProcCount(m); err != nil || n != 1 {
+			t.Errorf("%s: %d `%s` running after runboxd's death (%v): want the one the exec started", filepath.Base(bin), n, m, err)
+		}
+		must(t, "rm", "-f", id)
+		if n, err := providertest.ProcCount(m); err != nil || n != 0 {
+			t.Errorf("%s: %d `%s` survive `runbox rm -f` of the lost sandbox (%v): want 0", filepath.Base(bin), n, m, err)
+		}
 	}
 }
 

@@ -12,6 +12,8 @@
 //	$HOME/sandboxes/<id>/runboxd.log    runboxd's stdout and stderr
 //	$HOME/sandboxes/<id>/secret         the sandbox's secret (0600): every connection to
 //	                                    runboxd starts with it; runboxd holds only its SHA-256
+//	$HOME/sandboxes/<id>/daemon.json    (host) runboxd's marker and cgroup, written before it
+//	                                    serves; moved into the record once it answers
 //
 // A record stores runboxd's pid together with the process start time from
 // /proc/<pid>/stat, so a recycled pid is never mistaken for the sandbox's
@@ -108,6 +110,11 @@ type Launch struct {
 	// runboxd must be given (never the secret itself) so that it serves
 	// only connections that start with the secret.
 	AuthSHA256 string
+	// DaemonFile is where runboxd serve may be told to write where its
+	// commands live (--daemon-file): once runboxd answers, the Store moves
+	// it into the record, so Remove can kill what its execs left should
+	// runboxd die without stopping them.
+	DaemonFile string
 }
 
 // Store creates and finds the sandboxes of one Kind under a runbox home.
@@ -317,8 +324,9 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 		logf.Close()
 		return err
 	}
+	daemonFile := filepath.Join(sbDir, daemonFileName)
 	proc, err := p.Launch(ctx, Launch{Dir: sbDir, Home: home, Record: rec, Spec: spec, Log: logf,
-		AuthSHA256: daemonauth.Sum(secret)})
+		AuthSHA256: daemonauth.Sum(secret), DaemonFile: daemonFile})
 	logf.Close() // runboxd holds its own copy
 	if err != nil {
 		return fmt.Errorf("start runboxd %s: %w%s", rec.Runboxd, err, logTail(logPath))
@@ -340,6 +348,11 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 		proc.Kill()
 		<-proc.Exited
 		return fmt.Errorf("runboxd did not start: %w%s", err, logTail(logPath))
+	}
+	if err := recordDaemonFile(daemonFile, sbDir, rec); err != nil {
+		proc.Kill()
+		<-proc.Exited
+		return err
 	}
 	return nil
 }
@@ -435,9 +448,11 @@ func (p *Store) List(ctx context.Context) ([]runbox.Sandbox, error) {
 // Remove stops every exec with the stop protocol (the Shutdown RPC), waits
 // for runboxd to exit, SIGKILLs it if it has not within a bound, and deletes
 // the sandbox's directory. A sandbox whose runboxd is already gone is only
-// removed with force, and the error without force wraps ErrSandboxLost:
-// processes its execs left behind may still be running, and the caller
-// should know.
+// removed with force (or when the Kind's sandboxes end with their daemon),
+// and the error without force wraps ErrSandboxLost. Once runboxd is gone,
+// Remove kills every process its execs left behind, found by the cgroup
+// and RUNBOX_DAEMON marker recorded when it started (see killLeftovers),
+// and keeps the record when one survives.
 func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
 	fail := func(err error) error { return &runbox.Error{Op: "remove", Sandbox: sb.ID, Err: err} }
 	dir, err := p.sandboxesDir()
@@ -460,6 +475,12 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 		}
 	} else if !force && !p.EndsWithDaemon {
 		return fail(fmt.Errorf("%w: runboxd (pid %d) is not running; remove it with force", runbox.ErrSandboxLost, rec.Pid))
+	}
+	// runboxd is gone now. If it died without stopping its execs (SIGKILL,
+	// the OOM killer, a crash, or stop's own SIGKILL), what they left
+	// still runs: kill it before the record that finds it goes.
+	if _, err := killLeftovers(ctx, rec); err != nil {
+		return fail(err)
 	}
 	if p.Cleanup != nil {
 		if err := p.Cleanup(rec, sbDir); err != nil {

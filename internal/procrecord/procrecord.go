@@ -53,6 +53,12 @@ type Record struct {
 	Socket    string `json:"socket"`
 	Workdir   string `json:"workdir"`
 	Runboxd   string `json:"runboxd"`
+	// DaemonMark is the RUNBOX_DAEMON marker in every exec's environment
+	// and Cgroup the cgroup v2 directory holding every exec's cgroup (""
+	// without cgroups), as runboxd reported them before it served: where
+	// its commands are found and killed if it dies without stopping them.
+	DaemonMark string `json:"daemon_mark,omitempty"`
+	Cgroup     string `json:"cgroup,omitempty"`
 	// Extra holds what the provider's Kind records (cgroup paths, ...).
 	Extra map[string]string `json:"extra,omitempty"`
 }

@@ -233,6 +233,19 @@ func (s *Supervisor) forkExec(path string, argv []string, attr *syscall.ProcAttr
 // Mode reports the containment mode: ModeCgroup2 or ModeProc.
 func (s *Supervisor) Mode() string { return s.mode }
 
+// DaemonMark is the value of RUNBOX_DAEMON in every exec's environment:
+// what finds this daemon's processes in /proc, even after it is gone.
+func (s *Supervisor) DaemonMark() string { return s.daemonMark }
+
+// CgroupDir is the cgroup v2 directory holding every exec's cgroup, ""
+// in proc mode: what finds this daemon's processes after it is gone.
+func (s *Supervisor) CgroupDir() string {
+	if s.cgroups == nil {
+		return ""
+	}
+	return s.cgroups.dir
+}
+
 // newDaemonMark returns a random value for daemonMarkerVar.
 func newDaemonMark() string {
 	var b [12]byte

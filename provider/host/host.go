@@ -95,9 +95,10 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer { return p.store().Di
 // Remove stops every exec with the stop protocol (the Shutdown RPC), waits
 // for runboxd to exit, SIGKILLs it if it has not within a bound, and deletes
 // the sandbox's directory. A sandbox whose runboxd is already gone is only
-// removed with force, and the error without force wraps ErrSandboxLost:
-// processes its execs left behind may still be running, and the caller
-// should know.
+// removed with force, and the error without force wraps ErrSandboxLost.
+// With force, the processes its execs left running (runboxd was killed, or
+// crashed) are killed first: everything in runboxd's cgroup, and every
+// process of this user carrying its RUNBOX_DAEMON marker.
 func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
 	return p.store().Remove(ctx, sb, force)
 }
@@ -130,6 +131,6 @@ func launch(_ context.Context, l procbox.Launch) (*procbox.Detached, error) {
 	// /tmp may be a RAM tmpfs), and go with it.
 	spill := filepath.Join(l.Dir, "spill")
 	args := append([]string{"serve", "--socket", rec.Socket, "--dir", rec.Workdir, "--auth-sha256", l.AuthSHA256,
-		"--spill-dir", spill}, l.Spec.DaemonArgs...)
+		"--spill-dir", spill, "--daemon-file", l.DaemonFile}, l.Spec.DaemonArgs...)
 	return procbox.SpawnDetached(rec.Runboxd, args, rec.Workdir, l.Log)
 }
