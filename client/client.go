@@ -41,6 +41,7 @@ import (
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/daemon/wire"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/wiretime"
 )
 
 // Timing knobs.
@@ -219,7 +220,7 @@ func (c *Client) Cancel(ctx context.Context, id string, grace time.Duration) err
 func (c *Client) CancelKnown(ctx context.Context, id string, grace time.Duration) (known bool, err error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	resp, err := c.rpc.Cancel(ctx, connect.NewRequest(&runboxv1.CancelRequest{Id: id, GraceMs: wire.GraceToMs(grace)}))
+	resp, err := c.rpc.Cancel(ctx, connect.NewRequest(&runboxv1.CancelRequest{Id: id, GraceMs: wiretime.GraceToMs(grace)}))
 	if err != nil {
 		return false, c.opError("cancel", id, ctx, err)
 	}
@@ -332,7 +333,7 @@ func (c *Client) Info(ctx context.Context) (runbox.DaemonInfo, error) {
 func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	req := connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wire.DurationToMs(grace)})
+	req := connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wiretime.DurationToMs(grace)})
 	// The daemon is going away: this call's connection closes as soon as
 	// its last stream ends, and the client's idle ones after the answer.
 	// (Closing idle connections alone can come a moment too early for this

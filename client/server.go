@@ -17,6 +17,7 @@ import (
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/daemon/wire"
+	"github.com/runbox/runbox/internal/wiretime"
 )
 
 // Server is a client of runbox serve's SandboxService: the sandboxes of
@@ -106,7 +107,7 @@ func (s *Server) CreateSandbox(ctx context.Context, spec runbox.SandboxSpec, o S
 	resp, err := s.svc.Create(ctx, connect.NewRequest(&runboxv1.CreateSandboxRequest{Spec: &runboxv1.SandboxSpec{
 		Provider: o.Provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
 		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, Network: spec.Network, Labels: o.Labels,
-		IdleTtlMs: wire.DurationToMs(o.IdleTTL), MaxLifetimeMs: wire.DurationToMs(o.MaxLifetime), Recreate: o.Recreate,
+		IdleTtlMs: wiretime.DurationToMs(o.IdleTTL), MaxLifetimeMs: wiretime.DurationToMs(o.MaxLifetime), Recreate: o.Recreate,
 	}}))
 	if err != nil {
 		return runbox.Sandbox{}, s.error("create", spec.Name, ctx, err)

@@ -115,18 +115,7 @@ func TestFrontSandboxLostAsFull(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := marker(t)
-		cmd := exec.Command(bin, "exec", id, "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep "))
-		out := &syncBuffer{written: make(chan struct{})}
-		var stderr syncBuffer
-		cmd.Stdout, cmd.Stderr = out, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-out.written:
-		case <-time.After(hangBound):
-			t.Fatalf("%s: no output", bin)
-		}
+		cmd, out, stderr := startMarkedExec(t, bin, id, m)
 		syscall.Kill(rec.Pid, syscall.SIGKILL)
 		code, _ := waitExit(t, cmd, hangBound)
 		if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") || strings.Count(stderr.String(), "\n") != 1 {
@@ -194,18 +183,7 @@ func TestFrontFrozenDaemonIsLost(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := marker(t)
-	cmd := exec.Command(binary(t), "exec", id, "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep "))
-	out := &syncBuffer{written: make(chan struct{})}
-	var stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = out, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-out.written:
-	case <-time.After(hangBound):
-		t.Fatal("no output")
-	}
+	cmd, out, stderr := startMarkedExec(t, binary(t), id, m)
 	if err := syscall.Kill(rec.Pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -226,4 +204,23 @@ func TestFrontFrozenDaemonIsLost(t *testing.T) {
 	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 0 }); n != 0 {
 		t.Errorf("%d processes of the exec still run after runboxd resumed with no one following it", n)
 	}
+}
+
+// startMarkedExec starts bin exec on sandbox id printing "started" and then
+// running the marker sleep m (only the sleep carries the marker, not the
+// shell's command line), and returns once "started" is out.
+func startMarkedExec(t *testing.T, bin, id, m string) (cmd *exec.Cmd, out, stderr *syncBuffer) {
+	t.Helper()
+	cmd = exec.Command(bin, "exec", id, "--", "echo started; s=sleep; $s "+strings.TrimPrefix(m, "sleep "))
+	out, stderr = &syncBuffer{written: make(chan struct{})}, &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-out.written:
+	case <-time.After(hangBound):
+		t.Fatalf("%s exec: no output", filepath.Base(bin))
+	}
+	return cmd, out, stderr
 }

@@ -22,6 +22,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/wiretime"
 )
 
 // Protobuf wire types.
@@ -86,24 +87,6 @@ func appendTextOrRaw(b []byte, num, raw int, s string) []byte {
 	return appendBytes(b, raw, []byte(s))
 }
 
-// durationToMs rounds a positive duration up to whole milliseconds, as the
-// API carries it (wire.DurationToMs).
-func durationToMs(d time.Duration) int64 {
-	if d <= 0 {
-		return int64(d / time.Millisecond)
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// graceToMs is durationToMs for a grace period: a negative one (none)
-// stays negative however short it is (wire.GraceToMs).
-func graceToMs(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return durationToMs(d)
-}
-
 // ExecSpec field numbers (proto/runbox/v1/runbox.proto).
 const (
 	specID = iota + 1
@@ -165,9 +148,9 @@ func AppendExecSpec(b []byte, s runbox.ExecSpec) []byte {
 	b = appendTextOrRaw(b, specCwd, specCwdRaw, s.Cwd)
 	b = appendBytes(b, specStdin, s.Stdin)
 	b = appendBool(b, specStdinStream, s.StdinStream)
-	b = appendInt(b, specTimeoutMs, durationToMs(s.Timeout))
-	b = appendInt(b, specIdleTimeoutMs, durationToMs(s.IdleTimeout))
-	b = appendInt(b, specGraceMs, graceToMs(s.Grace))
+	b = appendInt(b, specTimeoutMs, wiretime.DurationToMs(s.Timeout))
+	b = appendInt(b, specIdleTimeoutMs, wiretime.DurationToMs(s.IdleTimeout))
+	b = appendInt(b, specGraceMs, wiretime.GraceToMs(s.Grace))
 	b = appendInt(b, specHeadBytes, int64(s.HeadBytes))
 	b = appendInt(b, specTailBytes, int64(s.TailBytes))
 	b = appendString(b, specSession, s.Session)
@@ -213,7 +196,7 @@ const (
 // AppendCancelRequest appends the API's CancelRequest for the exec id,
 // with grace as Client.Cancel takes it (0: the exec's own).
 func AppendCancelRequest(b []byte, id string, grace time.Duration) []byte {
-	return appendInt(appendString(b, cancelID, id), cancelGraceMs, graceToMs(grace))
+	return appendInt(appendString(b, cancelID, id), cancelGraceMs, wiretime.GraceToMs(grace))
 }
 
 // field is one field of a message being decoded.

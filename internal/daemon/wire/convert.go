@@ -17,25 +17,8 @@ import (
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/wiretime"
 )
-
-// DurationToMs converts d to whole milliseconds, rounding up so that a short
-// but non-zero duration never becomes 0 ("no limit") on the wire.
-func DurationToMs(d time.Duration) int64 {
-	if d <= 0 {
-		return int64(d / time.Millisecond)
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// GraceToMs converts a grace period for the wire: a negative one (none,
-// runbox.NoGrace) stays negative however short it is.
-func GraceToMs(d time.Duration) int64 {
-	if d < 0 {
-		return -1
-	}
-	return DurationToMs(d)
-}
 
 // MsToDuration converts milliseconds from the wire to a Duration.
 func MsToDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
@@ -145,9 +128,9 @@ func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
 		Login:         s.Login,
 		Stdin:         s.Stdin,
 		StdinStream:   s.StdinStream,
-		TimeoutMs:     DurationToMs(s.Timeout),
-		IdleTimeoutMs: DurationToMs(s.IdleTimeout),
-		GraceMs:       GraceToMs(s.Grace),
+		TimeoutMs:     wiretime.DurationToMs(s.Timeout),
+		IdleTimeoutMs: wiretime.DurationToMs(s.IdleTimeout),
+		GraceMs:       wiretime.GraceToMs(s.Grace),
 		HeadBytes:     int64(s.HeadBytes),
 		TailBytes:     int64(s.TailBytes),
 		Session:       s.Session,

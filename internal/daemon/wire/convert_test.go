@@ -20,6 +20,7 @@ import (
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/wiretime"
 )
 
 // assertFilled fails the test for every field of v (recursively) that holds
@@ -277,7 +278,7 @@ func TestDurationToMsRoundsUp(t *testing.T) {
 		{3 * time.Second, 3000},
 		{-time.Millisecond, -1},
 	} {
-		if got := DurationToMs(c.d); got != c.want {
+		if got := wiretime.DurationToMs(c.d); got != c.want {
 			t.Errorf("DurationToMs(%v) = %d, want %d", c.d, got, c.want)
 		}
 	}
