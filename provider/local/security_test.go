@@ -335,7 +335,7 @@ func TestAgentWorkloadsUnderMapping(t *testing.T) {
 	_, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
 	t.Run("apt-get", func(t *testing.T) {
 		if os.Getenv("RUNBOX_TEST_APT") != "1" {
-			t.Skip("RUNBOX_TEST_APT is not 1: this case runs apt-get install in a sandbox, which needs Debian's archive reachable and fresh package lists; to run it: apt-get update, then RUNBOX_TEST_APT=1 go test -run TestAgentWorkloadsUnderMapping ./provider/local/ (CI does)")
+			t.Skip("RUNBOX_TEST_APT=1 is not set: this case runs apt-get install in a sandbox and needs Debian's archive reachable; run `apt-get update`, then `RUNBOX_TEST_APT=1 go test -run 'TestAgentWorkloadsUnderMapping/apt-get' ./provider/local/` (.ci/run sets it)")
 		}
 		res := exec(t, c, "apt-get install -y -q sl >/tmp/apt.log 2>&1 || { tail -20 /tmp/apt.log; exit 1; }; /usr/games/sl -h >/dev/null 2>&1; test -x /usr/games/sl",
 			client.WithTimeout(5*time.Minute))
