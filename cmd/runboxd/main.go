@@ -41,10 +41,6 @@ import (
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
-// version is set at link time (-ldflags "-X main.version=v1.2.3"); otherwise
-// the module version from the build info is used.
-var version = ""
-
 func main() {
 	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
@@ -226,4 +222,4 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return daemon.Proxy(ctx, *socket, stdin, stdout)
 }
 
-func versionString() string { return buildinfo.Version(version) }
+func versionString() string { return buildinfo.Current() }

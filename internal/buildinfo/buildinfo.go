@@ -5,6 +5,14 @@ package buildinfo
 
 import "runtime/debug"
 
+// Stamp is the version of runbox, runbox-full and runboxd when set at build
+// time, one stamp for the three binaries:
+// -ldflags "-X github.com/runbox/runbox/internal/buildinfo.Stamp=v1.2.3".
+var Stamp = Unstamped
+
+// Current is the running binary's version: Version(Stamp).
+func Current() string { return Version(Stamp) }
+
 // Unstamped is the version of a binary built without a version stamp
 // outside a version-control checkout.
 const Unstamped = "dev"

@@ -28,10 +28,6 @@ import (
 	"github.com/runbox/runbox/provider/local"
 )
 
-// Version is runbox's version, set at build time with
-// -ldflags "-X github.com/runbox/runbox/internal/cli.Version=v1.2.3".
-var Version = "dev"
-
 // ExitStatusFailure is the exit status when runbox itself failed rather
 // than the command it ran (docker run's convention).
 const ExitStatusFailure = execcli.ExitStatusFailure
@@ -149,7 +145,7 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		SilenceErrors: true,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.Version = buildinfo.Version(Version) // --version prints what version does
+	root.Version = buildinfo.Current() // --version prints what version does
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		return fmt.Errorf("%s: %w (see '%s --help')", c.Name(), err, c.CommandPath())

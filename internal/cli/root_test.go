@@ -25,7 +25,7 @@ func TestExitCode(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	if o := rb(t, "version"); o.code != 0 || o.stdout != buildinfo.Version(cli.Version)+"\n" {
+	if o := rb(t, "version"); o.code != 0 || o.stdout != buildinfo.Current()+"\n" {
 		t.Errorf("version: %+v", o)
 	}
 }

@@ -14,7 +14,7 @@ func (a *app) versionCmd() *cobra.Command {
 		Short: "Print runbox's version (also runbox --version)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(*cobra.Command, []string) error {
-			fmt.Fprintln(a.stdout, buildinfo.Version(Version))
+			fmt.Fprintln(a.stdout, buildinfo.Current())
 			return nil
 		},
 	}

@@ -29,17 +29,12 @@ import (
 	"github.com/runbox/runbox/internal/execcli"
 )
 
-// Version is runbox's version, set at build time with
-// -ldflags "-X github.com/runbox/runbox/internal/front.Version=v1.2.3"
-// (and the same for internal/cli.Version, runbox-full's).
-var Version = buildinfo.Unstamped
-
 // Main runs the invocation (args without the program name) and returns
 // its exit status, or replaces this process with runbox-full.
 func Main(args []string) int {
 	switch {
 	case len(args) == 1 && (args[0] == "version" || args[0] == "--version"):
-		fmt.Println(buildinfo.Version(Version))
+		fmt.Println(buildinfo.Current())
 		return 0
 	case len(args) > 0 && args[0] == "exec" && os.Getenv("RUNBOX_HOST") == "":
 		if x, ok := parseExec(args[1:]); ok {

@@ -23,10 +23,6 @@ import (
 	"github.com/runbox/runbox/provider/kubernetes"
 )
 
-// Version is runbox's version as package cli has it (set at build time
-// with -ldflags "-X github.com/runbox/runbox/internal/cli.Version=...").
-var Version = cli.Version
-
 // init keeps client-go's log (klog) off the CLI's stderr: its streams
 // report their own closing as errors there, and runbox reports what failed
 // itself, as one line.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/internal/mcpserver"
 )
 
@@ -44,7 +45,7 @@ started keeps running. Diagnostics go to stderr. See docs/mcp.md.`,
 			if err != nil {
 				return fmt.Errorf("mcp: %w", err)
 			}
-			mcpserver.Version = Version
+			mcpserver.Version = buildinfo.Current()
 			srv := mcpserver.New(place, mcpserver.Config{
 				Provider: provider, Spec: runbox.SandboxSpec{Image: image, Workdir: workdir},
 				Sandbox: sandbox, Keep: keep, Timeout: timeout, MaxTimeout: maxTimeout, Grace: grace,

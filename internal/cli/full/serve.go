@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/internal/mcpserver"
 	"github.com/runbox/runbox/internal/registry"
 	"github.com/runbox/runbox/internal/server"
@@ -141,7 +142,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	}
 	var mcp *server.MCPConfig
 	if f.mcp {
-		mcpserver.Version = Version
+		mcpserver.Version = buildinfo.Current()
 		mcp = &server.MCPConfig{SessionIdle: f.mcpIdle, AnyHost: f.mcpAnyHost,
 			Server: mcpserver.Config{Logger: log.With("component", "mcp")}}
 	}
