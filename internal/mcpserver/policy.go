@@ -71,7 +71,7 @@ func (l Limits) Check() error {
 	l = l.withDefaults()
 	var errs []error
 	if l.Memory < 0 || l.Memory > l.MaxMemory {
-		errs = append(errs, fmt.Errorf("the default memory %d bytes is not within 0..%d (the ceiling)", l.Memory, l.MaxMemory))
+		errs = append(errs, fmt.Errorf("the default memory %d MiB is not within 0..%d MiB (the ceiling)", l.Memory>>20, l.MaxMemory>>20))
 	}
 	if l.Pids < 0 || l.Pids > l.MaxPids {
 		errs = append(errs, fmt.Errorf("the default pids %d is not within 0..%d (the ceiling)", l.Pids, l.MaxPids))

@@ -90,7 +90,7 @@ docs/mcp.md.`,
 	fs.Int64Var(&f.pids, "pids", 0, "process and thread limit of a sandbox that names none (default: the provider's)")
 	fs.Int64Var(&f.maxPids, "max-pids", mcpserver.DefaultMaxPids, "the most processes and threads a model may ask a sandbox to have")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit of a sandbox that names none, e.g. 1.5 (default: the provider's)")
-	fs.Float64Var(&f.maxCPUs, "max-cpus", mcpserver.DefaultMaxCPUs, "the most CPUs a model may ask a sandbox to have (default: this machine's)")
+	fs.Float64Var(&f.maxCPUs, "max-cpus", mcpserver.DefaultMaxCPUs, "the most CPUs a model may ask a sandbox to have (default: this machine's count)")
 	fs.StringVar(&f.network, "network", "", "network mode of a sandbox that names none (default: the provider's)")
 	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "network modes a model may ask for besides none and --network (e.g. host)")
 	return c
