@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -299,5 +301,43 @@ func TestMCPProviderList(t *testing.T) {
 	cs.Close()
 	if err := <-done; err != nil {
 		t.Errorf("run: %v", err)
+	}
+}
+
+// A sandbox the session made that is found lost stays the session's: it
+// is listed as lost, and removed when the session ends (before, it was
+// forgotten and left behind).
+func TestMCPLostSandboxRemovedAtEnd(t *testing.T) {
+	s := startStdio(t)
+	made := ok[struct {
+		ID string `json:"id"`
+	}](t, s.cs, "sandbox_create", nil)
+	sb, err := (&host.Provider{Home: s.home}).Get(context.Background(), made.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(sb.Detail["pid"])
+	if err != nil {
+		t.Fatalf("runboxd's pid %q: %v", sb.Detail["pid"], err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "exec finds the sandbox lost", func() bool {
+		res := s.call(t, "exec", map[string]any{"command": "true", "sandbox": made.ID})
+		return res.IsError && strings.Contains(textOf(res), "lost")
+	})
+	type list struct {
+		Sandboxes []struct {
+			ID    string `json:"id"`
+			Alive bool   `json:"alive"`
+		} `json:"sandboxes"`
+	}
+	if l := ok[list](t, s.cs, "sandbox_list", nil); len(l.Sandboxes) != 1 || l.Sandboxes[0].ID != made.ID || l.Sandboxes[0].Alive {
+		t.Errorf("sandbox_list after the loss: %+v", l)
+	}
+	s.close(t)
+	if sbs := hostSandboxes(t, s.home); len(sbs) != 0 {
+		t.Errorf("sandboxes left after the session: %v", sbs)
 	}
 }
