@@ -139,3 +139,7 @@ func (a *app) linked(name string) (ProviderKind, bool) {
 	}
 	return ProviderKind{}, false
 }
+
+// ParseBytes parses a size as --memory takes it (512M, 2G, 1.5GiB; plain
+// bytes); "" is zero.
+func ParseBytes(s string) (int64, error) { return parseBytes(s) }

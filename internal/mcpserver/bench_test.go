@@ -86,7 +86,7 @@ func benchStdio(b *testing.B) *mcp.ClientSession {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(runboxBin, "mcp", "--provider", "host", "--workdir", os.TempDir())
+	cmd := exec.Command(runboxBin, "mcp", "--provider", "host", "--allow-host", "--workdir", os.TempDir())
 	cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock", "KUBECONFIG="+home+"/no-kubeconfig")
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "bench", Version: "v0"}, nil).
 		Connect(context.Background(), &mcp.CommandTransport{Command: cmd}, nil)

@@ -18,7 +18,7 @@ import (
 // ExecInput is what the exec tool takes.
 type ExecInput struct {
 	Command        string            `json:"command" jsonschema:"the shell command, run by bash -c (sh -c where bash is absent)"`
-	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"stop the command and everything it started after this many seconds (default 120 for a foreground command, capped by the server)"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"stop the command and everything it started after this many seconds (default 120 for a foreground command; at most the server's ceiling)"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory (default: the shell session's)"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to set for this command"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given to the command on its standard input (default: none, stdin is /dev/null)"`
@@ -67,8 +67,8 @@ Call it again with offset set to next_offset to follow the output.`,
 	}, call(s, s.execList))
 }
 
-// timeoutFor returns the timeout an exec runs with: the asked one capped
-// by MaxTimeout, or the default.
+// timeoutFor returns the timeout an exec runs with: the asked one, or the
+// default. One above MaxTimeout, the operator's ceiling, is refused.
 func (s *Server) timeoutFor(seconds float64, background bool) (time.Duration, error) {
 	switch {
 	case math.IsNaN(seconds) || math.IsInf(seconds, 0) || seconds < 0:
@@ -77,7 +77,10 @@ func (s *Server) timeoutFor(seconds float64, background bool) (time.Duration, er
 		return s.cfg.MaxTimeout, nil
 	case seconds == 0:
 		return s.cfg.Timeout, nil
-	case seconds >= s.cfg.MaxTimeout.Seconds():
+	case seconds > s.cfg.MaxTimeout.Seconds():
+		return 0, fmt.Errorf("%w: timeout_seconds %v: at most %v seconds (the ceiling)",
+			ErrOverCeiling, seconds, s.cfg.MaxTimeout.Seconds())
+	case seconds == s.cfg.MaxTimeout.Seconds():
 		return s.cfg.MaxTimeout, nil
 	}
 	return max(time.Duration(seconds*float64(time.Second)), time.Millisecond), nil

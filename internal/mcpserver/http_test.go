@@ -196,10 +196,19 @@ func TestSandboxCreateKeep(t *testing.T) {
 	if len(sbs) != 1 || sbs[0].ID != kept.ID {
 		t.Errorf("after the session: %v, want only the kept %s", sbs, kept.ID)
 	}
-	// sandbox_remove in a later session.
+	// A later session does not see it (it made none), unless the operator
+	// binds it there with --sandbox; the bound session leaves it alone.
 	s2 := startStdioHome(t, s.home, s.workdir)
-	ok[struct{}](t, s2.cs, "sandbox_remove", map[string]any{"sandbox": "kept-on-purpose"})
-	if sbs := hostSandboxes(t, s.home); len(sbs) != 0 {
-		t.Errorf("after sandbox_remove: %v", sbs)
+	if msg := failing(t, s2.cs, "exec", map[string]any{"command": "true", "sandbox": "kept-on-purpose"}); !strings.Contains(msg, "no such sandbox") {
+		t.Errorf("a later session used the kept sandbox: %q", msg)
+	}
+	s2.close(t)
+	s3 := startStdioHome(t, s.home, s.workdir, "--sandbox", "kept-on-purpose")
+	if r := ok[execResult](t, s3.cs, "exec", map[string]any{"command": "true"}); r.Sandbox != kept.ID {
+		t.Errorf("the bound session ran in %s, not %s", r.Sandbox, kept.ID)
+	}
+	s3.close(t)
+	if sbs := hostSandboxes(t, s.home); len(sbs) != 1 || sbs[0].ID != kept.ID {
+		t.Errorf("after the bound session: %v, want the kept %s", sbs, kept.ID)
 	}
 }

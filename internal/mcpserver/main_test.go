@@ -113,8 +113,9 @@ type stdio struct {
 	progress []*mcp.ProgressNotificationParams
 }
 
-// startStdio runs `runbox mcp --provider host --workdir WS args...` with a
-// fresh home and connects the Go SDK's client to it over stdio.
+// startStdio runs `runbox mcp --provider host --allow-host --workdir WS
+// args...` with a fresh home and connects the Go SDK's client to it over
+// stdio.
 func startStdio(t *testing.T, args ...string) *stdio {
 	t.Helper()
 	home, workdir := testHome(t)
@@ -125,7 +126,7 @@ func startStdio(t *testing.T, args ...string) *stdio {
 func startStdioHome(t *testing.T, home, workdir string, args ...string) *stdio {
 	t.Helper()
 	s := &stdio{home: home, workdir: workdir, stderr: &lockedBuffer{}}
-	s.cmd = exec.Command(runboxBin, append([]string{"mcp", "--provider", "host", "--workdir", workdir}, args...)...)
+	s.cmd = exec.Command(runboxBin, append([]string{"mcp", "--provider", "host", "--allow-host", "--workdir", workdir}, args...)...)
 	s.cmd.Env = append(os.Environ(), "RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock", "KUBECONFIG="+home+"/no-kubeconfig")
 	s.cmd.Stderr = s.stderr
 	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "v0"}, &mcp.ClientOptions{

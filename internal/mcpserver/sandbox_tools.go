@@ -2,10 +2,14 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox/runbox"
@@ -13,37 +17,68 @@ import (
 
 func (s *Server) addSandboxTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
+		Name:        "sandbox_list",
+		Title:       "List sandboxes",
+		Description: `List this session's sandboxes, saying which one is its default.`,
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
+	}, call(s, s.sandboxList))
+	if s.cfg.Sandbox != "" {
+		// Bound to one sandbox: nothing to make or remove.
+		return
+	}
+	s.mcp.AddReceivingMiddleware(s.offeredProviders)
+	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "sandbox_create",
 		Title: "Make a sandbox",
 		Description: `Make a new sandbox and return its id; pass it as sandbox to the other tools, or set use to make it this session's default.
 It is removed when this MCP session ends, unless keep is set.`,
+		InputSchema: s.createSchema(),
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOff, OpenWorldHint: &hintOn},
 	}, call(s, s.sandboxCreate))
 	mcp.AddTool(s.mcp, &mcp.Tool{
-		Name:        "sandbox_list",
-		Title:       "List sandboxes",
-		Description: `List the sandboxes there are, saying which one is this session's default and which this session made.`,
-		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
-	}, call(s, s.sandboxList))
-	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "sandbox_remove",
 		Title:       "Remove a sandbox",
-		Description: `Stop every command in a sandbox and destroy it with its files. Removing this session's default sandbox makes the next call without a sandbox get a fresh one.`,
+		Description: `Stop every command in one of this session's sandboxes and destroy it with its files. Removing this session's default sandbox makes the next call without a sandbox get a fresh one.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, IdempotentHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.sandboxRemove))
 }
 
+// createSchema is sandbox_create's input schema: provider lists the
+// providers on offer, and is left out when there is only one to take.
+func (s *Server) createSchema() *jsonschema.Schema {
+	schema, err := jsonschema.For[SandboxCreateInput](nil)
+	if err != nil {
+		panic(fmt.Sprintf("sandbox_create's input schema: %v", err))
+	}
+	if ps := s.cfg.providers(); len(ps) == 1 {
+		delete(schema.Properties, "provider")
+	} else {
+		p := schema.Properties["provider"]
+		def := ps[0]
+		if def == "" {
+			def = "the server's"
+		}
+		p.Description = "where the sandbox runs (default: " + def + ")"
+		for _, name := range ps {
+			if name != "" {
+				p.Enum = append(p.Enum, name)
+			}
+		}
+	}
+	return schema
+}
+
 // SandboxCreateInput is what sandbox_create takes.
 type SandboxCreateInput struct {
-	Provider string  `json:"provider,omitempty" jsonschema:"where the sandbox runs: local, host, docker (default: the server's)"`
-	Image    string  `json:"image,omitempty" jsonschema:"the image, for providers that use one (docker)"`
-	Name     string  `json:"name,omitempty" jsonschema:"a unique name to refer to the sandbox by"`
-	MemoryMB int64   `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default: none)"`
-	Pids     int64   `json:"pids,omitempty" jsonschema:"process count limit (default: none)"`
-	CPUs     float64 `json:"cpus,omitempty" jsonschema:"CPU limit, e.g. 1.5 (default: none)"`
-	Network  string  `json:"network,omitempty" jsonschema:"none (loopback only) or host (default: the provider's)"`
-	Keep     bool    `json:"keep,omitempty" jsonschema:"keep the sandbox when this MCP session ends"`
-	Use      bool    `json:"use,omitempty" jsonschema:"make it this session's default sandbox"`
+	Provider string   `json:"provider,omitempty" jsonschema:"where the sandbox runs"`
+	Image    string   `json:"image,omitempty" jsonschema:"the image, for providers that use one (docker)"`
+	Name     string   `json:"name,omitempty" jsonschema:"a unique name to refer to the sandbox by"`
+	MemoryMB *int64   `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default and ceiling: the server's)"`
+	Pids     *int64   `json:"pids,omitempty" jsonschema:"process and thread count limit (default and ceiling: the server's)"`
+	CPUs     *float64 `json:"cpus,omitempty" jsonschema:"CPU limit, e.g. 1.5 (default and ceiling: the server's)"`
+	Network  string   `json:"network,omitempty" jsonschema:"none: loopback only (default: the server's)"`
+	Keep     bool     `json:"keep,omitempty" jsonschema:"keep the sandbox when this MCP session ends"`
+	Use      bool     `json:"use,omitempty" jsonschema:"make it this session's default sandbox"`
 }
 
 // SandboxInfo describes a sandbox.
@@ -63,8 +98,8 @@ func (st *session) info(sb runbox.Sandbox) SandboxInfo {
 	defer st.mu.Unlock()
 	out := SandboxInfo{ID: sb.ID, Name: sb.Name, Provider: sb.Provider, Alive: sb.Alive,
 		Created: sb.Created.UTC().Format(time.RFC3339), Default: sb.ID == st.def}
-	if ref, ok := st.sandboxes[sb.ID]; ok {
-		out.Made, out.Keep = ref.made, ref.made && ref.keep
+	if o, ok := st.mine[sb.ID]; ok {
+		out.Made, out.Keep = o.made, o.made && o.keep
 	}
 	return out
 }
@@ -72,28 +107,26 @@ func (st *session) info(sb runbox.Sandbox) SandboxInfo {
 func (s *Server) sandboxCreate(ctx context.Context, st *session, _ *mcp.CallToolRequest, in SandboxCreateInput) (*mcp.CallToolResult, SandboxInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*s.cfg.CallTimeout)
 	defer cancel()
-	switch {
-	case in.MemoryMB < 0 || in.Pids < 0 || in.CPUs < 0:
-		return nil, SandboxInfo{}, fmt.Errorf("%w: memory_mb, pids and cpus must not be negative", runbox.ErrInvalidSpec)
-	case in.Network != "" && in.Network != "none" && in.Network != "host":
-		return nil, SandboxInfo{}, fmt.Errorf("%w: network %q: want none or host", runbox.ErrInvalidSpec, in.Network)
+	provider, err := s.cfg.provider(in.Provider)
+	if err != nil {
+		return nil, SandboxInfo{}, err
 	}
 	// The workspace and root filesystem are the server's to choose, never
 	// the model's: a model must not mount a host directory of its choice.
-	spec := runbox.SandboxSpec{Workdir: s.cfg.Spec.Workdir, Image: s.cfg.Spec.Image,
-		Name: in.Name, Memory: in.MemoryMB << 20, Pids: in.Pids, CPUs: in.CPUs, Network: in.Network}
+	spec := runbox.SandboxSpec{Workdir: s.cfg.Spec.Workdir, Image: s.cfg.Spec.Image, Name: in.Name}
+	if err := s.cfg.Limits.apply(&spec, in); err != nil {
+		return nil, SandboxInfo{}, err
+	}
 	if in.Image != "" {
 		spec.Image = in.Image
-	}
-	provider := in.Provider
-	if provider == "" {
-		provider = s.cfg.Provider
 	}
 	sb, err := s.place.Create(ctx, provider, spec)
 	if err != nil {
 		return nil, SandboxInfo{}, err
 	}
+	st.own(sb, true, in.Keep)
 	if _, err := st.adopt(ctx, sb, true, in.Keep); err != nil {
+		st.disown(sb.ID)
 		st.removeQuietly(sb)
 		return nil, SandboxInfo{}, err
 	}
@@ -143,10 +176,39 @@ type SandboxList struct {
 func (s *Server) sandboxList(ctx context.Context, st *session, _ *mcp.CallToolRequest, _ SandboxListInput) (*mcp.CallToolResult, SandboxList, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
-	sbs, err := s.place.List(ctx)
-	if err != nil {
-		return nil, SandboxList{}, err
+	if s.cfg.Sandbox != "" {
+		// The bound sandbox is the session's from the start.
+		if _, err := st.defaultSandbox(ctx); err != nil {
+			return nil, SandboxList{}, err
+		}
 	}
+	if s.cfg.TenantWide {
+		sbs, err := s.place.List(ctx)
+		if err != nil {
+			return nil, SandboxList{}, err
+		}
+		return st.listResult(sbs)
+	}
+	mine := st.owned()
+	var sbs []runbox.Sandbox
+	for _, o := range mine {
+		sb, err := s.place.Get(ctx, o.sb.ID)
+		switch {
+		case errors.Is(err, runbox.ErrSandboxNotFound):
+			st.disown(o.sb.ID) // removed from outside
+			continue
+		case err != nil:
+			sb = o.sb
+			sb.Alive = false
+		}
+		sbs = append(sbs, sb)
+	}
+	slices.SortFunc(sbs, func(a, b runbox.Sandbox) int { return a.Created.Compare(b.Created) })
+	return st.listResult(sbs)
+}
+
+// listResult renders sandbox_list's result.
+func (st *session) listResult(sbs []runbox.Sandbox) (*mcp.CallToolResult, SandboxList, error) {
 	out := SandboxList{Sandboxes: make([]SandboxInfo, 0, len(sbs))}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d sandboxes\n", len(sbs))
@@ -176,14 +238,46 @@ func (s *Server) sandboxRemove(ctx context.Context, st *session, _ *mcp.CallTool
 	if in.Sandbox == "" {
 		return nil, SandboxRemoveResult{}, fmt.Errorf("%w: name the sandbox to remove", runbox.ErrInvalidSpec)
 	}
-	sb, err := s.place.Get(ctx, in.Sandbox)
+	id := in.Sandbox
+	if o, err := st.find(in.Sandbox); err == nil {
+		id = o.sb.ID
+	} else if !s.cfg.TenantWide {
+		return nil, SandboxRemoveResult{}, err
+	}
+	sb, err := s.place.Get(ctx, id)
+	if errors.Is(err, runbox.ErrSandboxNotFound) {
+		st.disown(id) // removed from outside
+		return nil, SandboxRemoveResult{}, notFound(in.Sandbox)
+	}
 	if err != nil {
 		return nil, SandboxRemoveResult{}, err
 	}
 	if err := s.place.Remove(ctx, sb, in.Force); err != nil {
 		return nil, SandboxRemoveResult{}, err
 	}
-	st.forget(sb.ID)
+	st.disown(sb.ID)
 	out := SandboxRemoveResult{ID: sb.ID, Removed: true}
 	return textResult("removed sandbox " + sb.ID), out, nil
+}
+
+// offeredProviders answers a sandbox_create that names a provider not on
+// offer with a tool error naming the ones that are. It runs before the
+// input schema is checked: with one provider on offer the schema has no
+// provider at all, and would refuse it without saying what is offered.
+func (s *Server) offeredProviders(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if r, ok := req.(*mcp.CallToolRequest); ok && r.Params != nil && r.Params.Name == "sandbox_create" {
+			var in struct {
+				Provider string `json:"provider"`
+			}
+			if json.Unmarshal(r.Params.Arguments, &in) == nil {
+				if _, err := s.cfg.provider(in.Provider); err != nil {
+					res := &mcp.CallToolResult{}
+					res.SetError(err)
+					return res, nil
+				}
+			}
+		}
+		return next(ctx, method, req)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
 )
 
 // serveProc is a real `runbox serve` (the host provider, a fresh home,
@@ -204,5 +208,48 @@ func TestStdioThroughServe(t *testing.T) {
 	defer bad.Close()
 	if msg := failing(t, bad, "exec", map[string]any{"command": "true"}); !strings.Contains(msg, "token") {
 		t.Errorf("exec with a wrong token: %q", msg)
+	}
+}
+
+// runbox mcp with RUNBOX_HOST holds the tenant's token, the model does
+// not: a session sees only the sandboxes it made. The tenant's own
+// sandbox, made through the API, answers as one that never existed, and
+// is still there afterwards.
+func TestStdioThroughServeSeesOnlyItsOwn(t *testing.T) {
+	sp := startServe(t)
+	token := sp.token(t, "remote")
+	api, err := client.NewServer(sp.url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	ctx := context.Background()
+	name := randomName("api-")
+	other, err := api.CreateSandbox(ctx, runbox.SandboxSpec{Name: name}, client.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Remove(ctx, other, true)
+	cmd := exec.Command(runboxBin, "mcp")
+	cmd.Env = append(os.Environ(), "RUNBOX_HOME="+t.TempDir(), "RUNBOX_HOST="+sp.url, "RUNBOX_TOKEN="+token, "RUNBOX_PROVIDER=")
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "v0"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	for _, key := range []string{other.ID, name} {
+		for tool, args := range map[string]map[string]any{
+			"exec":           {"command": "true", "sandbox": key},
+			"file_list":      {"sandbox": key},
+			"sandbox_remove": {"sandbox": key, "force": true},
+		} {
+			if msg := failing(t, cs, tool, args); msg != fmt.Sprintf("no such sandbox: %q (sandbox_list shows the sandboxes; leave sandbox out to use this session's default)", key) {
+				t.Errorf("%s on the tenant's API sandbox %s: %q", tool, key, msg)
+			}
+		}
+	}
+	if sb, err := api.Get(ctx, other.ID); err != nil || !sb.Alive {
+		t.Errorf("the API sandbox after the session's attempts: %+v %v", sb, err)
 	}
 }

@@ -46,8 +46,24 @@ type Config struct {
 	// on first use ("" is the place's default provider).
 	Provider string
 	Spec     runbox.SandboxSpec
-	// Sandbox, when set, names an existing sandbox every MCP session uses
-	// as its default instead of making one; it is never removed.
+	// Providers are the providers a model may name in sandbox_create
+	// besides Provider; nil offers Provider alone. The caller decides what
+	// may be offered (runbox mcp never offers host unless its operator
+	// says so; runbox serve offers its operator's list).
+	Providers []string
+	// TenantWide lets every session see and control every sandbox of the
+	// place, not only the ones it made. Only for a place whose client holds
+	// a credential that reaches them all anyway: runbox serve's /mcp, whose
+	// client sends the tenant's token, good for the whole API too (the
+	// tenant is the boundary there). runbox mcp never sets it: its model
+	// holds no credential.
+	TenantWide bool
+	// Limits are the defaults and ceilings of the sandboxes the sessions
+	// make (resources, network modes).
+	Limits Limits
+	// Sandbox, when set, binds every MCP session to that existing sandbox:
+	// it is the session's default and only sandbox, never removed, and
+	// sandbox_create and sandbox_remove are not offered.
 	Sandbox string
 	// Keep keeps the default sandboxes made for sessions when the
 	// sessions end.
@@ -97,6 +113,7 @@ func (c Config) withDefaults() Config {
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = DefaultCallTimeout
 	}
+	c.Limits = c.Limits.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -33,7 +33,8 @@ type session struct {
 	mu        sync.Mutex
 	closed    bool
 	def       string                 // the default sandbox's id; "" until made or found
-	sandboxes map[string]*sandboxRef // every sandbox this session used, by id
+	mine      map[string]*owned      // the sandboxes this session may see and use, by id
+	sandboxes map[string]*sandboxRef // those of them it is connected to, by id
 	bg        map[string]*bgExec     // background execs, by exec id
 	spills    map[string]bool        // spill files this session was told of
 }
@@ -61,7 +62,7 @@ func newSession(s *Server) *session {
 	ctx, cancel := context.WithCancel(s.base)
 	return &session{
 		srv: s, shell: "mcp-" + hex.EncodeToString(b[:]), ctx: ctx, cancel: cancel,
-		sandboxes: make(map[string]*sandboxRef), bg: make(map[string]*bgExec), spills: make(map[string]bool),
+		mine: make(map[string]*owned), sandboxes: make(map[string]*sandboxRef), bg: make(map[string]*bgExec), spills: make(map[string]bool),
 	}
 }
 
@@ -84,24 +85,40 @@ func (st *session) begin(ctx context.Context) (context.Context, func(), error) {
 }
 
 // sandbox returns the sandbox key names ("" for the session's default,
-// made on first use), connected.
+// made on first use), connected. key must name one of the session's own
+// sandboxes (see find): any other is not found, whether it exists or not.
 func (st *session) sandbox(ctx context.Context, key string) (*sandboxRef, error) {
-	if key == "" {
-		return st.defaultSandbox(ctx)
-	}
-	st.mu.Lock()
-	for _, ref := range st.sandboxes {
-		if ref.sb.ID == key || (ref.sb.Name != "" && ref.sb.Name == key) {
-			st.mu.Unlock()
-			return ref, nil
+	if key == "" || st.srv.cfg.Sandbox != "" {
+		// Bound to one sandbox: it is the session's only one.
+		ref, err := st.defaultSandbox(ctx)
+		if err != nil || key == "" || matches(ref.sb, key) {
+			return ref, err
 		}
+		return nil, notFound(key)
 	}
-	st.mu.Unlock()
-	sb, err := st.srv.place.Get(ctx, key)
+	o, err := st.find(key)
+	if err != nil && st.srv.cfg.TenantWide {
+		sb, err := st.srv.place.Get(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		return st.adopt(ctx, sb, false, false)
+	}
 	if err != nil {
 		return nil, err
 	}
-	return st.adopt(ctx, sb, false, false)
+	st.mu.Lock()
+	ref := st.sandboxes[o.sb.ID]
+	st.mu.Unlock()
+	if ref != nil {
+		return ref, nil
+	}
+	// Known but not connected (found lost before): look again.
+	sb, err := st.srv.place.Get(ctx, o.sb.ID)
+	if err != nil {
+		return nil, err
+	}
+	return st.adopt(ctx, sb, o.made, o.keep)
 }
 
 // adopt connects to sb and records it as used by this session (made by it
@@ -155,16 +172,18 @@ func (st *session) defaultSandbox(ctx context.Context) (*sandboxRef, error) {
 	var err error
 	made := cfg.Sandbox == ""
 	if made {
-		sb, err = st.srv.place.Create(ctx, cfg.Provider, cfg.Spec)
+		sb, err = st.srv.place.Create(ctx, cfg.Provider, st.srv.defaultSpec())
 		if err != nil {
 			return nil, fmt.Errorf("make this session's default sandbox: %w", err)
 		}
 	} else if sb, err = st.srv.place.Get(ctx, cfg.Sandbox); err != nil {
 		return nil, fmt.Errorf("the configured sandbox %s: %w", cfg.Sandbox, err)
 	}
+	st.own(sb, made, cfg.Keep)
 	ref, err = st.adopt(ctx, sb, made, cfg.Keep)
 	if err != nil {
 		if made {
+			st.disown(sb.ID)
 			st.removeQuietly(sb)
 		}
 		return nil, err
@@ -184,8 +203,9 @@ func (st *session) removeQuietly(sb runbox.Sandbox) {
 	}
 }
 
-// forget drops a sandbox from the session (removed, or found lost), so that
-// a later call without a sandbox makes a fresh default.
+// forget drops the session's connection to a sandbox (removed, or found
+// lost), so that a later call without a sandbox makes a fresh default. The
+// sandbox stays the session's (disown ends that).
 func (st *session) forget(id string) {
 	st.mu.Lock()
 	ref := st.sandboxes[id]
@@ -262,20 +282,26 @@ func (st *session) end(ctx context.Context) {
 		wg.Go(func() {
 			defer ref.release()
 			defer ref.cl.Close()
-			log := st.srv.cfg.Logger.With("sandbox", ref.sb.ID)
-			if ref.made && !ref.keep {
-				if err := st.srv.place.Remove(ctx, ref.sb, true); err != nil {
-					log.Warn("remove the session's sandbox", "error", err)
-				}
-				return
-			}
-			if ref.shellUsed {
+			if ref.shellUsed && (!ref.made || ref.keep) {
 				err := ref.cl.DeleteSession(ctx, st.shell)
 				if err != nil && !errors.Is(err, runbox.ErrSessionNotFound) {
-					log.Warn("forget the session's shell", "error", err)
+					st.srv.cfg.Logger.Warn("forget the session's shell", "sandbox", ref.sb.ID, "error", err)
 				}
 			}
 		})
+	}
+	wg.Wait()
+	// Every sandbox the session made and did not keep goes, connected or
+	// not (one found lost is removed with force).
+	for _, o := range st.owned() {
+		if o.made && !o.keep {
+			wg.Go(func() {
+				err := st.srv.place.Remove(ctx, o.sb, true)
+				if err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
+					st.srv.cfg.Logger.Warn("remove the session's sandbox", "sandbox", o.sb.ID, "error", err)
+				}
+			})
+		}
 	}
 	wg.Wait()
 }

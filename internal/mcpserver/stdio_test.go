@@ -103,12 +103,15 @@ func TestExecTimeoutLeavesNothing(t *testing.T) {
 	}
 }
 
-// The timeout a command asks for is capped by --max-timeout; one it does
-// not name is --timeout.
+// A timeout above --max-timeout is refused, naming the ceiling; one at
+// the ceiling runs; one not named is --timeout.
 func TestExecTimeoutCapped(t *testing.T) {
 	s := startStdio(t, "--timeout", "1500ms", "--max-timeout", "3s")
-	if r := ok[execResult](t, s.cs, "exec", map[string]any{"command": "true", "timeout_seconds": 3600}); r.TimeoutSecs != 3 {
-		t.Errorf("asked 3600 s, capped at 3 s: got %v", r.TimeoutSecs)
+	if msg := failing(t, s.cs, "exec", map[string]any{"command": "true", "timeout_seconds": 3600}); !strings.Contains(msg, "at most 3 seconds (the ceiling)") {
+		t.Errorf("asked 3600 s over a 3 s ceiling: %q", msg)
+	}
+	if r := ok[execResult](t, s.cs, "exec", map[string]any{"command": "true", "timeout_seconds": 3}); r.TimeoutSecs != 3 {
+		t.Errorf("asked the ceiling, 3 s: got %v", r.TimeoutSecs)
 	}
 	if r := ok[execResult](t, s.cs, "exec", map[string]any{"command": "true"}); r.TimeoutSecs != 1.5 {
 		t.Errorf("default timeout: got %v s, want 1.5", r.TimeoutSecs)

@@ -134,7 +134,12 @@ func New(cfg Config) *Server {
 	if cfg.MCP != nil {
 		s.mcpPlaces = make(map[string]*mcpPlace)
 		s.self = newSelfAPI(s)
-		s.mcp = mcpserver.NewHTTPHandler(s.resolveMCP, cfg.MCP.Server, mcpserver.HTTPOptions{
+		mcpCfg := cfg.MCP.Server
+		// A /mcp client holds the tenant's token, which reaches every
+		// sandbox of the tenant through the API as well: its sessions see
+		// them all, and the tenant is the boundary.
+		mcpCfg.TenantWide = true
+		s.mcp = mcpserver.NewHTTPHandler(s.resolveMCP, mcpCfg, mcpserver.HTTPOptions{
 			SessionIdle: cfg.MCP.SessionIdle, AnyHost: cfg.MCP.AnyHost})
 	}
 	return s

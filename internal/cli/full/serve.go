@@ -144,7 +144,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	if f.mcp {
 		mcpserver.Version = buildinfo.Current()
 		mcp = &server.MCPConfig{SessionIdle: f.mcpIdle, AnyHost: f.mcpAnyHost,
-			Server: mcpserver.Config{Logger: log.With("component", "mcp")}}
+			Server: mcpserver.Config{Providers: f.providers, Logger: log.With("component", "mcp")}}
 	}
 	srv := server.New(server.Config{
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],

@@ -24,7 +24,7 @@ function transport(token) {
   if (env.MODE === 'stdio') {
     return new StdioClientTransport({
       command: env.RUNBOX,
-      args: ['mcp', '--provider', 'host', '--workdir', env.WORKDIR],
+      args: ['mcp', '--provider', 'host', '--allow-host', '--workdir', env.WORKDIR],
       env: { ...env },
       stderr: 'inherit',
     });
