@@ -38,6 +38,24 @@ type idMap struct {
 	hostUID, hostGID int
 	// size is how many ids are mapped (1 rootless: only the caller's).
 	size int
+	// swapped, when not 0, is the overflow id, which the sandbox's root
+	// files are kept as on disk in a FUSE-served root (and the other way
+	// round): see fuseIDMapping.
+	swapped int
+}
+
+// onDisk returns the sandbox id that a file presented as owned by id is
+// kept as in the upper layer.
+func (m idMap) onDisk(id int) int {
+	switch {
+	case m.swapped == 0:
+		return id
+	case id == 0:
+		return m.swapped
+	case id == m.swapped:
+		return 0
+	}
+	return id
 }
 
 // mapped reports whether the map is a range of unprivileged host ids (as
@@ -179,5 +197,5 @@ func lchownMapped(path string, uid, gid int, m idMap) error {
 	if uid >= m.size || gid >= m.size {
 		uid, gid = 65534, 65534 // the sandbox's nobody
 	}
-	return os.Lchown(path, m.hostUID+uid, m.hostGID+gid)
+	return os.Lchown(path, m.hostUID+m.onDisk(uid), m.hostGID+m.onDisk(gid))
 }
