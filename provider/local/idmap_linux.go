@@ -159,8 +159,7 @@ func sanitizeSecrets(root, upper string, m idMap) error {
 			out.WriteString(strings.Join(f, ":"))
 			out.WriteByte('\n')
 		}
-		dir := filepath.Join(upper, filepath.Dir(p))
-		if err := mkdirLike(dir, filepath.Join(root, filepath.Dir(p)), m); err != nil {
+		if err := mkdirsLike(upper, root, filepath.Dir(p), m); err != nil {
 			return err
 		}
 		dst := filepath.Join(upper, p)
@@ -186,6 +185,28 @@ func mkdirLike(dir, like string, m idMap) error {
 	}
 	st := fi.Sys().(*syscall.Stat_t)
 	return lchownMapped(dir, int(st.Uid), int(st.Gid), m)
+}
+
+// mkdirsLike makes the directory dir (a path in the host's root at root)
+// under upper, and each one above it there, like the host's: the upper
+// layer's directories hide the host's modes and owners, and the sandbox
+// must keep them (a directory left to the host's root would also be
+// closed to the server of a FUSE root).
+func mkdirsLike(upper, root, dir string, m idMap) error {
+	at, host := upper, root
+	for _, part := range strings.Split(filepath.Clean("/"+dir), "/") {
+		if part == "" {
+			continue
+		}
+		at, host = filepath.Join(at, part), filepath.Join(host, part)
+		if _, err := os.Lstat(at); err == nil {
+			continue
+		}
+		if err := mkdirLike(at, host, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // lchownMapped sets path's owner to what host ids uid, gid are in the

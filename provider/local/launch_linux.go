@@ -372,6 +372,11 @@ func makeLayers(layers, lower string, ids idMap) error {
 			return fmt.Errorf("upper layer: %w", err)
 		}
 	}
+	if ids.swapped != 0 {
+		if err := seedUnreadable("/", filepath.Join(layers, upperDir), ids); err != nil {
+			return fmt.Errorf("upper layer: %w", err)
+		}
+	}
 	return nil
 }
 
