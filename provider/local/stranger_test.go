@@ -1,6 +1,7 @@
 package local_test
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -8,8 +9,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/provider/host"
 )
 
 // planted is a file a test made on the host for a sandbox to try to read.
@@ -119,5 +122,46 @@ func TestRootOnlyHostFilesUnreadable(t *testing.T) {
 		if !f.readable && strings.Contains(string(res.Stdout), f.content) {
 			t.Errorf("a search of the tree found %s's content", f.path)
 		}
+	}
+}
+
+// TestOtherRunboxHomesUnreadable: another runbox home on the host (a
+// server's, another user's: here a host sandbox's at a fresh random path
+// outside every masked directory) is out of a local sandbox's reach: its
+// secret does not read, and its runboxd socket does not connect. Before
+// the FUSE root, sandbox root read the secret (its owner, through the
+// id-mapped root), which let it drive that runboxd as host root.
+func TestOtherRunboxHomesUnreadable(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a home closed to others is planted as root")
+	}
+	needLocal(t)
+	top := filepath.Join("/var/tmp", fmt.Sprintf("rbh%08x", rand.Uint32()))
+	t.Cleanup(func() { os.RemoveAll(top) })
+	home := filepath.Join(top, "h")
+	hp := &host.Provider{Home: home, Runboxd: os.Getenv("RUNBOX_RUNBOXD")}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	victim, err := hp.Create(ctx, runbox.SandboxSpec{Workdir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hp.Remove(context.Background(), victim, true) })
+	sockPath := victim.Detail["socket"]
+	secretPath := filepath.Join(filepath.Dir(sockPath), "secret")
+	secret, err := os.ReadFile(secretPath)
+	if err != nil || len(secret) == 0 {
+		t.Fatalf("the victim's secret at %s: %v", secretPath, err)
+	}
+	p := newProvider(t)
+	_, c := create(t, p, runbox.SandboxSpec{})
+	res := exec(t, c, "od -An -tx1 "+secretPath+" | tr -d ' \\n'; ls -la "+filepath.Dir(sockPath)+"; "+
+		"python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(\"connected\")' "+sockPath)
+	want := fmt.Sprintf("%x", secret)
+	if strings.Contains(string(res.Stdout), want) {
+		t.Errorf("the local sandbox read another home's secret %s", secretPath)
+	}
+	if strings.Contains(string(res.Stdout), "connected") {
+		t.Errorf("the local sandbox connected to another home's runboxd socket %s", sockPath)
 	}
 }
