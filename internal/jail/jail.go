@@ -90,6 +90,11 @@ type Config struct {
 	// sandbox's business, but its root needs a home).
 	Private    []string `json:"private,omitempty"`
 	PrivateDir string   `json:"private_dir,omitempty"`
+	// Direct lists directories of the sandbox's root, made if absent,
+	// that are directories of its own under PrivateDir too, so what is
+	// written there goes straight to disk rather than through a FuseRoot's
+	// server (runboxd's spill files).
+	Direct []string `json:"direct,omitempty"`
 	// Fresh lists directories that get a fresh, empty, writable tmpfs
 	// (/run: the host's holds its daemons' sockets).
 	Fresh []string `json:"fresh,omitempty"`

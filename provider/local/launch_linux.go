@@ -166,6 +166,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		Threads:       cg.keepThreads,
 		AuthSHA256:    l.AuthSHA256,
 	}
+	if fuseRoot {
+		cfg.Direct = []string{SpillDir}
+	}
 	if lower == "/" {
 		cfg.Private, cfg.Fresh = privateDirs, freshDirs
 		cfg.Mask = append(cfg.Mask, engineDirs()...)
