@@ -162,12 +162,19 @@ func readConfig() (jail.Config, error) {
 			return jc, fmt.Errorf("jail: configuration larger than %d bytes", maxConfig)
 		}
 	}
-	unix.Close(configFD)
 	if len(b) == 0 {
+		unix.Close(configFD)
 		return jc, errors.New("jail: the provider sent no configuration")
 	}
 	if err := json.Unmarshal(b, &jc); err != nil {
+		unix.Close(configFD)
 		return jc, fmt.Errorf("jail: configuration: %w", err)
+	}
+	if jc.FuseRoot {
+		// The FUSE device goes back this way (jail.Enter closes it).
+		jc.ReplyFD = configFD
+	} else {
+		unix.Close(configFD)
 	}
 	want := 0
 	for _, b := range []bool{jc.LayersTree, jc.LowerTree, jc.WorkspaceTree} {

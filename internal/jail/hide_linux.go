@@ -10,11 +10,17 @@ import (
 )
 
 // hideHost replaces, in the sandbox's root at root, what of the host a
-// sandbox must not see: cfg.Private directories by empty ones of its own,
+// sandbox must not see: cfg.Private directories (and cfg.Direct ones,
+// made first) by empty ones of its own,
 // cfg.Fresh ones by an empty tmpfs, cfg.MaskFiles by an empty read-only
 // file. A path the root does not have is skipped.
 func hideHost(cfg Config, root string) error {
-	for _, p := range cfg.Private {
+	for _, p := range cfg.Direct {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o700); err != nil {
+			return fmt.Errorf("jail: %s: %w", p, err)
+		}
+	}
+	for _, p := range append(cfg.Private[:len(cfg.Private):len(cfg.Private)], cfg.Direct...) {
 		dst := filepath.Join(root, p)
 		fi, err := os.Stat(dst)
 		if err != nil || !fi.IsDir() {

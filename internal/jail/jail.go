@@ -21,6 +21,18 @@ type Config struct {
 	// sandbox uid N's, though sandbox root is an unprivileged host uid.
 	LowerTree   bool `json:"lower_tree,omitempty"`
 	LowerTreeFD int  `json:"-"`
+	// FuseRoot says the root is a FUSE overlay of Lower served from
+	// outside the sandbox (provider/local runs fuse-overlayfs as an
+	// unprivileged host uid, so the host's files are read with a
+	// stranger's rights): the jail opens the FUSE device the provider
+	// made at FuseDevice in the layers (LayersTree is then set), mounts
+	// it at Merged, and sends the open device back on ReplyFD for the
+	// provider to hand to the server. Upper and Work are then the
+	// server's business, not the jail's.
+	FuseRoot bool `json:"fuse_root,omitempty"`
+	// ReplyFD is the configuration socket, kept open where the jail has
+	// something to send back (FuseRoot); never part of the JSON.
+	ReplyFD int `json:"-"`
 	// LayersTree says the provider sent, first of the descriptors, a
 	// detached mount of the sandbox's layers directory, to be attached at
 	// LayersPath: the directories above it on the host are closed to a
@@ -78,6 +90,11 @@ type Config struct {
 	// sandbox's business, but its root needs a home).
 	Private    []string `json:"private,omitempty"`
 	PrivateDir string   `json:"private_dir,omitempty"`
+	// Direct lists directories of the sandbox's root, made if absent,
+	// that are directories of its own under PrivateDir too, so what is
+	// written there goes straight to disk rather than through a FuseRoot's
+	// server (runboxd's spill files).
+	Direct []string `json:"direct,omitempty"`
 	// Fresh lists directories that get a fresh, empty, writable tmpfs
 	// (/run: the host's holds its daemons' sockets).
 	Fresh []string `json:"fresh,omitempty"`
@@ -108,6 +125,12 @@ const Scratch = "/tmp"
 
 // LayersPath is where a LayersTree is attached.
 const LayersPath = Scratch + "/layers"
+
+// FuseDevice is the name, in the layers directory, of the FUSE device
+// node the provider makes for a FuseRoot (owned by the sandbox's root, so
+// the jail may open it from inside its user namespace, as the kernel
+// wants of a FUSE mount there); the jail removes it once open.
+const FuseDevice = "fuse"
 
 // WorkspacePath is where the workspace appears inside the sandbox; it is the
 // default working directory of every exec.

@@ -42,7 +42,11 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 	if err := attachTrees(&cfg); err != nil {
 		return nil, err
 	}
-	if err := mountRoot(cfg); err != nil {
+	err := mountRoot(cfg)
+	if cfg.ReplyFD > 0 {
+		unix.Close(cfg.ReplyFD)
+	}
+	if err != nil {
 		return nil, err
 	}
 	cgroupFD, err := mountSystem(root)
@@ -124,10 +128,15 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 // top-level directory that has none (/usr, /etc, ... stay writable), and a
 // read-only bind of each one that does.
 //
+// With FuseRoot, the root is a FUSE overlay (see mountFuseRoot).
+//
 // With a LowerTree (the provider's id-mapped clone of the lower's own
 // mount, without the mounts under it), that tree is attached beside the
 // upper layer and is the overlay's one lower layer.
 func mountRoot(cfg Config) error {
+	if cfg.FuseRoot {
+		return mountFuseRoot(cfg)
+	}
 	if cfg.LowerTree {
 		if err := overlay(scratchLower, cfg.Upper, cfg.Work, cfg.Merged, cfg.UserNS); err != nil {
 			return fmt.Errorf("jail: overlay %s (lower %s, upper %s): %w", cfg.Merged, cfg.Lower, cfg.Upper, err)

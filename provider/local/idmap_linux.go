@@ -38,6 +38,24 @@ type idMap struct {
 	hostUID, hostGID int
 	// size is how many ids are mapped (1 rootless: only the caller's).
 	size int
+	// swapped, when not 0, is the overflow id, which the sandbox's root
+	// files are kept as on disk in a FUSE-served root (and the other way
+	// round): see fuseIDMapping.
+	swapped int
+}
+
+// onDisk returns the sandbox id that a file presented as owned by id is
+// kept as in the upper layer.
+func (m idMap) onDisk(id int) int {
+	switch {
+	case m.swapped == 0:
+		return id
+	case id == 0:
+		return m.swapped
+	case id == m.swapped:
+		return 0
+	}
+	return id
 }
 
 // mapped reports whether the map is a range of unprivileged host ids (as
@@ -141,8 +159,7 @@ func sanitizeSecrets(root, upper string, m idMap) error {
 			out.WriteString(strings.Join(f, ":"))
 			out.WriteByte('\n')
 		}
-		dir := filepath.Join(upper, filepath.Dir(p))
-		if err := mkdirLike(dir, filepath.Join(root, filepath.Dir(p)), m); err != nil {
+		if err := mkdirsLike(upper, root, filepath.Dir(p), m); err != nil {
 			return err
 		}
 		dst := filepath.Join(upper, p)
@@ -170,6 +187,28 @@ func mkdirLike(dir, like string, m idMap) error {
 	return lchownMapped(dir, int(st.Uid), int(st.Gid), m)
 }
 
+// mkdirsLike makes the directory dir (a path in the host's root at root)
+// under upper, and each one above it there, like the host's: the upper
+// layer's directories hide the host's modes and owners, and the sandbox
+// must keep them (a directory left to the host's root would also be
+// closed to the server of a FUSE root).
+func mkdirsLike(upper, root, dir string, m idMap) error {
+	at, host := upper, root
+	for _, part := range strings.Split(filepath.Clean("/"+dir), "/") {
+		if part == "" {
+			continue
+		}
+		at, host = filepath.Join(at, part), filepath.Join(host, part)
+		if _, err := os.Lstat(at); err == nil {
+			continue
+		}
+		if err := mkdirLike(at, host, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // lchownMapped sets path's owner to what host ids uid, gid are in the
 // sandbox, as the host stores them.
 func lchownMapped(path string, uid, gid int, m idMap) error {
@@ -179,5 +218,5 @@ func lchownMapped(path string, uid, gid int, m idMap) error {
 	if uid >= m.size || gid >= m.size {
 		uid, gid = 65534, 65534 // the sandbox's nobody
 	}
-	return os.Lchown(path, m.hostUID+uid, m.hostGID+gid)
+	return os.Lchown(path, m.hostUID+m.onDisk(uid), m.hostGID+m.onDisk(gid))
 }

@@ -76,6 +76,19 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			return nil, fmt.Errorf("rootfs: %w", err)
 		}
 	}
+	// As root, the host's root is served through FUSE by a stranger to it
+	// (see fuseServerCmd): root-only host files stay unreadable, wherever
+	// they are, with no list of paths to hide.
+	fuseRoot := ids.mapped() && lower == "/"
+	var fuseServer string
+	if fuseRoot {
+		if fuseServer, err = findFuseServer(); err != nil {
+			return nil, err
+		}
+		if ids.swapped, err = overflowID(); err != nil {
+			return nil, err
+		}
+	}
 	layers := filepath.Join(l.Dir, layersDir)
 	if err := makeLayers(layers, lower, ids); err != nil {
 		return nil, err
@@ -118,6 +131,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if spec.CPUs > 0 {
 		rec.Extra["cpus"] = strconv.FormatFloat(spec.CPUs, 'f', -1, 64)
 	}
+	if fuseRoot {
+		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
+	}
 	switch {
 	case ids.mapped():
 		rec.Extra["userns"] = fmt.Sprintf("0-%d -> host %d-%d", ids.size-1, ids.hostUID, ids.hostUID+ids.size-1)
@@ -128,7 +144,8 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	}
 	cfg := jail.Config{
 		Lower:         lower,
-		LowerTree:     ids.mapped(),
+		LowerTree:     ids.mapped() && !fuseRoot,
+		FuseRoot:      fuseRoot,
 		LayersTree:    ids.mapped(),
 		Upper:         inLayers(upperDir),
 		Work:          inLayers(workDir),
@@ -148,6 +165,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		ExecTasks:     cg.execTasks,
 		Threads:       cg.keepThreads,
 		AuthSHA256:    l.AuthSHA256,
+	}
+	if fuseRoot {
+		cfg.Direct = []string{SpillDir}
 	}
 	if lower == "/" {
 		cfg.Private, cfg.Fresh = privateDirs, freshDirs
@@ -272,13 +292,52 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if err == nil && n != len(cfgJSON) {
 		err = fmt.Errorf("sent %d of %d bytes", n, len(cfgJSON))
 	}
-	if cerr := parent.Close(); err == nil {
+	if err == nil && fuseRoot {
+		// EOF ends the configuration; the FUSE device comes back.
+		err = unix.Shutdown(int(parent.Fd()), unix.SHUT_WR)
+	} else if cerr := parent.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return stopped(fmt.Errorf("start runboxd: configuration: %w", err))
 	}
+	if fuseRoot {
+		pid, err := p.serveRoot(ctx, binF, fuseServer, parent, layers, ids, proc, l)
+		if err != nil {
+			return stopped(err)
+		}
+		rec.Extra["fuse_server_pid"] = strconv.Itoa(pid)
+	}
 	return proc, nil
+}
+
+// serveRoot starts the FUSE server of a sandbox's root once its jail has
+// mounted it and sent the device back on sock, and returns its pid. The
+// server outlives this process: it ends when the sandbox's last process
+// does, which unmounts its root.
+func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server string, sock *os.File, layers string, ids idMap, proc *procbox.Detached, l procbox.Launch) (int, error) {
+	fuse, err := receiveFuseDevice(ctx, int(sock.Fd()), proc.Exited)
+	if err != nil {
+		return 0, err
+	}
+	defer fuse.Close()
+	lower, err := hostRootTree()
+	if err != nil {
+		return 0, err
+	}
+	defer lower.Close()
+	fd, err := unix.OpenTree(unix.AT_FDCWD, layers, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return 0, fmt.Errorf("clone the mount of %s: %w", layers, err)
+	}
+	layersTree := os.NewFile(uintptr(fd), "layers")
+	defer layersTree.Close()
+	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, ids, l.Log)
+	srv, err := procbox.StartDetached(cmd)
+	if err != nil {
+		return 0, fmt.Errorf("start %s for the sandbox's root: %w", FuseServer, err)
+	}
+	return srv.Pid, nil
 }
 
 // makeLayers makes the layers directory (closed to everyone but the
@@ -301,8 +360,23 @@ func makeLayers(layers, lower string, ids idMap) error {
 			return fmt.Errorf("state dir: %w", err)
 		}
 	}
+	if ids.swapped != 0 {
+		// Served through FUSE: the upper layer's root is the sandbox's
+		// root directory, kept as its root's on-disk id (see onDisk).
+		if err := lchownMapped(filepath.Join(layers, upperDir), 0, 0, ids); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
+		if err := makeFuseDevice(layers, ids); err != nil {
+			return err
+		}
+	}
 	if lower == "/" {
 		if err := sanitizeSecrets("/", filepath.Join(layers, upperDir), ids); err != nil {
+			return fmt.Errorf("upper layer: %w", err)
+		}
+	}
+	if ids.swapped != 0 {
+		if err := seedUnreadable("/", filepath.Join(layers, upperDir), ids); err != nil {
 			return fmt.Errorf("upper layer: %w", err)
 		}
 	}

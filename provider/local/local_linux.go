@@ -172,7 +172,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "rootfs", "userns", extraCgroup2, extraCgroup1} {
+	for _, k := range []string{"network", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}

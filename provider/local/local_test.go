@@ -312,12 +312,16 @@ func TestRemoveLeavesNothing(t *testing.T) {
 	if testing.Short() {
 		cycles = 5
 	}
+	var servers []int // the FUSE servers of the sandboxes' roots
 	for i := range cycles {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		sb, err := p.Create(ctx, runbox.SandboxSpec{Workdir: t.TempDir(), Memory: 512 << 20, Pids: 512})
 		if err != nil {
 			cancel()
 			t.Fatalf("cycle %d: create: %v", i, err)
+		}
+		if pid, err := strconv.Atoi(sb.Detail["fuse_server_pid"]); err == nil {
+			servers = append(servers, pid)
 		}
 		c := client.New(p.Dialer(sb))
 		if _, err := c.Exec(ctx, "sleep 3"+m+" >/dev/null 2>&1 & echo hi > /etc/cycle"); err != nil {
@@ -335,6 +339,19 @@ func TestRemoveLeavesNothing(t *testing.T) {
 	}
 	if n := countMarker(t, m); n != 0 {
 		t.Errorf("%d background processes survived their sandbox's removal", n)
+	}
+	if os.Geteuid() == 0 && len(servers) != cycles {
+		t.Errorf("%d of %d sandboxes said which FUSE server serves their root", len(servers), cycles)
+	}
+	// Each ends with its sandbox's last process (it may take a moment to
+	// read the unmount).
+	for _, pid := range servers {
+		if !poll(10*time.Second, func() bool {
+			comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+			return err != nil || strings.TrimSpace(string(comm)) != local.FuseServer
+		}) {
+			t.Errorf("the FUSE server %d outlived its sandbox", pid)
+		}
 	}
 }
 

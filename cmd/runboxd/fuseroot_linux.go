@@ -1,0 +1,28 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+
+	"github.com/runbox/runbox/internal/jail"
+)
+
+// fuseRoot is `runboxd fuse-root`: it becomes the FUSE server of a local
+// sandbox's root (see jail.ExecFuseServer); the provider starts it.
+func fuseRoot(args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fuse-root", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	server := fs.String("server", "", "the FUSE overlay server to execute (fuse-overlayfs)")
+	upper := fs.String("upper", "upper", "the upper layer's name in the layers")
+	work := fs.String("work", "work", "the work directory's name in the layers")
+	idmap := fs.String("idmap", "", "the server's uid and gid mappings")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *server == "" || *idmap == "" || fs.NArg() > 0 {
+		fs.Usage()
+		return errors.New("fuse-root: --server and --idmap are required, and nothing else")
+	}
+	return jail.ExecFuseServer(*server, *upper, *work, *idmap)
+}
