@@ -107,12 +107,28 @@ func (h *HTTPHandler) serverFor(r *http.Request) *mcp.Server {
 	if h.closed || place == nil {
 		return nil
 	}
-	s, ok := h.servers[ti.UserID]
+	key := serverKey(ti.UserID, r)
+	s, ok := h.servers[key]
 	if !ok {
-		s = New(place, h.cfg)
-		h.servers[ti.UserID] = s
+		cfg := h.cfg
+		if bound := r.Header.Get(SandboxHeader); bound != "" {
+			cfg.Sandbox = bound
+		}
+		s = New(place, cfg)
+		h.servers[key] = s
 	}
 	return s.mcp
+}
+
+// SandboxHeader, on a request to the HTTP endpoint, binds the session to
+// that existing sandbox of the tenant (as runbox mcp --sandbox does):
+// without it a session sees only the sandboxes it made.
+const SandboxHeader = "Runbox-Sandbox"
+
+// serverKey keys a tenant's Server by the sandbox its sessions are bound
+// to, if any.
+func serverKey(tenant string, r *http.Request) string {
+	return tenant + "\x00" + r.Header.Get(SandboxHeader)
 }
 
 // existing returns the request's tenant's Server, if it has one.
@@ -123,7 +139,7 @@ func (h *HTTPHandler) existing(r *http.Request) *Server {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.servers[ti.UserID]
+	return h.servers[serverKey(ti.UserID, r)]
 }
 
 // Close ends every session of every tenant, as Server.Close does, and

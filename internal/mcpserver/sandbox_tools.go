@@ -182,13 +182,6 @@ func (s *Server) sandboxList(ctx context.Context, st *session, _ *mcp.CallToolRe
 			return nil, SandboxList{}, err
 		}
 	}
-	if s.cfg.TenantWide {
-		sbs, err := s.place.List(ctx)
-		if err != nil {
-			return nil, SandboxList{}, err
-		}
-		return st.listResult(sbs)
-	}
 	mine := st.owned()
 	var sbs []runbox.Sandbox
 	for _, o := range mine {
@@ -238,12 +231,11 @@ func (s *Server) sandboxRemove(ctx context.Context, st *session, _ *mcp.CallTool
 	if in.Sandbox == "" {
 		return nil, SandboxRemoveResult{}, fmt.Errorf("%w: name the sandbox to remove", runbox.ErrInvalidSpec)
 	}
-	id := in.Sandbox
-	if o, err := st.find(in.Sandbox); err == nil {
-		id = o.sb.ID
-	} else if !s.cfg.TenantWide {
+	o, err := st.find(in.Sandbox)
+	if err != nil {
 		return nil, SandboxRemoveResult{}, err
 	}
+	id := o.sb.ID
 	sb, err := s.place.Get(ctx, id)
 	if errors.Is(err, runbox.ErrSandboxNotFound) {
 		st.disown(id) // removed from outside

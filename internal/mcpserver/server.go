@@ -51,13 +51,6 @@ type Config struct {
 	// may be offered (runbox mcp never offers host unless its operator
 	// says so; runbox serve offers its operator's list).
 	Providers []string
-	// TenantWide lets every session see and control every sandbox of the
-	// place, not only the ones it made. Only for a place whose client holds
-	// a credential that reaches them all anyway: runbox serve's /mcp, whose
-	// client sends the tenant's token, good for the whole API too (the
-	// tenant is the boundary there). runbox mcp never sets it: its model
-	// holds no credential.
-	TenantWide bool
 	// Limits are the defaults and ceilings of the sandboxes the sessions
 	// make (resources, network modes).
 	Limits Limits

@@ -97,13 +97,6 @@ func (st *session) sandbox(ctx context.Context, key string) (*sandboxRef, error)
 		return nil, notFound(key)
 	}
 	o, err := st.find(key)
-	if err != nil && st.srv.cfg.TenantWide {
-		sb, err := st.srv.place.Get(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return st.adopt(ctx, sb, false, false)
-	}
 	if err != nil {
 		return nil, err
 	}

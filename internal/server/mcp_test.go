@@ -318,7 +318,13 @@ func TestMCPReaperSparesSessionSandbox(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs := ts.mustMCP(t, token)
+	// The client binds its session to the API-made sandbox; without the
+	// binding the model would not see it (TestMCPSessionSeesOnlyItsOwn).
+	cs, err := mcptest.ConnectBound(ctx, ts.url+"/mcp", token, "used")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
 	toolOK(t, cs, "exec", map[string]any{"command": "export KEPT=yes", "sandbox": "used"})
 	if err := c.Cancel(ctx, p.ID(), 0); err != nil {
 		t.Fatal(err)
@@ -347,8 +353,16 @@ func TestMCPReaperSparesSessionSandbox(t *testing.T) {
 		_, err := api.Get(ctx, used.ID)
 		return errors.Is(err, runbox.ErrSandboxNotFound)
 	})
-	rows, _ := ts.store.Audit(ctx, registry.AuditFilter{Sandbox: used.ID})
-	if last := rows[len(rows)-1]; last.Kind != registry.KindReap || !strings.Contains(last.Detail, "idle") {
+	// The reaper writes its audit row once the sandbox is gone.
+	var last registry.AuditRow
+	waitFor(t, "the reaper's audit row", func() bool {
+		rows, _ := ts.store.Audit(ctx, registry.AuditFilter{Sandbox: used.ID})
+		if len(rows) > 0 {
+			last = rows[len(rows)-1]
+		}
+		return last.Kind == registry.KindReap
+	})
+	if !strings.Contains(last.Detail, "idle") {
 		t.Errorf("last audit row %+v", last)
 	}
 }
@@ -459,4 +473,62 @@ func TestMCPDefaultRemovedElsewhere(t *testing.T) {
 		reg, onHost := ts.sandboxCount(t)
 		return reg == 0 && onHost == 0
 	})
+}
+
+// A model behind /mcp sees only the sandboxes its own session made: not
+// its tenant's API-made sandboxes nor another session's, by id or name,
+// unless its client binds the session to one (Runbox-Sandbox), which is
+// then its only one. Before, every session of a tenant saw, ran in and
+// could remove all of the tenant's sandboxes.
+func TestMCPSessionSeesOnlyItsOwn(t *testing.T) {
+	ts := startServer(t, withMCP(server.MCPConfig{}))
+	ctx := ctxT(t)
+	token := ts.token(t, "a")
+	api, err := client.NewServer(ts.url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	other, err := api.CreateSandbox(ctx, runbox.SandboxSpec{Name: "api-made"}, client.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs1 := ts.mustMCP(t, token)
+	mine := toolOK(t, cs1, "sandbox_create", map[string]any{"name": "session-one", "keep": true})["id"].(string)
+	cs2 := ts.mustMCP(t, token)
+	for _, key := range []string{other.ID, "api-made", mine, "session-one"} {
+		for _, c := range []struct {
+			tool string
+			args map[string]any
+		}{
+			{"exec", map[string]any{"command": "touch /workspace/pwned", "sandbox": key}},
+			{"file_read", map[string]any{"path": "x", "sandbox": key}},
+			{"exec_list", map[string]any{"sandbox": key}},
+			{"sandbox_remove", map[string]any{"sandbox": key, "force": true}},
+		} {
+			if msg := toolFails(t, cs2, c.tool, c.args); !strings.Contains(msg, "no such sandbox") {
+				t.Errorf("a second session, %s on %s: %q", c.tool, key, msg)
+			}
+		}
+	}
+	if l := toolOK(t, cs2, "sandbox_list", nil); len(l["sandboxes"].([]any)) != 0 {
+		t.Errorf("a second session lists %v", l)
+	}
+	for _, id := range []string{other.ID, mine} {
+		if _, err := api.Get(ctx, id); err != nil {
+			t.Errorf("sandbox %s after the other session's attempts: %v", id, err)
+		}
+	}
+	// A session its client binds to the API-made sandbox works in it alone.
+	bound, err := mcptest.ConnectBound(ctx, ts.url+"/mcp", token, other.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bound.Close()
+	if r := toolOK(t, bound, "exec", map[string]any{"command": "echo bound"}); r["stdout"] != "bound\n" || r["sandbox"] != other.ID {
+		t.Errorf("exec in the bound session: %v", r)
+	}
+	if msg := toolFails(t, bound, "exec", map[string]any{"command": "true", "sandbox": mine}); !strings.Contains(msg, "no such sandbox") {
+		t.Errorf("the bound session reached another sandbox: %q", msg)
+	}
 }

@@ -135,10 +135,9 @@ func New(cfg Config) *Server {
 		s.mcpPlaces = make(map[string]*mcpPlace)
 		s.self = newSelfAPI(s)
 		mcpCfg := cfg.MCP.Server
-		// A /mcp client holds the tenant's token, which reaches every
-		// sandbox of the tenant through the API as well: its sessions see
-		// them all, and the tenant is the boundary.
-		mcpCfg.TenantWide = true
+		// A model behind /mcp sees only the sandboxes its session made
+		// (the client holds the tenant's token; the model does not), or
+		// the one its client bound it to (mcpserver.SandboxHeader).
 		s.mcp = mcpserver.NewHTTPHandler(s.resolveMCP, mcpCfg, mcpserver.HTTPOptions{
 			SessionIdle: cfg.MCP.SessionIdle, AnyHost: cfg.MCP.AnyHost})
 	}

@@ -38,19 +38,29 @@ func SessionCarriesOver(ctx context.Context, cs *mcp.ClientSession, i int) (sand
 // Connect opens an MCP session over streamable HTTP to endpoint, sending
 // token as the bearer of every request.
 func Connect(ctx context.Context, endpoint, token string) (*mcp.ClientSession, error) {
-	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "v0"}, nil)
-	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
-		HTTPClient: &http.Client{Transport: bearer{token, http.DefaultTransport}}}, nil)
+	return ConnectBound(ctx, endpoint, token, "")
 }
 
-// bearer adds an Authorization header to every request.
+// ConnectBound is Connect with the session bound to the existing sandbox
+// sandbox (the Runbox-Sandbox header on every request; none when "").
+func ConnectBound(ctx context.Context, endpoint, token, sandbox string) (*mcp.ClientSession, error) {
+	c := mcp.NewClient(&mcp.Implementation{Name: "runbox-test", Version: "v0"}, nil)
+	return c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint,
+		HTTPClient: &http.Client{Transport: bearer{token, sandbox, http.DefaultTransport}}}, nil)
+}
+
+// bearer adds an Authorization header, and a Runbox-Sandbox header when
+// sandbox is set, to every request.
 type bearer struct {
-	token string
-	next  http.RoundTripper
+	token, sandbox string
+	next           http.RoundTripper
 }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
+	if b.sandbox != "" {
+		r.Header.Set("Runbox-Sandbox", b.sandbox)
+	}
 	return b.next.RoundTrip(r)
 }
