@@ -26,7 +26,8 @@ func (s *Server) reapLoop() {
 	}
 }
 
-// reap makes one pass over every tenant's sandboxes:
+// reap retries the cleanups that failed (see cleanupQueue), then makes
+// one pass over every tenant's sandboxes:
 //   - one past its max lifetime is removed (its execs stopped with the
 //     stop protocol);
 //   - one idle past its TTL (no exec running, no call in flight, and
@@ -35,6 +36,7 @@ func (s *Server) reapLoop() {
 //
 // Each removal is audited as "reap" with the reason.
 func (s *Server) reap(ctx context.Context) {
+	s.retryCleanups(ctx)
 	recs, err := s.store.ListSandboxes(ctx, "")
 	if err != nil {
 		s.log.Error("reaper: list sandboxes", "err", err)

@@ -101,8 +101,9 @@ type Server struct {
 	creating  map[string]int         // sandboxes being created, by tenant
 	unknown   []runbox.Sandbox       // found at start, not in the registry
 
-	recreateMu sync.Mutex // one recreate at a time
-	started    bool       // Start has finished
+	cleanups   cleanupQueue // failed cleanups, retried by the reaper
+	recreateMu sync.Mutex   // one recreate at a time
+	started    bool         // Start has finished
 
 	// mcp serves /mcp (nil without Config.MCP); mcpPlaces are its tenants'
 	// views of the server, by tenant name; self is the in-process way
