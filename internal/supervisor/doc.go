@@ -47,6 +47,12 @@ const (
 	tombstoneRetention = 10 * time.Minute
 	// DefaultRingBytes bounds the replay ring of each output stream.
 	DefaultRingBytes = 1 << 20
+	// DefaultRetainedOutputBytes bounds the replay rings of exited execs,
+	// all together: past it the oldest exited execs' rings are let go (a
+	// replay of them starts with a Gap; their Results keep head and tail).
+	// Without it a busy sandbox held up to two rings per exec of the whole
+	// retention window: a soak of 4,000 commands grew runboxd to 1.6 GiB.
+	DefaultRetainedOutputBytes = 64 << 20
 	// DefaultDrain bounds how long output is still read after the leader
 	// exits, so a background child holding the pipe never hangs the call.
 	DefaultDrain = 200 * time.Millisecond

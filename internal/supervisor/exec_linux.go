@@ -470,6 +470,7 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	}
 	e.mu.Unlock()
 	close(e.done)
+	e.s.retain(e)
 	if lateCancel {
 		// The cancel still means: nothing this exec started may survive.
 		e.stopBackground(lateGrace)

@@ -144,3 +144,62 @@ func TestCancelReturnsAtOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestRetainedOutputIsBounded: the replay rings of exited execs are kept
+// within RetainedOutputBytes all together: the oldest let theirs go (a
+// replay then starts with a Gap counting the bytes), the newest replay in
+// full. Before the bound a busy sandbox held two rings per exec for the
+// whole retention window (the soak grew runboxd to 1.6 GiB).
+func TestRetainedOutputIsBounded(t *testing.T) {
+	const ring, budget, execs = 64 << 10, 256 << 10, 12
+	s, err := New(Config{CgroupMode: "off", RingBytes: ring, RetainedOutputBytes: budget, Version: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shutdown(t, s) })
+	var all []*Exec
+	for range execs {
+		e, _, err := s.Start(runbox.ExecSpec{Command: "head -c " + strconv.Itoa(ring) + " /dev/zero"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := waitResult(t, e); r.StdoutBytes != ring {
+			t.Fatalf("%+v", r)
+		}
+		all = append(all, e)
+	}
+	held := 0
+	for _, e := range all {
+		held += e.out.ringBytes()
+	}
+	if held > budget+ring {
+		t.Errorf("exited execs hold %d bytes of rings, want at most %d", held, budget+ring)
+	}
+	replay := func(e *Exec) (got, lost int64) {
+		r := e.Output(1)
+		defer r.Close()
+		for {
+			ev, err := r.Next(context.Background())
+			if err == io.EOF {
+				return got, lost
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev.Gap != nil {
+				lost += ev.Gap.Bytes
+			} else {
+				got += int64(len(ev.Chunk.Data))
+			}
+		}
+	}
+	if got, lost := replay(all[len(all)-1]); got != ring || lost != 0 {
+		t.Errorf("newest exec replays %d bytes, loses %d; want %d, 0", got, lost, ring)
+	}
+	if got, lost := replay(all[0]); got != 0 || lost != ring {
+		t.Errorf("oldest exec replays %d bytes, loses %d; want 0, %d", got, lost, ring)
+	}
+	if r := all[0].Result(); r.StdoutBytes != ring || len(r.Stdout) == 0 {
+		t.Errorf("oldest exec's result lost its head and tail: %d bytes, %d kept", r.StdoutBytes, len(r.Stdout))
+	}
+}

@@ -32,6 +32,9 @@ type Config struct {
 	Retention time.Duration
 	// RingBytes bounds each stream's replay ring.
 	RingBytes int
+	// RetainedOutputBytes bounds the replay rings of exited execs, all
+	// together; 0 means DefaultRetainedOutputBytes.
+	RetainedOutputBytes int
 	// Drain bounds output reading after the leader exits.
 	Drain time.Duration
 	// Dir is the default working directory; empty means the daemon's.
@@ -108,6 +111,8 @@ type Supervisor struct {
 
 	mu         sync.Mutex
 	execs      map[string]*Exec
+	retained   []retainedRings // exited execs holding rings, oldest first
+	retainedB  int             // the bytes they hold
 	tombstones map[string]time.Time
 	sessions   map[string]*session
 	total      uint64
@@ -126,6 +131,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.RingBytes <= 0 {
 		cfg.RingBytes = DefaultRingBytes
+	}
+	if cfg.RetainedOutputBytes <= 0 {
+		cfg.RetainedOutputBytes = DefaultRetainedOutputBytes
 	}
 	if cfg.Drain <= 0 {
 		cfg.Drain = DefaultDrain
@@ -587,5 +595,36 @@ func (s *Supervisor) sweep(now time.Time) {
 			}
 			s.mu.Unlock()
 		}
+	}
+}
+
+// retainedRings is an exited exec whose replay rings count against
+// Config.RetainedOutputBytes, with the bytes they held when it ended.
+type retainedRings struct {
+	e     *Exec
+	bytes int
+}
+
+// retain counts e's rings (e has just ended) against the budget of
+// retained output, and lets go of the oldest exited execs' rings past it.
+// Execs the sweep has forgotten leave the count.
+func (s *Supervisor) retain(e *Exec) {
+	n := e.out.ringBytes()
+	var drop []*Exec
+	s.mu.Lock()
+	s.retained = append(s.retained, retainedRings{e, n})
+	s.retainedB += n
+	for len(s.retained) > 1 && (s.retainedB > s.cfg.RetainedOutputBytes || s.execs[s.retained[0].e.id] != s.retained[0].e) {
+		old := s.retained[0]
+		s.retained[0] = retainedRings{}
+		s.retained = s.retained[1:]
+		s.retainedB -= old.bytes
+		if s.execs[old.e.id] == old.e {
+			drop = append(drop, old.e)
+		}
+	}
+	s.mu.Unlock()
+	for _, old := range drop {
+		old.out.dropRings()
 	}
 }
