@@ -393,27 +393,6 @@ func (o *outputStore) evictLocked(i, n int) {
 	}
 }
 
-// ringBytes is how many bytes the replay rings hold.
-func (o *outputStore) ringBytes() int {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.rings[0].bytes + o.rings[1].bytes
-}
-
-// dropRings lets go of every chunk of the replay rings (an exited exec's,
-// past the supervisor's budget): a reader that has not read them sees a
-// Gap counting them. A reader holding a chunk keeps its buffer.
-func (o *outputStore) dropRings() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for i := range o.rings {
-		for len(o.rings[i].chunks) > 0 {
-			o.rings[i].evictOldest()
-		}
-	}
-	o.broadcastLocked()
-}
-
 // startDrain records that the leader has exited: from now on the producer
 // never waits for followers (see draining).
 func (o *outputStore) startDrain() {

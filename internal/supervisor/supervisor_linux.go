@@ -597,34 +597,3 @@ func (s *Supervisor) sweep(now time.Time) {
 		}
 	}
 }
-
-// retainedRings is an exited exec whose replay rings count against
-// Config.RetainedOutputBytes, with the bytes they held when it ended.
-type retainedRings struct {
-	e     *Exec
-	bytes int
-}
-
-// retain counts e's rings (e has just ended) against the budget of
-// retained output, and lets go of the oldest exited execs' rings past it.
-// Execs the sweep has forgotten leave the count.
-func (s *Supervisor) retain(e *Exec) {
-	n := e.out.ringBytes()
-	var drop []*Exec
-	s.mu.Lock()
-	s.retained = append(s.retained, retainedRings{e, n})
-	s.retainedB += n
-	for len(s.retained) > 1 && (s.retainedB > s.cfg.RetainedOutputBytes || s.execs[s.retained[0].e.id] != s.retained[0].e) {
-		old := s.retained[0]
-		s.retained[0] = retainedRings{}
-		s.retained = s.retained[1:]
-		s.retainedB -= old.bytes
-		if s.execs[old.e.id] == old.e {
-			drop = append(drop, old.e)
-		}
-	}
-	s.mu.Unlock()
-	for _, old := range drop {
-		old.out.dropRings()
-	}
-}
