@@ -29,6 +29,16 @@
 // that hosts a Supervisor must not wait for children of its own by other
 // means (os/exec's Wait would race with the reaper).
 //
+// Output readers: only the exec's own Run stream (StartFollowing) has flow
+// control, holding the command's writes back rather than drop what it has
+// not read. Every other reader (Exec.Output: attach, an Output iterator) is
+// an observer that never holds the command back: when it falls behind the
+// ring it loses its place and sees a Gap counting the bytes it missed.
+//
+// Locking: an Exec's fields each say what guards them. Its containment is
+// made before the exec is published in the supervisor's map, so List,
+// Signal and Shutdown read it while the spawn runs.
+//
 // The package does not speak any RPC: internal/daemon adapts it to the API.
 package supervisor
 
