@@ -421,12 +421,18 @@ func (o *outputStore) idleSince() time.Time {
 	return o.lastOutput
 }
 
-// fill copies the head/tail buffers and counters into r.
+// fill copies the head/tail buffers and counters into r. It is called
+// once, when every stream has ended: the store then lets its own head and
+// tail buffers go (the Result holds them), so a retained exec keeps one
+// copy, not two.
 func (o *outputStore) fill(r *runbox.Result) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r.Stdout, r.StdoutDropped = o.results[0].result()
 	r.Stderr, r.StderrDropped = o.results[1].result()
+	for i := range o.results {
+		o.results[i].head, o.results[i].tail, o.results[i].tailStart = nil, nil, 0
+	}
 	r.StdoutBytes, r.StderrBytes = o.results[0].total, o.results[1].total
 	r.StdoutSpillOffset, r.StderrSpillOffset = max(o.spillFrom[0], 0), max(o.spillFrom[1], 0)
 }
