@@ -4,6 +4,7 @@
 //	go run ./bench                 # everything, as docs/performance.md reports it
 //	go run ./bench -quick          # fewer rounds and smaller sizes, for a look
 //	go run ./bench -only latency,throughput
+//	go run ./bench -only soak      # 100,000 mixed commands (-soak-ops N), to soak.json and soak.png
 //
 // It builds runbox and runboxd (CGO_ENABLED=0) into a temporary directory,
 // makes its own sandboxes under a temporary RUNBOX_HOME and removes them at
@@ -37,9 +38,17 @@ type config struct {
 	workdir string // a directory the sandboxes run in
 	bin     string // where runbox and runboxd were built
 	home    string // RUNBOX_HOME of this run
+	soakOps int    // commands of the soak
 }
 
-func (c *config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
+// want reports whether section runs. The soak runs only when asked for by
+// name: it takes hours, and writes files of its own.
+func (c *config) want(section string) bool {
+	if section == "soak" {
+		return c.only["soak"]
+	}
+	return len(c.only) == 0 || c.only[section]
+}
 
 // Report is the JSON document the run writes.
 type Report struct {
@@ -68,7 +77,8 @@ func main() {
 	var only string
 	flag.StringVar(&cfg.out, "out", "docs/performance", "directory for results.json and the plots")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer rounds and smaller outputs")
-	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes")
+	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes,soak (soak runs only when named)")
+	flag.IntVar(&cfg.soakOps, "soak-ops", 100000, "commands of the soak")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds of the interleaved latency comparison (default 20, quick 5)")
 	replot := flag.Bool("replot", false, "only redraw the plots (and print the tables) from the -out directory's results.json")
 	flag.Parse()
@@ -128,6 +138,20 @@ func run(cfg *config) error {
 	env := &sandboxes{cfg: cfg}
 	defer env.removeAll()
 
+	if cfg.want("soak") {
+		log.Printf("soak: %d commands", cfg.soakOps)
+		soak, err := benchSoak(ctx, cfg, env)
+		if err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+		if err := writeSoak(cfg.out, soak); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+		printSoak(soak)
+		if len(cfg.only) == 1 {
+			return nil // results.json keeps the other sections' last run
+		}
+	}
 	if cfg.want("latency") {
 		log.Printf("latency: %d interleaved rounds", cfg.rounds)
 		if rep.Latency, err = benchLatency(ctx, cfg, env); err != nil {

@@ -16,10 +16,8 @@ import (
 func (s *Server) Cancel(ctx context.Context, req *connect.Request[runboxv1.CancelRequest]) (*connect.Response[runboxv1.CancelResponse], error) {
 	e, known := s.sup.Cancel(req.Msg.GetId(), wire.MsToDuration(req.Msg.GetGraceMs()))
 	if e != nil {
-		select {
-		case <-e.Done():
-		case <-ctx.Done():
-			return nil, s.rpcError("cancel", ctx.Err())
+		if err := e.WaitStopped(ctx); err != nil {
+			return nil, s.rpcError("cancel", err)
 		}
 	}
 	return connect.NewResponse(&runboxv1.CancelResponse{Known: known}), nil

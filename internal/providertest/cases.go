@@ -45,6 +45,7 @@ func cases() []testCase {
 		{name: "NoZombies", run: testNoZombies},
 		{name: "ForkBombBesideServing", run: testForkBombBesideServing, heavy: true},
 		{name: "OOMKillerSparesDaemon", run: testOOMKillerSparesDaemon, heavy: true},
+		{name: "StarvedStillAnswers", run: testStarvedStillAnswers, heavy: true},
 		{name: "LoopbackListener", run: testLoopbackListener},
 		{name: "AttachReplay", run: testAttachReplay},
 		{name: "GitNoPrompt", run: testGitNoPrompt},

@@ -22,12 +22,31 @@ type execKey struct{ sandbox, exec string }
 // that its result completes: a call streaming the exec records it when it
 // sees the exit event; when the last such call ends first (the client left,
 // the server stopped), a watcher attaches to the exec to wait for it.
+//
+// The track is published (for the quota) before its row is opened; ready
+// is closed once the row is open (or failed to open). Every reader of row
+// waits for ready first, and a Run joining the track waits too, so no call
+// runs the exec before its row exists: a result is never skipped for a row
+// still at 0 (and later closed as lost). Fields other than ready and row
+// are guarded by s.mu; row is written under s.mu before ready is closed.
 type execTrack struct {
 	tenant   string
-	row      int64 // the audit row, 0 while it is being opened or when there is none
+	ready    chan struct{}
+	row      int64 // the audit row, 0 when there is none
 	timeout  time.Duration
 	streams  int  // calls following the exec now
 	watching bool // a watcher follows it
+	// shared is set when another Run joined the track: an exec that Run
+	// started is this row's exec, so an "attached" start is no reuse.
+	shared bool
+}
+
+// rowOf waits until t's row is open and returns it (0: none).
+func (s *Server) rowOf(t *execTrack) int64 {
+	<-t.ready
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.row
 }
 
 // beginExec registers an exec about to be run through r: counted against
@@ -40,7 +59,13 @@ func (s *Server) beginExec(ctx context.Context, r *routed, spec *runboxv1.ExecSp
 	s.mu.Lock()
 	if t := s.execs[key]; t != nil {
 		t.streams++
+		t.shared = true
 		s.mu.Unlock()
+		select { // the exec runs only once its row exists
+		case <-t.ready:
+		case <-ctx.Done(): // the caller's leaveExec counts this call out
+			return nil, false, apiError(ctx.Err())
+		}
 		return t, false, nil
 	}
 	if max := s.quotas(tenant).MaxExecs; max > 0 {
@@ -49,15 +74,18 @@ func (s *Server) beginExec(ctx context.Context, r *routed, spec *runboxv1.ExecSp
 			return nil, false, quota(tenant.Name, "max_execs (concurrent execs)", n, max)
 		}
 	}
-	t := &execTrack{tenant: tenant.Name, timeout: time.Duration(spec.TimeoutMs) * time.Millisecond, streams: 1}
+	t := &execTrack{tenant: tenant.Name, ready: make(chan struct{}), timeout: time.Duration(spec.TimeoutMs) * time.Millisecond, streams: 1}
 	s.execs[key] = t
 	s.mu.Unlock()
 
 	row, created, err := s.store.OpenExec(ctx, tenant.Name, r.rec.ID, spec.Id, commandText(spec))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer close(t.ready)
 	if err != nil {
-		delete(s.execs, key)
+		if s.execs[key] == t {
+			delete(s.execs, key)
+		}
 		return nil, false, apiError(err)
 	}
 	t.row = row
@@ -138,12 +166,13 @@ func (s *Server) finishExec(key execKey, res *runboxv1.Result) {
 		outcome = registry.OutcomeCancelled
 	}
 	s.metrics.execDone(outcome, res, t.timeout)
-	if t.row == 0 {
+	row := s.rowOf(t)
+	if row == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := s.store.FinishExec(ctx, t.row, registry.ExecResult{
+	err := s.store.FinishExec(ctx, row, registry.ExecResult{
 		ExitCode: int(res.GetExitCode()), Signal: res.GetSignal(), TimedOut: res.GetTimedOut(),
 		Cancelled: res.GetCancelled(), Killed: int(res.GetKilled()),
 		StdoutBytes: res.GetStdoutBytes(), StderrBytes: res.GetStderrBytes(), Outcome: outcome,
@@ -164,26 +193,35 @@ func (s *Server) failExec(key execKey, outcome, detail string) {
 		return
 	}
 	s.metrics.execs.WithLabelValues(outcome).Inc()
-	if t.row == 0 {
+	row := s.rowOf(t)
+	if row == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := s.store.FinishExec(ctx, t.row, registry.ExecResult{ExitCode: -1, Outcome: outcome, Detail: detail}); err != nil {
+	if err := s.store.FinishExec(ctx, row, registry.ExecResult{ExitCode: -1, Outcome: outcome, Detail: detail}); err != nil {
 		s.log.Error("audit exec", "sandbox", key.sandbox, "exec", key.exec, "err", err)
 	}
 }
 
 // notNew is called when a Run this server counted as new attached to an
 // exec runboxd already had (its id was reused after the exec ended and its
-// row was closed): the row opened for it is dropped.
+// row was closed): the row opened for it is dropped. When another Run
+// joined the track, that Run may have started the exec: the row is its.
 func (s *Server) notNew(key execKey, t *execTrack) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s.store.DropExec(ctx, t.row)
 	s.mu.Lock()
+	row := t.row
+	if t.shared || row == 0 {
+		s.mu.Unlock()
+		return
+	}
 	t.row = 0
 	s.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.store.DropExec(ctx, row); err != nil {
+		s.log.Error("audit: drop exec row", "sandbox", key.sandbox, "exec", key.exec, "err", err)
+	}
 }
 
 // leaveExec is called when a call following key ends. Unless it saw the
@@ -313,10 +351,18 @@ func (s *Server) resumeExecs(ctx context.Context) error {
 			s.mu.Unlock()
 			continue
 		}
-		s.execs[key] = &execTrack{tenant: row.Tenant, row: row.ID, watching: true}
+		s.execs[key] = &execTrack{tenant: row.Tenant, ready: closedChan, row: row.ID, watching: true}
 		s.mu.Unlock()
 		s.log.Info("resuming exec", "sandbox", row.Sandbox, "exec", row.ExecID, "tenant", row.Tenant)
 		s.watch(key, row.Tenant)
 	}
 	return nil
 }
+
+// closedChan is a channel that is always closed: the ready of a track
+// whose row already exists.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()

@@ -63,6 +63,10 @@ func newMetrics(s *Server) *metrics {
 			Help: "Sandboxes the providers had at start that the registry does not know (reported, never adopted or deleted).",
 		}),
 	}
+	m.reg.MustRegister(s.cleanups.metric(), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "runbox_cleanups_pending",
+		Help: "Failed cleanups waiting for the reaper's retry.",
+	}, func() float64 { return float64(s.cleanups.pendingCount()) }))
 	m.reg.MustRegister(m.execs, m.execDuration, m.stopLatency, m.api, m.authFailures, m.reaped, m.unknown,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		&sandboxCollector{s: s},

@@ -26,15 +26,19 @@ func (s *Server) reapLoop() {
 	}
 }
 
-// reap makes one pass over every tenant's sandboxes:
+// reap retries the cleanups that failed (see cleanupQueue), then makes
+// one pass over every tenant's sandboxes:
 //   - one past its max lifetime is removed (its execs stopped with the
 //     stop protocol);
 //   - one idle past its TTL (no exec running, no call in flight, and
-//     runboxd itself running nothing) is removed;
+//     runboxd itself running nothing, not even processes an ended exec
+//     left in the background unless Config.IdleIgnoresBackground) is
+//     removed;
 //   - one whose runboxd is gone is marked lost.
 //
 // Each removal is audited as "reap" with the reason.
 func (s *Server) reap(ctx context.Context) {
+	s.retryCleanups(ctx)
 	recs, err := s.store.ListSandboxes(ctx, "")
 	if err != nil {
 		s.log.Error("reaper: list sandboxes", "err", err)
@@ -81,8 +85,10 @@ func (s *Server) reapOne(ctx context.Context, rec registry.Sandbox, onlyIdle boo
 
 // daemonIdle asks rec's runboxd whether it runs an exec: the server's own
 // tracking is not the only word on "never reap a sandbox with a running
-// exec". A sandbox that does not answer is not idle (checkAlive decides
-// whether it is lost).
+// exec". Processes an ended exec left running (a server started in the
+// background) count as activity too, unless Config.IdleIgnoresBackground.
+// A sandbox that does not answer is not idle (checkAlive decides whether
+// it is lost).
 func (s *Server) daemonIdle(ctx context.Context, rec registry.Sandbox) bool {
 	up, err := s.upstreamFor(ctx, rec)
 	if err != nil || up == nil {
@@ -91,7 +97,22 @@ func (s *Server) daemonIdle(ctx context.Context, rec registry.Sandbox) bool {
 	ictx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	info, err := up.rpc.Info(ictx, connect.NewRequest(&runboxv1.InfoRequest{}))
-	return err == nil && info.Msg.GetRunning() == 0
+	if err != nil || info.Msg.GetRunning() != 0 {
+		return false
+	}
+	if s.cfg.IdleIgnoresBackground {
+		return true
+	}
+	list, err := up.rpc.List(ictx, connect.NewRequest(&runboxv1.ListRequest{}))
+	if err != nil {
+		return false
+	}
+	for _, e := range list.Msg.GetExecs() {
+		if e.GetLiveProcesses() > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // checkAlive marks rec lost when its provider no longer has it or its

@@ -135,9 +135,7 @@ func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.Sandbo
 	}
 	sb, err := p.Create(ctx, rs)
 	if err != nil {
-		if workspace != "" {
-			os.RemoveAll(workspace)
-		}
+		s.removeWorkspace(workspace)
 		if errors.Is(err, runbox.ErrProviderUnavailable) {
 			return runbox.Sandbox{}, "", connect.NewError(connect.CodeFailedPrecondition, err)
 		}
@@ -155,9 +153,7 @@ func (s *Server) unprovision(ctx context.Context, provider string, sb runbox.San
 			err = nil
 		}
 	}
-	if workspace != "" {
-		os.RemoveAll(workspace)
-	}
+	s.removeWorkspace(workspace)
 	return err
 }
 
@@ -244,9 +240,7 @@ func (s *Server) removeSandbox(ctx context.Context, rec registry.Sandbox, force 
 			return apiError(fmt.Errorf("remove sandbox %s: %w", rec.ID, err))
 		}
 	}
-	if rec.Workspace != "" {
-		os.RemoveAll(rec.Workspace)
-	}
+	s.removeWorkspace(rec.Workspace)
 	if err := s.store.DeleteSandbox(ctx, rec.ID); err != nil {
 		return apiError(err)
 	}
@@ -287,12 +281,10 @@ func (s *Server) recreateOrFail(ctx context.Context, r *routed) error {
 	defer cancel()
 	if p, ok := s.cfg.Providers[cur.Provider]; ok { // the remains of the old one
 		if old, err := p.Get(cctx, cur.ProviderID); err == nil {
-			p.Remove(cctx, old, true)
+			s.removeProviderSandbox(cctx, p, old)
 		}
 	}
-	if cur.Workspace != "" {
-		os.RemoveAll(cur.Workspace)
-	}
+	s.removeWorkspace(cur.Workspace)
 	sb, _, err := s.provision(cctx, cur.ID, &spec)
 	if err != nil {
 		return err

@@ -71,6 +71,11 @@ type Config struct {
 	// ReapInterval is how often the reaper looks for idle, expired and
 	// lost sandboxes; zero means 10 s.
 	ReapInterval time.Duration
+	// IdleIgnoresBackground makes the idle reaper count only running
+	// execs: a sandbox whose execs have ended but left processes running
+	// (a server started in the background) is idle. By default such a
+	// sandbox is in use.
+	IdleIgnoresBackground bool
 	// Log receives the server's structured logs; nil discards them.
 	Log *slog.Logger
 	// MCP, when set, serves MCP over streamable HTTP at /mcp behind the
@@ -101,8 +106,9 @@ type Server struct {
 	creating  map[string]int         // sandboxes being created, by tenant
 	unknown   []runbox.Sandbox       // found at start, not in the registry
 
-	recreateMu sync.Mutex // one recreate at a time
-	started    bool       // Start has finished
+	cleanups   cleanupQueue // failed cleanups, retried by the reaper
+	recreateMu sync.Mutex   // one recreate at a time
+	started    bool         // Start has finished
 
 	// mcp serves /mcp (nil without Config.MCP); mcpPlaces are its tenants'
 	// views of the server, by tenant name; self is the in-process way

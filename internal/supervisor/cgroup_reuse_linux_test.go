@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -102,8 +103,8 @@ func TestEmptiedCgroupIsReused(t *testing.T) {
 	}
 	if e, known := s.Cancel("bg", 100*time.Millisecond); !known {
 		t.Fatal("cancel bg: not known")
-	} else {
-		<-e.Done()
+	} else if err := e.WaitStopped(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 	// Stopped by SIGTERM alone (no cgroup.kill), the emptied cgroup may be
 	// handed on: to an exec that is its only member.

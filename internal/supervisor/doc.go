@@ -29,6 +29,16 @@
 // that hosts a Supervisor must not wait for children of its own by other
 // means (os/exec's Wait would race with the reaper).
 //
+// Output readers: only the exec's own Run stream (StartFollowing) has flow
+// control, holding the command's writes back rather than drop what it has
+// not read. Every other reader (Exec.Output: attach, an Output iterator) is
+// an observer that never holds the command back: when it falls behind the
+// ring it loses its place and sees a Gap counting the bytes it missed.
+//
+// Locking: an Exec's fields each say what guards them. Its containment is
+// made before the exec is published in the supervisor's map, so List,
+// Signal and Shutdown read it while the spawn runs.
+//
 // The package does not speak any RPC: internal/daemon adapts it to the API.
 package supervisor
 
@@ -47,6 +57,12 @@ const (
 	tombstoneRetention = 10 * time.Minute
 	// DefaultRingBytes bounds the replay ring of each output stream.
 	DefaultRingBytes = 1 << 20
+	// DefaultRetainedOutputBytes bounds the replay rings of exited execs,
+	// all together: past it the oldest exited execs' rings are let go (a
+	// replay of them starts with a Gap; their Results keep head and tail).
+	// Without it a busy sandbox held up to two rings per exec of the whole
+	// retention window: a soak of 4,000 commands grew runboxd to 1.6 GiB.
+	DefaultRetainedOutputBytes = 64 << 20
 	// DefaultDrain bounds how long output is still read after the leader
 	// exits, so a background child holding the pipe never hangs the call.
 	DefaultDrain = 200 * time.Millisecond

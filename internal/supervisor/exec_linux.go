@@ -30,39 +30,45 @@ const (
 
 // Exec is one command the supervisor runs. Its state only moves forward:
 // starting → running → stopping → exited.
+//
+// Each field says what guards it. "Fixed" fields are set before the exec
+// is published in the supervisor's map and never written again: any
+// goroutine may read them. "spawn" fields are written by spawn before it
+// starts supervise, and read only by supervise and what it starts (the
+// go statement orders them).
 type Exec struct {
-	s     *Supervisor
-	id    string
-	n     uint64 // the supervisor's sequence number for this exec
-	spec  runbox.ExecSpec
-	grace time.Duration
-	out   *outputStore
+	s     *Supervisor     // fixed
+	id    string          // fixed
+	n     uint64          // fixed: the supervisor's sequence number for this exec
+	spec  runbox.ExecSpec // fixed
+	grace time.Duration   // fixed
+	out   *outputStore    // fixed; guarded by its own lock
 	// digest identifies spec: a Start with this id and another spec is
-	// refused (see specDigest).
+	// refused (see specDigest). Fixed.
 	digest specDigest
 
-	done       chan struct{}        // closed when the Result is final
-	leaderGone chan struct{}        // closed when the leader has been reaped
-	exitCh     chan unix.WaitStatus // the reaper's delivery of the leader's status
-	stopCh     chan struct{}        // closed on the first stop request
+	done       chan struct{}        // fixed: closed when the Result is final
+	leaderGone chan struct{}        // fixed: closed when the leader has been reaped
+	exitCh     chan unix.WaitStatus // fixed: the reaper's delivery of the leader's status
+	stopCh     chan struct{}        // fixed: closed (under mu) on the first stop request
 	stopMu     sync.Mutex           // one stop protocol at a time
 	stdinMu    sync.Mutex           // serialises stdin writes and close
-	stdin      *os.File             // nil unless stdin is a pipe or pty we still hold
-	pty        *os.File             // the pty master when the exec runs on a pty
+	stdin      *os.File             // stdinMu: nil unless stdin is a pipe or pty we still hold
+	pty        *os.File             // stdinMu (spawn); the pty master when the exec runs on a pty
 	stdinFeed  sync.WaitGroup       // the goroutine writing spec.Stdin
-	signalled  map[int]struct{}     // pids the stop protocol signalled (under stopMu)
-	cont       containment          // set before the leader is spawned
-	escapees   *procTracker         // cgroup2 mode: finds by marker the processes that left the cgroup
-	session    *sessionSnapshot     // the session state the exec started from
+	signalled  map[int]struct{}     // stopMu: pids the stop protocol signalled
+	cont       containment          // fixed; guarded by its own lock
+	escapees   *procTracker         // fixed (nil in proc mode): finds by marker the processes that left the cgroup
+	session    *sessionSnapshot     // spawn: the session state the exec started from
 	spills     [2]*spillFile        // written only by the stream's reader
-	dir        string               // the working directory it was spawned in
-	followers  followers            // client streams following it (CancelOnDisconnect)
+	dir        string               // spawn: the working directory it was spawned in
+	followers  followers            // its own lock: client streams following it (CancelOnDisconnect)
 
-	mu      sync.Mutex
+	mu      sync.Mutex // guards the fields below
 	state   runbox.ExecState
 	pid     int
 	started time.Time
-	// oomKillsAtStart is Config.OOMKills when the exec started.
+	// oomKillsAtStart is Config.OOMKills when the exec started (spawn).
 	oomKillsAtStart uint64
 	ended           time.Time
 	reason          stopReason
@@ -70,9 +76,13 @@ type Exec struct {
 	released        bool // containment released
 	survivors       int
 	result          runbox.Result
+	// bgStops counts stops of background processes running after the
+	// exec ended (see requestStop); bgIdle is closed when it falls to 0.
+	bgStops int
+	bgIdle  chan struct{}
 }
 
-func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64) *Exec {
+func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64, cont containment, escapees *procTracker) *Exec {
 	head, tail := spec.HeadBytes, spec.TailBytes
 	if head == 0 {
 		head = DefaultHeadBytes
@@ -88,7 +98,7 @@ func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64) *Exec {
 		grace = 0
 	}
 	return &Exec{
-		s: s, id: spec.ID, n: n, spec: spec, grace: grace,
+		s: s, id: spec.ID, n: n, spec: spec, grace: grace, cont: cont, escapees: escapees,
 		out:        newOutputStore(s.cfg.RingBytes, head, tail, spec.Spill),
 		done:       make(chan struct{}),
 		leaderGone: make(chan struct{}),
@@ -121,7 +131,9 @@ func (e *Exec) Result() runbox.Result {
 	return e.result
 }
 
-// Output returns a reader of the exec's output from sequence number from.
+// Output returns an observer of the exec's output from sequence number
+// from: the command never waits for it, and it sees a Gap for what the
+// ring let go before it read it (see [OutputReader]).
 func (e *Exec) Output(from uint64) *OutputReader { return e.out.reader(from) }
 
 func (e *Exec) finished() bool {
@@ -152,7 +164,7 @@ func (e *Exec) Info() runbox.ExecInfo {
 	e.mu.Lock()
 	released := e.released
 	e.mu.Unlock()
-	if !released && e.cont != nil {
+	if !released {
 		live = len(e.cont.pids())
 	}
 	e.mu.Lock()
@@ -230,6 +242,9 @@ func (e *Exec) leaderExited(ws unix.WaitStatus) { e.exitCh <- ws }
 // spawnFailed ends an exec whose leader could not be started.
 func (e *Exec) spawnFailed(err error) {
 	e.mu.Lock()
+	if !e.released {
+		e.cont.release()
+	}
 	e.state = runbox.ExecExited
 	e.ended = time.Now()
 	e.released = true
@@ -276,7 +291,7 @@ func (e *Exec) leftRunning() int {
 func (e *Exec) releaseContainment() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.released && e.cont != nil {
+	if !e.released {
 		e.cont.release()
 		e.released = true
 	}
@@ -450,11 +465,16 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 	r.Survivors = e.survivors
 	r.LeftRunning = left
 	e.result = r
+	if lateCancel {
+		e.beginBgStopLocked() // before Done, so WaitStopped waits for it
+	}
 	e.mu.Unlock()
 	close(e.done)
+	e.s.retain(e)
 	if lateCancel {
 		// The cancel still means: nothing this exec started may survive.
 		e.stopBackground(lateGrace)
+		e.endBgStop()
 	}
 }
 
@@ -564,31 +584,3 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 
 // spillName is the name of stream s's spill file.
 func (e *Exec) spillName(s runbox.Stream) string { return e.id + "." + s.String() }
-
-// maxLateDrainBytes bounds what readStream reads past the drain deadline,
-// so that a background process writing without pause cannot hold the
-// result back.
-const maxLateDrainBytes = 1 << 20
-
-// readAvailable reads what f (a pipe) holds now, without waiting: 0 bytes
-// and os.ErrDeadlineExceeded when it holds nothing (or at end of file).
-func readAvailable(f *os.File, buf []byte) (int, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	_ = f.SetReadDeadline(time.Time{}) // RawConn.Read refuses a passed deadline
-	var n int
-	var rerr error
-	if err := rc.Read(func(fd uintptr) bool {
-		n, rerr = unix.Read(int(fd), buf)
-		return true // never wait for more
-	}); err != nil {
-		return 0, err
-	}
-	if n <= 0 || rerr != nil {
-		return 0, os.ErrDeadlineExceeded
-	}
-	_ = f.SetReadDeadline(time.Now()) // keep every later Read from waiting
-	return n, nil
-}

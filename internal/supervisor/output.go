@@ -141,10 +141,12 @@ type outputStore struct {
 	open       int           // streams not yet at EOF
 	changed    chan struct{} // closed and replaced on every change
 	lastOutput time.Time
-	// followers are the readers a connected client is consuming live. The
-	// stream's reader waits (and so the command's writes block, as on a
-	// terminal) rather than evict a chunk a follower has not read yet. A
-	// follower that goes away releases it.
+	// followers are the flow-controlled readers: the exec's own Run
+	// stream, never an observer (attach, Output). The stream's reader
+	// waits (and so the command's writes block, as on a terminal) rather
+	// than evict a chunk a follower has not read yet. A follower that goes
+	// away releases it. Any other reader that falls behind the ring loses
+	// its place and sees a Gap: an observer never stalls the command.
 	followers    map[*OutputReader]struct{}
 	producerWait bool // a producer waits for followers: readers must broadcast
 	// draining is set once the leader has exited: the drain that follows is
@@ -419,20 +421,30 @@ func (o *outputStore) idleSince() time.Time {
 	return o.lastOutput
 }
 
-// fill copies the head/tail buffers and counters into r.
+// fill copies the head/tail buffers and counters into r. It is called
+// once, when every stream has ended: the store then lets its own head and
+// tail buffers go (the Result holds them), so a retained exec keeps one
+// copy, not two.
 func (o *outputStore) fill(r *runbox.Result) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	r.Stdout, r.StdoutDropped = o.results[0].result()
 	r.Stderr, r.StderrDropped = o.results[1].result()
+	for i := range o.results {
+		o.results[i].head, o.results[i].tail, o.results[i].tailStart = nil, nil, 0
+	}
 	r.StdoutBytes, r.StderrBytes = o.results[0].total, o.results[1].total
 	r.StdoutSpillOffset, r.StderrSpillOffset = max(o.spillFrom[0], 0), max(o.spillFrom[1], 0)
 }
 
 // OutputReader follows an exec's output from a sequence number. Each reader
-// has its own cursor. While a reader is open, the exec's output waits for it
-// rather than drop what it has not read (a terminal's flow control); a
-// reader that started behind the ring sees a Gap. Close it when done.
+// has its own cursor. The reader of the exec's own Run stream
+// ([Supervisor.StartFollowing]) has flow control: while it is open, the
+// exec's output waits for it rather than drop what it has not read (a
+// terminal's flow control). Any other reader ([Exec.Output]) is an
+// observer: the command never waits for it, and when it falls behind the
+// ring (or starts behind it) it sees a Gap counting what it missed. Close
+// it when done.
 type OutputReader struct {
 	o    *outputStore
 	next uint64
@@ -447,6 +459,8 @@ type OutputReader struct {
 	held *outBuf
 }
 
+// reader returns an observer from sequence number from: the producer
+// never waits for it.
 func (o *outputStore) reader(from uint64) *OutputReader {
 	if from == 0 {
 		from = 1
@@ -455,6 +469,13 @@ func (o *outputStore) reader(from uint64) *OutputReader {
 	if from > 1 {
 		r.off = [2]int64{-1, -1}
 	}
+	return r
+}
+
+// flowReader returns a reader from the first chunk that the producer waits
+// for (a follower): the exec's own Run stream.
+func (o *outputStore) flowReader() *OutputReader {
+	r := o.reader(1)
 	o.mu.Lock()
 	o.followers[r] = struct{}{}
 	o.mu.Unlock()

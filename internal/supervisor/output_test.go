@@ -83,7 +83,7 @@ func TestReaderReplayAndGap(t *testing.T) {
 
 func TestFollowerGetsEveryByteDespiteSmallRing(t *testing.T) {
 	o := newOutputStore(64, 8, 8, runbox.SpillNever)
-	r := o.reader(0)
+	r := o.flowReader()
 	defer r.Close()
 	var want []byte
 	go func() {
@@ -145,7 +145,7 @@ func collect(t *testing.T, r *OutputReader, slow bool) (stdout, stderr []byte) {
 func TestFollowerGetsEveryByteWithMixedChunkSizes(t *testing.T) {
 	for round := range 50 {
 		o := newOutputStore(64, 8, 8, runbox.SpillNever)
-		r := o.reader(0)
+		r := o.flowReader()
 		var want [2][]byte
 		go func() {
 			for i := range 400 {
@@ -172,7 +172,7 @@ func TestFollowerGetsEveryByteWithMixedChunkSizes(t *testing.T) {
 func TestDrainKeepsUnreadOutputForFollower(t *testing.T) {
 	const ring = 1 << 10
 	o := newOutputStore(ring, 8, 8, runbox.SpillNever)
-	r := o.reader(0)
+	r := o.flowReader()
 	defer r.Close()
 	var want []byte
 	add := func(n int) {
@@ -206,7 +206,7 @@ func TestDrainKeepsUnreadOutputForFollower(t *testing.T) {
 
 	// Past the slack the oldest unread output goes, and the gap says how much.
 	o = newOutputStore(ring, 8, 8, runbox.SpillNever)
-	r2 := o.reader(0)
+	r2 := o.flowReader()
 	defer r2.Close()
 	o.startDrain()
 	total := ring + drainSlackBytes + 3*ring

@@ -124,10 +124,29 @@ func lookPath(file, pathList string) (string, error) {
 	return "", fmt.Errorf("%s: %w in PATH", file, fs.ErrNotExist)
 }
 
-// spawn starts e's leader: its own process group, its own cgroup where there
-// is one (entered by clone3 itself, so no child can be forked outside it),
-// stdin from /dev/null unless given, stdout and stderr on pipes.
-func (s *Supervisor) spawn(e *Exec) (err error) {
+// newContainment makes what will find and stop the processes of exec id:
+// its own cgroup where there is one (cgroupFD is its directory, which
+// clone3 enters, -1 in proc mode), and a tracker of its markers. It is made
+// before the exec is published, so every reader of the exec sees it whole.
+func (s *Supervisor) newContainment(id string) (cont containment, escapees *procTracker, cgroupFD int, err error) {
+	if s.cgroups == nil {
+		return newProcTracker(id, s.daemonMark), nil, -1, nil
+	}
+	c, fd, err := s.cgroups.newExec()
+	if err != nil {
+		return nil, nil, -1, fmt.Errorf("%w: %w", runbox.ErrSpawn, err)
+	}
+	// A process can leave the cgroup (root writes its pid elsewhere): the
+	// stop protocol also looks for the exec's markers.
+	return c, newProcTracker(id, s.daemonMark), fd, nil
+}
+
+// spawn starts e's leader: its own process group, in the cgroup cgroupFD
+// when it is not -1 (entered by clone3 itself, so no child can be forked
+// outside it), stdin from /dev/null unless given, stdout and stderr on
+// pipes. e's containment is already made (newContainment); the caller
+// releases it if spawn fails.
+func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 	spec := e.spec
 	var sessionEnv map[string]string
 	if spec.Session != "" {
@@ -256,23 +275,8 @@ func (s *Supervisor) spawn(e *Exec) (err error) {
 		// with the terminal (its fd 0) as its controlling terminal.
 		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	}
-	if s.cgroups != nil {
-		c, fd, cerr := s.cgroups.newExec()
-		if cerr != nil {
-			return fmt.Errorf("%w: %w", runbox.ErrSpawn, cerr)
-		}
-		defer func() {
-			if err != nil {
-				c.release()
-			}
-		}()
-		e.cont = c
-		// A process can leave the cgroup (root writes its pid elsewhere):
-		// the stop protocol also looks for the exec's markers.
-		e.escapees = newProcTracker(e.id, s.daemonMark)
-		sys.UseCgroupFD, sys.CgroupFD = true, fd
-	} else {
-		e.cont = newProcTracker(e.id, s.daemonMark)
+	if cgroupFD >= 0 {
+		sys.UseCgroupFD, sys.CgroupFD = true, cgroupFD
 	}
 	attr := &syscall.ProcAttr{
 		Dir:   dir,

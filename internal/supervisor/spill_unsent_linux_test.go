@@ -226,7 +226,7 @@ func TestSpillUnsentSlowReaderGapAndSpill(t *testing.T) {
 // chunks from there that the ring still held.
 func TestSpillUnsentStoreStartsAtFirstMissedChunk(t *testing.T) {
 	o := newOutputStore(4, 2, 2, runbox.SpillUnsent)
-	r := o.reader(1)
+	r := o.flowReader()
 	o.setLive(r)
 	defer r.Close()
 	add := func(b string) (bool, [][]byte) { return o.append(runbox.Stdout, []byte(b)) }

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"context"
 	"slices"
 	"syscall"
 	"time"
@@ -20,10 +21,16 @@ func (e *Exec) requestStop(reason stopReason, grace time.Duration) {
 	}
 	e.mu.Lock()
 	if e.state == runbox.ExecExited {
-		e.mu.Unlock()
 		if reason == stopCancel {
-			e.stopBackground(grace)
+			// The stop runs on its own: a cancel returns at once, and
+			// WaitStopped waits for it.
+			e.beginBgStopLocked()
+			go func() {
+				defer e.endBgStop()
+				e.stopBackground(grace)
+			}()
 		}
+		e.mu.Unlock()
 		return
 	}
 	if e.reason != stopNone {
@@ -39,6 +46,53 @@ func (e *Exec) requestStop(reason stopReason, grace time.Duration) {
 }
 
 func (e *Exec) cancel(grace time.Duration) { e.requestStop(stopCancel, grace) }
+
+// closedChan is a channel that is always closed.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// beginBgStopLocked counts a stop of what the exited exec left running,
+// which endBgStop ends. e.mu is held.
+func (e *Exec) beginBgStopLocked() {
+	if e.bgStops == 0 {
+		e.bgIdle = make(chan struct{})
+	}
+	e.bgStops++
+}
+
+func (e *Exec) endBgStop() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.bgStops--; e.bgStops == 0 {
+		close(e.bgIdle)
+	}
+}
+
+// WaitStopped waits until the exec is done and no stop of what it left
+// running (a Cancel after it ended) is still in progress, or ctx ends.
+// Call it after Cancel to know that the stop has finished.
+func (e *Exec) WaitStopped(ctx context.Context) error {
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	e.mu.Lock()
+	idle := closedChan
+	if e.bgStops > 0 {
+		idle = e.bgIdle
+	}
+	e.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
 
 // stopBackground stops what an exited exec left running, then frees its
 // containment.
@@ -261,7 +315,7 @@ func (e *Exec) signal(sig syscall.Signal) (int, error) {
 	e.mu.Lock()
 	released := e.released
 	e.mu.Unlock()
-	if released || e.cont == nil {
+	if released {
 		return 0, &runbox.Error{Op: "signal", Exec: e.id, Err: runbox.ErrNotRunning}
 	}
 	pids := e.livePids()

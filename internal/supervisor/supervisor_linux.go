@@ -32,6 +32,9 @@ type Config struct {
 	Retention time.Duration
 	// RingBytes bounds each stream's replay ring.
 	RingBytes int
+	// RetainedOutputBytes bounds the replay rings of exited execs, all
+	// together; 0 means DefaultRetainedOutputBytes.
+	RetainedOutputBytes int
 	// Drain bounds output reading after the leader exits.
 	Drain time.Duration
 	// Dir is the default working directory; empty means the daemon's.
@@ -108,6 +111,8 @@ type Supervisor struct {
 
 	mu         sync.Mutex
 	execs      map[string]*Exec
+	retained   []retainedRings // exited execs holding rings, oldest first
+	retainedB  int             // the bytes they hold
 	tombstones map[string]time.Time
 	sessions   map[string]*session
 	total      uint64
@@ -126,6 +131,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.RingBytes <= 0 {
 		cfg.RingBytes = DefaultRingBytes
+	}
+	if cfg.RetainedOutputBytes <= 0 {
+		cfg.RetainedOutputBytes = DefaultRetainedOutputBytes
 	}
 	if cfg.Drain <= 0 {
 		cfg.Drain = DefaultDrain
@@ -315,41 +323,53 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 		return nil, nil, false, err
 	}
 	digest := digestSpec(spec) // before the lock: it reads all of stdin
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, nil, false, fmt.Errorf("start exec: %w: daemon is shutting down", runbox.ErrSandboxLost)
-	}
 	if spec.ID == "" {
 		spec.ID = newExecID()
 	}
-	if e, ok := s.execs[spec.ID]; ok {
-		s.mu.Unlock()
-		if err := e.digest.conflict(spec.ID, digest); err != nil {
-			return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
-		}
+	attach := func(e *Exec) (*Exec, *OutputReader, bool, error) {
 		var r *OutputReader
 		if follow {
 			r = e.Output(1)
 		}
 		return e, r, true, nil
 	}
-	if _, ok := s.tombstones[spec.ID]; ok {
+	s.mu.Lock()
+	e, err := s.existingLocked(spec.ID, digest)
+	s.mu.Unlock()
+	if err != nil || e != nil {
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return attach(e)
+	}
+	// The containment is made before the exec is published: List, Signal
+	// and Shutdown read it without waiting for the spawn.
+	cont, escapees, cgroupFD, err := s.newContainment(spec.ID)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
+	}
+	s.mu.Lock()
+	if e, err := s.existingLocked(spec.ID, digest); err != nil || e != nil {
+		// Started (or cancelled) by another call meanwhile.
 		s.mu.Unlock()
-		return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, runbox.ErrCancelled)
+		cont.release()
+		if err != nil {
+			return nil, nil, false, err
+		}
+		return attach(e)
 	}
 	s.total++
-	e := newExec(s, spec, s.total)
+	e = newExec(s, spec, s.total, cont, escapees)
 	e.digest = digest
 	var r *OutputReader
 	if follow {
-		r = e.Output(1)
+		r = e.out.flowReader()
 		e.out.setLive(r) // a SpillUnsent exec spills what r misses
 	}
 	s.execs[spec.ID] = e
 	s.mu.Unlock()
 
-	if err := s.spawn(e); err != nil {
+	if err := s.spawn(e, cgroupFD); err != nil {
 		if r != nil {
 			r.Close()
 		}
@@ -360,6 +380,24 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 		return nil, nil, false, fmt.Errorf("start exec %s: %w", spec.ID, err)
 	}
 	return e, r, false, nil
+}
+
+// existingLocked returns the exec with id if there is one (nil if not),
+// or why a Start with id and the spec of digest is refused. s.mu is held.
+func (s *Supervisor) existingLocked(id string, digest specDigest) (*Exec, error) {
+	if s.closed {
+		return nil, fmt.Errorf("start exec: %w: daemon is shutting down", runbox.ErrSandboxLost)
+	}
+	if e, ok := s.execs[id]; ok {
+		if err := e.digest.conflict(id, digest); err != nil {
+			return nil, fmt.Errorf("start exec %s: %w", id, err)
+		}
+		return e, nil
+	}
+	if _, ok := s.tombstones[id]; ok {
+		return nil, fmt.Errorf("start exec %s: %w", id, runbox.ErrCancelled)
+	}
+	return nil, nil
 }
 
 // Get returns the exec with id.
@@ -374,8 +412,10 @@ func (s *Supervisor) Get(id string) (*Exec, error) {
 }
 
 // Cancel stops the exec with id through the stop protocol (grace zero means
-// the exec's own). For an unknown id it leaves a tombstone, so a later Start
-// with that id is refused. It returns at once; wait on e.Done().
+// the exec's own); for an exec that has ended, it stops what the exec left
+// running. For an unknown id it leaves a tombstone, so a later Start with
+// that id is refused. It returns at once, the stop running on its own:
+// wait with e.WaitStopped.
 func (s *Supervisor) Cancel(id string, grace time.Duration) (e *Exec, known bool) {
 	s.mu.Lock()
 	e, ok := s.execs[id]
@@ -466,10 +506,14 @@ func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
 		wg.Go(func() { e.cancel(grace) })
 	}
 	all := make(chan struct{})
+	waitCtx, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
 	go func() {
 		wg.Wait()
 		for _, e := range execs {
-			<-e.Done()
+			if e.WaitStopped(waitCtx) != nil {
+				return
+			}
 		}
 		close(all)
 	}()

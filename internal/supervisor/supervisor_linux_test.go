@@ -194,6 +194,9 @@ func TestBackgroundChildSurvivesNormalExit(t *testing.T) {
 			if !known || e == nil {
 				t.Fatal("cancel: exec not known")
 			}
+			if err := e.WaitStopped(context.Background()); err != nil {
+				t.Fatal(err)
+			}
 			if n := countAlive(m); n != 0 {
 				t.Errorf("after cancel: %d alive", n)
 			}

@@ -23,7 +23,7 @@ import (
 // serveFlags are runbox serve's flags.
 type serveFlags struct {
 	listen, tlsCert, tlsKey, db string
-	insecure                    bool
+	insecure, idleIgnoresBg     bool
 	providers                   []string
 	workdirRoots                []string
 	workspaces                  string
@@ -71,6 +71,7 @@ The API, with curl examples: docs/serve.md.`,
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 0, "default per-tenant limit of sandboxes (0: none)")
 	fs.IntVar(&f.maxExecs, "max-execs", 0, "default per-tenant limit of concurrently running execs (0: none)")
 	fs.DurationVar(&f.reapInterval, "reap-interval", 10*time.Second, "how often idle, expired and lost sandboxes are looked for")
+	fs.BoolVar(&f.idleIgnoresBg, "idle-ignores-background", false, "count a sandbox idle even while processes its ended execs left run (a background server)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long unary calls in flight get to finish")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&f.mcp, "mcp", true, "serve MCP at /mcp (--mcp=false: not at all)")
@@ -151,6 +152,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		WorkspaceDir: workspaces, WorkdirRoots: roots,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
+		IdleIgnoresBackground: f.idleIgnoresBg,
 	})
 	return srv.Serve(ctx, ln, server.ServeOptions{TLS: tlsConfig, ShutdownTimeout: f.shutdown})
 }
