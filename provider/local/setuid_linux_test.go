@@ -1,11 +1,13 @@
 package local_test
 
 import (
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
 )
@@ -50,5 +52,48 @@ func TestNoSetuidLeavesTheSandbox(t *testing.T) {
 	})
 	if found < 3 {
 		t.Fatalf("the attacks made %d files; the test checks nothing", found)
+	}
+}
+
+// TestCopyFromDropsSetuid: pulling a setuid and a setgid file out of a
+// sandbox (here planted from the host side, as the filter keeps commands
+// from making one) gives the caller files without either bit, and says how
+// many it dropped (security rule 4: before, the root caller got a
+// -rwsr-xr-x file).
+func TestCopyFromDropsSetuid(t *testing.T) {
+	p := newProvider(t)
+	ws := t.TempDir()
+	_, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
+	src := filepath.Join(ws, "pulled")
+	if err := os.Mkdir(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, mode := range map[string]fs.FileMode{"suid": 0o755 | fs.ModeSetuid, "sgid": 0o755 | fs.ModeSetgid} {
+		f := filepath.Join(src, name)
+		if err := os.WriteFile(f, []byte("#!/bin/sh\nid\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dst := filepath.Join(t.TempDir(), "copy")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := c.CopyFrom(ctx, "/workspace/pulled", dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Stripped != 2 {
+		t.Errorf("Stripped = %d, want 2", st.Stripped)
+	}
+	for _, name := range []string{"suid", "sgid"} {
+		info, err := os.Lstat(filepath.Join(dst, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 || info.Mode().Perm() != 0o755 {
+			t.Errorf("pulled %s is %v, want -rwxr-xr-x", name, info.Mode())
+		}
 	}
 }
