@@ -99,6 +99,9 @@ type ArchiveStats struct {
 	Files, Dirs, Links int
 	Bytes              int64
 	Deleted            int
+	// Stripped counts the entries a pull wrote without the setuid or
+	// setgid bit they had in the sandbox: runbox never makes either.
+	Stripped int
 }
 
 // fileError wraps a failed file call's error as a *runbox.Error. A request
@@ -540,5 +543,5 @@ func (c *Client) CopyFrom(ctx context.Context, src, dst string, opts ...FileOpti
 	if err != nil {
 		return ArchiveStats{}, c.fileError("copy", nil, err)
 	}
-	return ArchiveStats{Files: int(st.Files), Dirs: int(st.Dirs), Links: int(st.Links), Bytes: st.Bytes, Deleted: int(st.Deleted)}, nil
+	return ArchiveStats{Files: int(st.Files), Dirs: int(st.Dirs), Links: int(st.Links), Bytes: st.Bytes, Deleted: int(st.Deleted), Stripped: int(st.Stripped)}, nil
 }

@@ -65,6 +65,9 @@ type SyncStats struct {
 	Bytes int64
 	// Deleted counts destination entries removed (a tree counts once).
 	Deleted int
+	// Stripped counts entries a pull wrote without the setuid or setgid
+	// bit they had in the sandbox: runbox never makes either.
+	Stripped int
 	// Skipped counts files and links already up to date.
 	Skipped int
 }
@@ -181,9 +184,11 @@ func (c *Client) pull(ctx context.Context, remote, dir string, o SyncOptions) (S
 	}
 	var done int64
 	prog := progressFunc(o.Progress, &done, plan.Bytes)
-	if _, err := lfs.Extract(r, files.ExtractOptions{Delete: plan.Delete, Chtimes: plan.Touch, Cache: cache, Progress: prog}); err != nil {
+	est, err := lfs.Extract(r, files.ExtractOptions{Delete: plan.Delete, Chtimes: plan.Touch, Cache: cache, Progress: prog})
+	if err != nil {
 		return SyncStats{}, c.fileError("sync", nil, err)
 	}
+	st.Stripped = int(est.Stripped)
 	return st, saveCache()
 }
 

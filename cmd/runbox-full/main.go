@@ -13,10 +13,14 @@ import (
 	"syscall"
 
 	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/front"
 )
 
 func main() {
+	// Nothing inherited beyond stdio goes on to runboxd, a server's
+	// sandboxes or any other helper (security rule 3).
+	_ = fdsweep.CloexecFrom(3)
 	// Set by the runbox that handed this invocation over; not for the
 	// processes this one starts (runbox serve's sandboxes).
 	os.Unsetenv(front.DelegatedEnv)

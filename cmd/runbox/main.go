@@ -7,7 +7,13 @@ package main
 import (
 	"os"
 
+	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/front"
 )
 
-func main() { os.Exit(front.Main(os.Args[1:])) }
+func main() {
+	// Nothing this process inherited beyond stdio goes on to runbox-full,
+	// runboxd or anything they start (security rule 3).
+	_ = fdsweep.CloexecFrom(3)
+	os.Exit(front.Main(os.Args[1:]))
+}

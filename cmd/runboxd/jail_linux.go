@@ -97,6 +97,9 @@ func jailServe(args []string, stderr io.Writer) error {
 		ln.Close()
 		return err
 	}
+	// Commands, not runboxd: no setuid or setgid bit on any file they make
+	// (security rule 4); runboxd strips them from the modes it applies.
+	cfg.SpawnSetup = func(string) error { return seccomp.LoadPrivilegeFilter() }
 	if jc.Workspace != "" {
 		cfg.Dir = jail.WorkspacePath
 		// Relative paths in file calls resolve against the daemon's

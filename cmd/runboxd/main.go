@@ -38,10 +38,27 @@ import (
 	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
+// inheritedFDs is how many descriptors runboxd is given on purpose, by mode:
+// stdio, and for jail the local provider's configFD, listener and binary
+// (3, 4, 5: provider/local/launch_linux.go). Every other descriptor it
+// inherited is closed before anything else runs, so none reaches a command
+// (security rule 3).
+func inheritedFDs(args []string) int {
+	if len(args) > 0 && args[0] == "jail" {
+		return 6
+	}
+	return 3
+}
+
 func main() {
+	if err := fdsweep.CloseInherited(inheritedFDs(os.Args[1:])); err != nil {
+		fmt.Fprintf(os.Stderr, "runboxd: %v\n", err)
+		os.Exit(1)
+	}
 	if err := run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintf(os.Stderr, "runboxd: %v\n", err)

@@ -67,6 +67,10 @@ unless --quiet.`,
 				fmt.Fprintf(a.stderr, "copied %d files, %d links, %d dirs (%s) to %s in %v\n",
 					st.Files, st.Links, st.Dirs, humanBytes(st.Bytes), args[1], time.Since(start).Round(time.Millisecond))
 			}
+			if st.Stripped > 0 {
+				// Said even with --quiet: the copy differs from its source.
+				fmt.Fprintf(a.stderr, "runbox: cp: dropped the setuid/setgid bit of %d entries (runbox never creates them)\n", st.Stripped)
+			}
 			return nil
 		},
 	}

@@ -65,6 +65,9 @@ under $RUNBOX_HOME/sync-cache.`,
 				fmt.Fprintf(a.stdout, "%d files, %d links, %d dirs sent (%s), %d deleted, %d up to date\n",
 					st.Files, st.Links, st.Dirs, humanBytes(st.Bytes), st.Deleted, st.Skipped)
 			}
+			if st.Stripped > 0 {
+				fmt.Fprintf(a.stderr, "runbox: sync: dropped the setuid/setgid bit of %d entries (runbox never creates them)\n", st.Stripped)
+			}
 			return nil
 		},
 	}

@@ -30,16 +30,22 @@ const cloneNamespaceFlags = 0x7E020000
 // container's own profile (filters stack; the stricter answer wins): the
 // CAP_SYS_ADMIN calls fail with EPERM, clone with a namespace flag fails
 // with EPERM, and clone3 (whose flags a filter cannot read) fails with
-// ENOSYS so that libc falls back to clone, unless clone3 is kept. Calls
-// under a foreign architecture (i386 or x32 on amd64) kill the process: the
+// ENOSYS so that libc falls back to clone, unless clone3 is kept. On top,
+// seccomp.PrivilegeRules: no setuid or setgid bit on a file, openat2
+// ENOSYS. Calls under a foreign architecture (i386 or x32 on amd64) kill the process: the
 // list above is by native numbers.
 func DockerParityFilter(clone3 bool) []unix.SockFilter {
+	// Besides Docker's parity: no setuid or setgid bit on any file a
+	// command makes (security rule 4), as in a local sandbox.
+	priv := seccomp.PrivilegeRules()
 	r := seccomp.Rules{
 		Deny:      sysAdminCalls,
+		NoSys:     priv.NoSys,
 		DenyFlags: []seccomp.FlagRule{{Nr: unix.SYS_CLONE, Mask: cloneNamespaceFlags}},
+		DenyMode:  priv.DenyMode,
 	}
 	if !clone3 {
-		r.NoSys = []uintptr{unix.SYS_CLONE3}
+		r.NoSys = append(r.NoSys, unix.SYS_CLONE3)
 	}
 	return r.Program()
 }

@@ -137,7 +137,9 @@ func beneath(rel string, set map[string]bool) bool {
 
 // sameEntry reports whether d already matches s (same type assumed).
 func sameEntry(s, d runbox.FileInfo, srcSum, dstSum SumFunc) (bool, error) {
-	const meta = fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
+	// Not setuid or setgid: runbox never applies them, so a source with
+	// them would differ from its copy forever.
+	const meta = fs.ModePerm | fs.ModeSticky
 	if s.Mode&meta != d.Mode&meta {
 		return false, nil
 	}

@@ -157,7 +157,9 @@ func TestArchiveExtractRoundTrip(t *testing.T) {
 }
 
 // TestExtractModesExact: new files get their entry's mode exactly, bits the
-// umask would strip included, and an existing file is replaced by a new
+// umask would strip included, except setuid and setgid, which are dropped
+// and counted (security rule 4: before, a 4755 entry made a setuid file,
+// on the caller's side of a pull too), and an existing file is replaced by a new
 // inode (a hard link to the old one keeps the old content), never written in
 // place.
 func TestExtractModesExact(t *testing.T) {
@@ -167,19 +169,26 @@ func TestExtractModesExact(t *testing.T) {
 	if err := os.Link(old, filepath.Join(dir, "old-link")); err != nil {
 		t.Fatal(err)
 	}
-	modes := map[string]int64{"rwx": 0o777, "rw": 0o666, "suid": 0o4755, "sticky": 0o1644, "ro": 0o400, "old": 0o640}
+	modes := map[string]int64{"rwx": 0o777, "rw": 0o666, "suid": 0o4755, "sgid": 0o2755, "ugs": 0o6711, "sticky": 0o1644, "ro": 0o400, "old": 0o640}
 	var hdrs []*tar.Header
 	for name, mode := range modes {
 		hdrs = append(hdrs, &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: mode})
 	}
-	if _, err := openRoot(t, dir).Extract(tarOf(t, hdrs...), ExtractOptions{}); err != nil {
+	hdrs = append(hdrs, &tar.Header{Name: "sgiddir", Typeflag: tar.TypeDir, Mode: 0o2775})
+	modes["sgiddir"] = 0o2775
+	est, err := openRoot(t, dir).Extract(tarOf(t, hdrs...), ExtractOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	if est.Stripped != 4 {
+		t.Errorf("Stripped = %d, want 4", est.Stripped)
 	}
 	for name, mode := range modes {
 		var st unix.Stat_t
 		if err := unix.Lstat(filepath.Join(dir, name), &st); err != nil {
 			t.Fatal(err)
 		}
+		mode &^= 0o6000
 		if got := int64(st.Mode & 0o7777); got != mode {
 			t.Errorf("%s: mode %#o, want %#o", name, got, mode)
 		}

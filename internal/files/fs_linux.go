@@ -171,9 +171,15 @@ func infoFromStat(name string, st *unix.Stat_t) runbox.FileInfo {
 	}
 }
 
-// unixMode converts the permission, setuid, setgid and sticky bits of m to
-// chmod(2) bits.
-func unixMode(m fs.FileMode) uint32 {
+// unixMode converts the permission and sticky bits of m to the chmod(2)
+// bits runbox applies. Setuid and setgid are never applied (security rule
+// 4: no privilege bit leaves a sandbox, through runboxd's writes or through
+// a pull to the caller's side).
+func unixMode(m fs.FileMode) uint32 { return modeBits(m) &^ privilegeBits }
+
+// modeBits converts the permission, setuid, setgid and sticky bits of m to
+// their stat(2) bits, to report them (an archive's header).
+func modeBits(m fs.FileMode) uint32 {
 	u := uint32(m.Perm())
 	if m&fs.ModeSetuid != 0 {
 		u |= unix.S_ISUID

@@ -84,6 +84,10 @@ func (f *FS) Extract(r io.Reader, o ExtractOptions) (ExtractStats, error) {
 				Err: fmt.Errorf("entry outside %s", quote(o.Within))}
 		}
 		mode := uint32(hdr.Mode & 0o7777)
+		if mode&privilegeBits != 0 {
+			mode &^= privilegeBits
+			st.Stripped++
+		}
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if name != "." {
@@ -555,7 +559,7 @@ func (a *archiver) entry(dirfd int, name, aname string, fi runbox.FileInfo, st *
 func header(aname string, fi runbox.FileInfo, st *unix.Stat_t) *tar.Header {
 	hdr := &tar.Header{
 		Name:    aname,
-		Mode:    int64(unixMode(fi.Mode)),
+		Mode:    int64(modeBits(fi.Mode)),
 		ModTime: fi.ModTime,
 		Uid:     int(st.Uid),
 		Gid:     int(st.Gid),

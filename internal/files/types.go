@@ -90,7 +90,14 @@ type ExtractOptions struct {
 // ExtractStats counts what Extract did.
 type ExtractStats struct {
 	Files, Dirs, Links, Bytes, Deleted int64
+	// Stripped counts the entries whose setuid or setgid bit was dropped:
+	// Extract never makes a file or directory with either.
+	Stripped int64
 }
+
+// privilegeBits are the mode bits runbox never applies to a file it
+// writes: setuid and setgid (security rule 4).
+const privilegeBits = 0o6000
 
 // ArchiveOptions says what Archive writes.
 type ArchiveOptions struct {

@@ -14,3 +14,12 @@ var deniedArch = []uintptr{
 	unix.SYS_IOPERM, unix.SYS_IOPL,
 	unix.SYS_NFSSERVCTL, unix.SYS__SYSCTL, unix.SYS_SYSFS, unix.SYS_USELIB, unix.SYS_USTAT,
 }
+
+// privilegeRulesArch are the amd64-only calls that set a mode.
+var privilegeRulesArch = []ModeRule{
+	{Nr: unix.SYS_CHMOD, ModeArg: 1, Mask: privilegeBits},
+	{Nr: unix.SYS_OPEN, ModeArg: 2, Mask: privilegeBits, FlagsArg: 1, FlagsMask: creates},
+	{Nr: unix.SYS_CREAT, ModeArg: 1, Mask: privilegeBits},
+	{Nr: unix.SYS_MKNOD, ModeArg: 1, Mask: privilegeBits},
+	{Nr: unix.SYS_MKDIR, ModeArg: 1, Mask: privilegeBits},
+}

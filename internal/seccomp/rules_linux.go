@@ -19,6 +19,20 @@ type Rules struct {
 	// DenyFlags refuse a call with EPERM when its first argument has any
 	// of Mask's bits (clone's or unshare's namespace flags).
 	DenyFlags []FlagRule
+	// DenyMode refuse a call with EPERM when the mode it applies has any
+	// of a rule's bits (setuid and setgid: PrivilegeRules).
+	DenyMode []ModeRule
+}
+
+// ModeRule refuses call Nr when its argument ModeArg has a bit of Mask and,
+// if FlagsMask is not zero, its argument FlagsArg has a bit of FlagsMask
+// (open's O_CREAT: the mode counts only when the call creates).
+type ModeRule struct {
+	Nr        uintptr
+	ModeArg   int
+	Mask      uint32
+	FlagsArg  int
+	FlagsMask uint32
 }
 
 // FlagRule refuses call Nr when its first argument has a bit of Mask.
@@ -33,6 +47,9 @@ const (
 	offArch = 4
 	offArg0 = 16 // low 32 bits of args[0] on a little-endian machine
 )
+
+// offArg is the offset of the low 32 bits of args[i].
+func offArg(i int) uint32 { return offArg0 + 8*uint32(i) }
 
 // Program assembles the rules into classic BPF.
 func (r Rules) Program() []unix.SockFilter {
@@ -74,6 +91,27 @@ func (r Rules) Program() []unix.SockFilter {
 			jump(jeq, uint32(f.Nr), 0, 4),
 			stmt(ld, offArg0),
 			jump(jset, f.Mask, 0, 1),
+			deny,
+			allow,
+		)
+	}
+	for _, m := range r.DenyMode {
+		if m.FlagsMask == 0 {
+			prog = append(prog,
+				jump(jeq, uint32(m.Nr), 0, 4),
+				stmt(ld, offArg(m.ModeArg)),
+				jump(jset, m.Mask, 0, 1),
+				deny,
+				allow,
+			)
+			continue
+		}
+		prog = append(prog,
+			jump(jeq, uint32(m.Nr), 0, 6),
+			stmt(ld, offArg(m.FlagsArg)),
+			jump(jset, m.FlagsMask, 0, 3),
+			stmt(ld, offArg(m.ModeArg)),
+			jump(jset, m.Mask, 0, 1),
 			deny,
 			allow,
 		)
