@@ -122,8 +122,8 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	default:
 		return fmt.Errorf("network %q: the local provider has host and none: %w", spec.Network, errors.ErrUnsupported)
 	}
-	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 {
-		return fmt.Errorf("negative resource limit: %w", runbox.ErrInvalidSpec)
+	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) {
+		return fmt.Errorf("negative resource limit (local.Unlimited, -1, asks for none): %w", runbox.ErrInvalidSpec)
 	}
 	if spec.Rootfs != "" {
 		fi, err := os.Stat(spec.Rootfs)
@@ -172,7 +172,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "rootfs", "userns", extraCgroup2, extraCgroup1} {
+	for _, k := range []string{"network", "rootfs", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
