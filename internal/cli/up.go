@@ -65,7 +65,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	_ = fs.MarkHidden("userns")
 	fs.BoolVar(&f.hostRoot, "host-root", false, "local, as root: make the sandbox's root the host's root instead of an unprivileged host uid range (weaker: see docs/security.md)")
 	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
-	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace, created if absent; docker: none)")
+	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace; an existing directory, no symbolic link in its path; docker: none)")
 	f.flags = fs
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (local's default: min(4G, half the RAM); 0 or unlimited: none)")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit (local's default: 4096; 0: none)")

@@ -49,9 +49,8 @@ type Provider struct {
 var _ runbox.Provider = (*Provider)(nil)
 
 var kind = procbox.Kind{
-	Name:          ProviderName,
-	Check:         checkSpec,
-	CreateWorkdir: true,
+	Name:  ProviderName,
+	Check: checkSpec,
 	// runboxd is PID 1: when it dies, the kernel kills the rest.
 	EndsWithDaemon: true,
 	Cleanup:        cleanup,
@@ -73,7 +72,8 @@ func (p *Provider) Name() string { return ProviderName }
 func (p *Provider) RunsInHostDirectory() bool { return true }
 
 // Create builds a sandbox and returns once its runboxd answers. The
-// workspace is spec.Workdir (created if absent), else the caller's working
+// workspace is spec.Workdir (an existing directory, its path free of
+// symbolic links), else the caller's working
 // directory; spec.Rootfs replaces the host's root; Memory, Pids and CPUs
 // are cgroup limits; Network is "host" (default) or "none". Image is
 // refused: use Rootfs, or the docker provider.
