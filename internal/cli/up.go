@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/provider/local"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -53,6 +54,7 @@ type upFlags struct {
 	ssh                            sshFlags
 	server                         serverOptions // remote.go
 	kube                           kubeFlags
+	flags                          *pflag.FlagSet // to tell --pids 0 from no --pids
 }
 
 func (f *upFlags) add(fs *pflag.FlagSet, def string) {
@@ -63,10 +65,11 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	_ = fs.MarkHidden("userns")
 	fs.BoolVar(&f.hostRoot, "host-root", false, "local, as root: make the sandbox's root the host's root instead of an unprivileged host uid range (weaker: see docs/security.md)")
 	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
-	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace, created if absent; docker: none)")
-	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G")
-	fs.Int64Var(&f.pids, "pids", 0, "process count limit")
-	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5")
+	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace; an existing directory, no symbolic link in its path; docker: none)")
+	f.flags = fs
+	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (local's default: min(4G, half the RAM); 0 or unlimited: none)")
+	fs.Int64Var(&f.pids, "pids", 0, "process count limit (local's default: 4096; 0: none)")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5 (local's default: none, but a CPU weight equal to the host's other groups)")
 	f.ssh.add(fs)
 	f.server.add(fs)
 	f.kube.add(fs)
@@ -88,12 +91,26 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	if err := f.server.apply(p); err != nil {
 		return nil, runbox.SandboxSpec{}, err
 	}
-	mem, err := parseBytes(f.memory)
+	memory := f.memory
+	if strings.EqualFold(memory, "unlimited") {
+		memory = "0"
+	}
+	mem, err := parseBytes(memory)
 	if err != nil {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--memory: %w", err)
 	}
 	if f.pids < 0 || f.cpus < 0 {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--pids and --cpus must not be negative")
+	}
+	pids := f.pids
+	if _, remote := p.(*remoteProvider); !remote && p.Name() == local.ProviderName {
+		// The local provider has default limits; an explicit 0 is none.
+		if memory != "" && mem == 0 {
+			mem = local.Unlimited
+		}
+		if f.flags != nil && f.flags.Changed("pids") && pids == 0 {
+			pids = local.Unlimited
+		}
 	}
 	if f.hostRoot && p.Name() != "local" {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--host-root is for the local provider, not %s", p.Name())
@@ -113,7 +130,7 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		HostRoot: f.hostRoot,
 		Workdir:  f.workdir,
 		Memory:   mem,
-		Pids:     f.pids,
+		Pids:     pids,
 		CPUs:     f.cpus,
 		Network:  f.network,
 	}, nil

@@ -98,6 +98,10 @@ type Config struct {
 	// Fresh lists directories that get a fresh, empty, writable tmpfs
 	// (/run: the host's holds its daemons' sockets).
 	Fresh []string `json:"fresh,omitempty"`
+	// TmpSize, when not 0, is the size in bytes of the sandbox's /tmp
+	// tmpfs (/dev/shm has 64 MiB): the local provider's bound on it (its
+	// pages count against the memory cgroup too). 0 leaves it unbounded.
+	TmpSize int64 `json:"tmp_size,omitempty"`
 	// Env is the environment commands start with (the host's is not
 	// inherited).
 	Env []string `json:"env"`

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -49,7 +50,7 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 	if err != nil {
 		return nil, err
 	}
-	cgroupFD, err := mountSystem(root)
+	cgroupFD, err := mountSystem(root, cfg.TmpSize)
 	if err != nil {
 		return nil, err
 	}
@@ -216,11 +217,12 @@ const noSuidDevExec = unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 // devices are the host device nodes bind-mounted into the sandbox's /dev.
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
-// mountSystem gives root a fresh /proc, a minimal /dev, a private /tmp, a
+// mountSystem gives root a fresh /proc, a minimal /dev, a private /tmp
+// (of tmpSize bytes when not 0), a
 // read-only /sys where the kernel allows one, and where one exists the
 // cgroup v2 tree rooted at the sandbox's cgroup (see mountCgroup2), whose
 // writable descriptor it returns (-1 without one).
-func mountSystem(root string) (int, error) {
+func mountSystem(root string, tmpSize int64) (int, error) {
 	at := func(p string) string { return filepath.Join(root, p) }
 	if err := mountDir("proc", at("/proc"), "proc", noSuidDevExec, ""); err != nil {
 		return -1, fmt.Errorf("jail: /proc: %w", err)
@@ -248,7 +250,11 @@ func mountSystem(root string) (int, error) {
 	if err := mountDir("shm", at("/dev/shm"), "tmpfs", noSuidDevExec, "mode=1777,size=65536k"); err != nil {
 		return -1, fmt.Errorf("jail: /dev/shm: %w", err)
 	}
-	if err := mountDir("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+	tmpOpts := "mode=1777"
+	if tmpSize > 0 {
+		tmpOpts += ",size=" + strconv.FormatInt(tmpSize, 10)
+	}
+	if err := mountDir("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
 		return -1, fmt.Errorf("jail: /tmp: %w", err)
 	}
 	// A fresh sysfs needs a network namespace of the sandbox's own, or

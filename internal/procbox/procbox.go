@@ -76,9 +76,6 @@ type Kind struct {
 	// Check refuses what the provider cannot do. The name is checked by
 	// the Store.
 	Check func(spec runbox.SandboxSpec) error
-	// CreateWorkdir makes Create create a missing workdir instead of
-	// refusing it.
-	CreateWorkdir bool
 	// EndsWithDaemon says nothing of a sandbox runs once its runboxd is
 	// gone (it was the sandbox's PID 1), so removing a lost sandbox needs
 	// no force.
@@ -188,7 +185,7 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 	}
 	workdir := spec.Workdir
 	if workdir == "" {
-		if workdir, err = os.Getwd(); err != nil {
+		if workdir, err = physicalWd(); err != nil {
 			return fail("", fmt.Errorf("working directory: %w", err))
 		}
 	}
@@ -199,15 +196,8 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 		return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
 			workdir, home, runbox.ErrInvalidSpec))
 	}
-	if p.CreateWorkdir {
-		if err := os.MkdirAll(workdir, 0o755); err != nil {
-			return fail("", fmt.Errorf("workdir: %w", err))
-		}
-	}
-	if fi, err := os.Stat(workdir); err != nil {
-		return fail("", fmt.Errorf("workdir: %w", err))
-	} else if !fi.IsDir() {
-		return fail("", fmt.Errorf("workdir %s is not a directory", workdir))
+	if _, err := resolveWorkdir(workdir); err != nil {
+		return fail("", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail("", fmt.Errorf("runbox home: %w", err))

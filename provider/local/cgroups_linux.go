@@ -58,9 +58,11 @@ func hasLimits(spec runbox.SandboxSpec) bool {
 	return spec.Memory > 0 || spec.Pids > 0 || spec.CPUs > 0
 }
 
-// newCgroups makes the sandbox's cgroups, with the spec's limits. Without
-// root it makes none, and refuses limits.
-func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgroups, error) {
+// newCgroups makes the sandbox's cgroups, with the spec's limits and, when
+// shares is not 0, that CPU weight (cpu.shares; cgroup v2's cpu.weight is
+// shares scaled as the kernel's own v1 emulation does). Without root it
+// makes none, and refuses limits.
+func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless bool) (*sandboxCgroups, error) {
 	if rootless {
 		if hasLimits(spec) {
 			return nil, fmt.Errorf("resource limits need cgroups, which only root can make here: %w", errors.ErrUnsupported)
@@ -81,9 +83,16 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 			res.Pids = &cgroup2.Pids{Max: spec.Pids + runboxdbin.SharedLimitAllowance}
 			c.keepThreads = runboxdbin.SharedLimitThreads
 		}
+		if spec.CPUs > 0 || shares > 0 {
+			res.CPU = &cgroup2.CPU{}
+		}
 		if spec.CPUs > 0 {
 			quota, period := cpuQuota(spec.CPUs)
-			res.CPU = &cgroup2.CPU{Max: cgroup2.NewCPUMax(&quota, &period)}
+			res.CPU.Max = cgroup2.NewCPUMax(&quota, &period)
+		}
+		if shares > 0 {
+			weight := 1 + (shares-2)*9999/262142
+			res.CPU.Weight = &weight
 		}
 		group := "/" + cgroupRoot + "/" + id
 		if _, err := cgroup2.NewManager("/sys/fs/cgroup", group, res); err != nil {
@@ -103,11 +112,14 @@ func newCgroups(id string, spec runbox.SandboxSpec, rootless bool) (*sandboxCgro
 			c.v2Dir = dir
 		}
 	}
-	if hasLimits(spec) {
-		res := &specs.LinuxResources{}
+	if hasLimits(spec) || shares > 0 {
+		res := &specs.LinuxResources{CPU: &specs.LinuxCPU{}}
 		if spec.CPUs > 0 {
 			quota, period := cpuQuota(spec.CPUs)
-			res.CPU = &specs.LinuxCPU{Quota: &quota, Period: &period}
+			res.CPU.Quota, res.CPU.Period = &quota, &period
+		}
+		if shares > 0 {
+			res.CPU.Shares = &shares
 		}
 		c.v1Path = "/" + cgroupRoot + "/" + id
 		cg, err := cgroup1.New(cgroup1.StaticPath(c.v1Path), res, cgroup1.WithHierarchy(limitHierarchy))

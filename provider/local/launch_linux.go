@@ -98,7 +98,13 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		inLayers = func(name string) string { return filepath.Join(jail.LayersPath, name) }
 	}
 
-	cg, err := newCgroups(rec.ID, spec, ids.userns && ids.size == 1)
+	rootless := ids.userns && ids.size == 1
+	var tmpSize int64
+	var shares uint64
+	if !rootless { // rootless, there are no cgroups to hold limits
+		spec, tmpSize, shares = withDefaults(spec)
+	}
+	cg, err := newCgroups(rec.ID, spec, shares, rootless)
 	if err != nil {
 		return nil, err
 	}
@@ -130,6 +136,12 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	}
 	if spec.CPUs > 0 {
 		rec.Extra["cpus"] = strconv.FormatFloat(spec.CPUs, 'f', -1, 64)
+	}
+	if shares > 0 {
+		rec.Extra["cpu_shares"] = strconv.FormatUint(shares, 10)
+	}
+	if tmpSize > 0 {
+		rec.Extra["tmp_size"] = strconv.FormatInt(tmpSize, 10)
 	}
 	if fuseRoot {
 		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
@@ -177,6 +189,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			cfg.MaskFiles = append(cfg.MaskFiles, m...)
 		}
 	}
+	cfg.TmpSize = tmpSize
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return fail(fmt.Errorf("jail config: %w", err))

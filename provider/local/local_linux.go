@@ -49,9 +49,8 @@ type Provider struct {
 var _ runbox.Provider = (*Provider)(nil)
 
 var kind = procbox.Kind{
-	Name:          ProviderName,
-	Check:         checkSpec,
-	CreateWorkdir: true,
+	Name:  ProviderName,
+	Check: checkSpec,
 	// runboxd is PID 1: when it dies, the kernel kills the rest.
 	EndsWithDaemon: true,
 	Cleanup:        cleanup,
@@ -73,7 +72,8 @@ func (p *Provider) Name() string { return ProviderName }
 func (p *Provider) RunsInHostDirectory() bool { return true }
 
 // Create builds a sandbox and returns once its runboxd answers. The
-// workspace is spec.Workdir (created if absent), else the caller's working
+// workspace is spec.Workdir (an existing directory, its path free of
+// symbolic links), else the caller's working
 // directory; spec.Rootfs replaces the host's root; Memory, Pids and CPUs
 // are cgroup limits; Network is "host" (default) or "none". Image is
 // refused: use Rootfs, or the docker provider.
@@ -122,8 +122,8 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	default:
 		return fmt.Errorf("network %q: the local provider has host and none: %w", spec.Network, errors.ErrUnsupported)
 	}
-	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 {
-		return fmt.Errorf("negative resource limit: %w", runbox.ErrInvalidSpec)
+	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) {
+		return fmt.Errorf("negative resource limit (local.Unlimited, -1, asks for none): %w", runbox.ErrInvalidSpec)
 	}
 	if spec.Rootfs != "" {
 		fi, err := os.Stat(spec.Rootfs)
@@ -172,7 +172,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1} {
+	for _, k := range []string{"network", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
