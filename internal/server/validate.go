@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -10,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/safepath"
 )
 
 // Label limits.
@@ -82,6 +86,52 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 		spec.Workdir = clean
 	}
 	return nil
+}
+
+// openWorkdir opens a tenant's workdir (already checked to be clean and
+// under a workdir root) beneath its root, component by component and
+// following no symlink, so a link a sandbox planted under the root
+// (ROOT/a/escape -> /) cannot make it a host directory. The directory is
+// made (0700) where it does not exist, as providers would.
+func (s *Server) openWorkdir(workdir string) (*os.File, error) {
+	for _, root := range s.cfg.WorkdirRoots {
+		root = filepath.Clean(root)
+		if !within(workdir, root) {
+			continue
+		}
+		rel, _ := filepath.Rel(root, workdir)
+		f, err := safepath.MkdirBeneath(root, rel, 0o700)
+		if errors.Is(err, safepath.ErrUnsafe) {
+			return nil, invalid("spec.workdir", "%q: %v", workdir, err)
+		}
+		if err != nil {
+			return nil, apiError(fmt.Errorf("spec.workdir %q: %w", workdir, err))
+		}
+		return f, nil
+	}
+	return nil, invalid("spec.workdir", "%q is not under a directory this server allows (%s)", workdir, strings.Join(s.cfg.WorkdirRoots, ", "))
+}
+
+// sameDir checks that path, opened again beneath the root it lies in
+// (workspaces, else a workdir root), is still the directory held.
+func sameDir(held *os.File, workspaces string, roots []string, path string) error {
+	for _, root := range append([]string{workspaces}, roots...) {
+		root = filepath.Clean(root)
+		if root == "" || !within(path, root) {
+			continue
+		}
+		rel, _ := filepath.Rel(root, path)
+		f, err := safepath.OpenBeneath(root, rel)
+		if err != nil {
+			return invalid("spec.workdir", "%q changed while the sandbox was made: %v", path, err)
+		}
+		defer f.Close()
+		if !safepath.SameFile(held, f) {
+			return invalid("spec.workdir", "%q was replaced while the sandbox was made", path)
+		}
+		return nil
+	}
+	return invalid("spec.workdir", "%q is under no root this server allows", path)
 }
 
 // within reports whether path is root or beneath it (both clean).
