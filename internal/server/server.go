@@ -63,6 +63,10 @@ type Config struct {
 	// created without a workdir (one directory per sandbox, removed with
 	// it); other providers' sandboxes start in their own directory.
 	WorkspaceDir string
+	// Home is the server's RUNBOX_HOME (optional): at start it is made,
+	// or tightened, to mode 0700, as is WorkspaceDir and each directory
+	// in it.
+	Home string
 	// WorkdirRoots are the directories a create may name a workdir under;
 	// none means a create may not name one.
 	WorkdirRoots []string
@@ -145,6 +149,9 @@ func New(cfg Config) *Server {
 // adopted or deleted), resumes watching the execs left running by a
 // previous run, and starts the reaper.
 func (s *Server) Start(ctx context.Context) error {
+	if err := s.privateDirs(); err != nil {
+		return err
+	}
 	if err := s.reconcile(ctx); err != nil {
 		return err
 	}

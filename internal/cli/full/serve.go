@@ -148,7 +148,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	}
 	srv := server.New(server.Config{
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],
-		WorkspaceDir: workspaces, WorkdirRoots: roots,
+		Home: a.env.Home, WorkspaceDir: workspaces, WorkdirRoots: roots,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
 	})
