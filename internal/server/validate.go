@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/daemon/wire"
 	"github.com/runbox/runbox/internal/safepath"
 )
 
@@ -147,13 +148,18 @@ func checkExecSpec(field string, spec *runboxv1.ExecSpec) error {
 	if spec == nil {
 		return invalid(field, "missing: give a command (spec.command) or an argv (spec.argv)")
 	}
+	for _, d := range []struct {
+		name string
+		ms   int64
+	}{{".timeout_ms", spec.TimeoutMs}, {".idle_timeout_ms", spec.IdleTimeoutMs}, {".grace_ms", spec.GraceMs}} {
+		if d.ms < 0 {
+			return invalid(field+d.name, "must not be negative (got %d)", d.ms)
+		}
+	}
+	if err := wire.CheckSpecMs(spec); err != nil {
+		return invalid(field, "%v", err)
+	}
 	switch {
-	case spec.TimeoutMs < 0:
-		return invalid(field+".timeout_ms", "must not be negative (got %d); 0 means no timeout", spec.TimeoutMs)
-	case spec.IdleTimeoutMs < 0:
-		return invalid(field+".idle_timeout_ms", "must not be negative (got %d)", spec.IdleTimeoutMs)
-	case spec.GraceMs < 0:
-		return invalid(field+".grace_ms", "must not be negative (got %d)", spec.GraceMs)
 	case spec.HeadBytes < 0:
 		return invalid(field+".head_bytes", "must not be negative (got %d)", spec.HeadBytes)
 	case spec.TailBytes < 0:
