@@ -104,6 +104,7 @@ type Server struct {
 	execs     map[execKey]*execTrack // execs known to be running
 	creating  map[string]int         // sandboxes being created, by tenant
 	unknown   []runbox.Sandbox       // found at start, not in the registry
+	conns     *capListener           // Serve's listener (nil before)
 
 	recreateMu sync.Mutex // one recreate at a time
 	started    bool       // Start has finished
