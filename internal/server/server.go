@@ -70,6 +70,12 @@ type Config struct {
 	// WorkdirRoots are the directories a create may name a workdir under;
 	// none means a create may not name one.
 	WorkdirRoots []string
+	// Limits are the operator's ceilings and defaults for sandboxes and
+	// execs (zero: none).
+	Limits Limits
+	// AllowSharedNetworks lets docker sandboxes use the host's network or
+	// another container's (network "host", "container:X"); off, refused.
+	AllowSharedNetworks bool
 	// Quotas apply to tenants that have none of their own.
 	Quotas Quotas
 	// ReapInterval is how often the reaper looks for idle, expired and

@@ -66,12 +66,19 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 			return invalid("spec.labels", "value of %q is %d bytes, more than %d", k, len(v), maxLabelValueBytes)
 		}
 	}
-	switch spec.Network {
-	case "", "none", "host":
-	default:
-		if spec.Provider != "docker" {
-			return invalid("spec.network", "%q: want none or host", spec.Network)
+	if err := s.applySandboxLimits(spec); err != nil {
+		return err
+	}
+	switch {
+	case spec.Provider == "docker":
+		// host shares the machine's network (loopback services, other
+		// tenants' traffic); container:X another container's.
+		if (spec.Network == "host" || strings.HasPrefix(spec.Network, "container:")) && !s.cfg.AllowSharedNetworks {
+			return invalid("spec.network", "%q: docker's host and container: networks are not allowed by this server (--allow-shared-networks)", spec.Network)
 		}
+	case spec.Network == "", spec.Network == "none", spec.Network == "host":
+	default:
+		return invalid("spec.network", "%q: want none or host", spec.Network)
 	}
 	if spec.Workdir != "" {
 		if !filepath.IsAbs(spec.Workdir) {
@@ -144,10 +151,19 @@ func within(path, root string) bool {
 
 // checkExecSpec refuses an exec spec with a negative duration or no
 // command, naming the field (runboxd checks the rest: sizes, NUL bytes).
-func checkExecSpec(field string, spec *runboxv1.ExecSpec) error {
+func (s *Server) checkExecSpec(field string, spec *runboxv1.ExecSpec) error {
 	if spec == nil {
 		return invalid(field, "missing: give a command (spec.command) or an argv (spec.argv)")
 	}
+	if err := checkExecDurations(field, spec); err != nil {
+		return err
+	}
+	return s.applyExecLimits(field, spec)
+}
+
+// checkExecDurations refuses durations out of range, and the rest of
+// checkExecSpec's checks.
+func checkExecDurations(field string, spec *runboxv1.ExecSpec) error {
 	for _, d := range []struct {
 		name string
 		ms   int64
