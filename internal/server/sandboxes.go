@@ -98,7 +98,9 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 		Created: now, LastUsed: now,
 	}
 	if err := s.store.InsertSandbox(cctx, rec); err != nil {
-		s.unprovision(cctx, spec.Provider, sb, workspace)
+		if uerr := s.unprovision(cctx, spec.Provider, sb, workspace); uerr != nil {
+			s.log.Error("undo create", "sandbox", id, "err", uerr)
+		}
 		if errors.Is(err, registry.ErrNameTaken) {
 			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: %w", err))
 		}
@@ -184,7 +186,9 @@ func (s *Server) unprovision(ctx context.Context, provider string, sb runbox.San
 		}
 	}
 	if workspace != "" {
-		os.RemoveAll(workspace)
+		if rerr := os.RemoveAll(workspace); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("remove workspace %s: %w", workspace, rerr))
+		}
 	}
 	return err
 }
@@ -273,7 +277,9 @@ func (s *Server) removeSandbox(ctx context.Context, rec registry.Sandbox, force 
 		}
 	}
 	if rec.Workspace != "" {
-		os.RemoveAll(rec.Workspace)
+		if err := os.RemoveAll(rec.Workspace); err != nil {
+			s.log.Error("remove workspace", "sandbox", rec.ID, "workspace", rec.Workspace, "err", err)
+		}
 	}
 	if err := s.store.DeleteSandbox(ctx, rec.ID); err != nil {
 		return apiError(err)
@@ -315,11 +321,15 @@ func (s *Server) recreateOrFail(ctx context.Context, r *routed) error {
 	defer cancel()
 	if p, ok := s.cfg.Providers[cur.Provider]; ok { // the remains of the old one
 		if old, err := p.Get(cctx, cur.ProviderID); err == nil {
-			p.Remove(cctx, old, true)
+			if err := p.Remove(cctx, old, true); err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
+				s.log.Error("remove lost sandbox before recreating", "sandbox", cur.ID, "err", err)
+			}
 		}
 	}
 	if cur.Workspace != "" {
-		os.RemoveAll(cur.Workspace)
+		if err := os.RemoveAll(cur.Workspace); err != nil {
+			s.log.Error("remove workspace", "sandbox", cur.ID, "workspace", cur.Workspace, "err", err)
+		}
 	}
 	sb, _, err := s.provision(cctx, cur.ID, &spec)
 	if err != nil {
