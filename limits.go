@@ -80,7 +80,8 @@ func CheckSize(what string, size, limit int64, constName string) error {
 // CheckInput checks what spec carries to the command: sizes within the
 // limits above (a *SizeError, ErrTooLarge) and no NUL byte in the command,
 // an argument, an environment variable or the working directory, and no
-// empty or '='-holding variable name (ErrInvalidSpec). Any other byte is
+// empty or '='-holding variable name, and durations in range
+// (CheckDurations) (ErrInvalidSpec). Any other byte is
 // allowed, invalid UTF-8 included. The client checks a spec with it before
 // sending, runboxd on receipt.
 func (s ExecSpec) CheckInput() error {
@@ -121,5 +122,8 @@ func (s ExecSpec) CheckInput() error {
 	if strings.IndexByte(s.Cwd, 0) >= 0 {
 		return fmt.Errorf("%w: the working directory has a NUL byte", ErrInvalidSpec)
 	}
-	return CheckSize("stdin", int64(len(s.Stdin)), MaxStdinBytes, "runbox.MaxStdinBytes")
+	if err := CheckSize("stdin", int64(len(s.Stdin)), MaxStdinBytes, "runbox.MaxStdinBytes"); err != nil {
+		return err
+	}
+	return s.CheckDurations()
 }

@@ -218,6 +218,9 @@ func (c *Client) Cancel(ctx context.Context, id string, grace time.Duration) err
 // CancelKnown is Cancel that also reports whether the daemon knew the id:
 // false means no such exec ran and a tombstone was left for it.
 func (c *Client) CancelKnown(ctx context.Context, id string, grace time.Duration) (known bool, err error) {
+	if grace > runbox.MaxGrace {
+		return false, c.opError("cancel", id, nil, runbox.CheckMs("grace", grace.Milliseconds(), runbox.MaxGrace, "runbox.MaxGrace", true))
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	resp, err := c.rpc.Cancel(ctx, connect.NewRequest(&runboxv1.CancelRequest{Id: id, GraceMs: wiretime.GraceToMs(grace)}))
@@ -331,6 +334,9 @@ func (c *Client) Info(ctx context.Context) (runbox.DaemonInfo, error) {
 // (zero means runbox.DefaultGrace), and then ends the daemon. It returns once every exec has
 // stopped; the daemon exits shortly after.
 func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
+	if grace > runbox.MaxGrace || grace < 0 {
+		return c.opError("shutdown", "", nil, runbox.CheckMs("grace", grace.Milliseconds(), runbox.MaxGrace, "runbox.MaxGrace", false))
+	}
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
 	req := connect.NewRequest(&runboxv1.ShutdownRequest{GraceMs: wiretime.DurationToMs(grace)})

@@ -20,6 +20,9 @@ func (s *Server) Shutdown(ctx context.Context, req *connect.Request[runboxv1.Shu
 	if req.Msg.GetGraceMs() < 0 {
 		return nil, s.rpcError("shutdown", fmt.Errorf("shutdown: %w: negative grace", runbox.ErrInvalidSpec))
 	}
+	if err := runbox.CheckMs("grace", req.Msg.GetGraceMs(), runbox.MaxGrace, "runbox.MaxGrace", false); err != nil {
+		return nil, s.rpcError("shutdown", err)
+	}
 	grace := wire.MsToDuration(req.Msg.GetGraceMs())
 	if grace == 0 {
 		grace = runbox.DefaultGrace

@@ -30,7 +30,7 @@ func newExecID() string {
 }
 
 func (p *execProxy) Run(ctx context.Context, req *connect.Request[runboxv1.RunRequest], out *connect.ServerStream[runboxv1.ExecEvent]) error {
-	if err := checkExecSpec("spec", req.Msg.GetSpec()); err != nil {
+	if err := p.s.checkExecSpec("spec", req.Msg.GetSpec()); err != nil {
 		return err
 	}
 	r, err := p.s.route(ctx, req.Header().Get(SandboxHeader))

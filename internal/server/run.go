@@ -13,7 +13,7 @@ import (
 // If the caller leaves first, the exec goes on (runboxd owns its lifetime)
 // and its audit row still gets its result.
 func (h *sandboxService) Run(ctx context.Context, req *connect.Request[runboxv1.RunCommandRequest]) (*connect.Response[runboxv1.RunCommandResponse], error) {
-	if err := checkExecSpec("spec", req.Msg.GetSpec()); err != nil {
+	if err := h.s.checkExecSpec("spec", req.Msg.GetSpec()); err != nil {
 		return nil, err
 	}
 	key := req.Msg.GetSandboxId()

@@ -16,6 +16,7 @@ import (
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/internal/registry"
+	"github.com/runbox/runbox/internal/safepath"
 )
 
 // sandboxService implements runboxv1connect.SandboxServiceHandler.
@@ -97,7 +98,9 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 		Created: now, LastUsed: now,
 	}
 	if err := s.store.InsertSandbox(cctx, rec); err != nil {
-		s.unprovision(cctx, spec.Provider, sb, workspace)
+		if uerr := s.unprovision(cctx, spec.Provider, sb, workspace); uerr != nil {
+			s.log.Error("undo create", "sandbox", id, "err", uerr)
+		}
 		if errors.Is(err, registry.ErrNameTaken) {
 			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: %w", err))
 		}
@@ -126,16 +129,41 @@ func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.Sandbo
 		CPUs: spec.Cpus, Network: spec.Network,
 	}
 	workspace := ""
+	var held *os.File // the workdir as opened, compared after the create
+	if rs.Workdir != "" {
+		f, err := s.openWorkdir(rs.Workdir)
+		if err != nil {
+			return runbox.Sandbox{}, "", err
+		}
+		defer f.Close()
+		held = f
+	}
 	if hd, ok := p.(hostDirectoryProvider); ok && hd.RunsInHostDirectory() && rs.Workdir == "" {
 		workspace = filepath.Join(s.cfg.WorkspaceDir, id)
-		if err := os.MkdirAll(workspace, 0o755); err != nil {
+		f, err := safepath.MkdirBeneath(s.cfg.WorkspaceDir, id, 0o700)
+		if err != nil {
 			return runbox.Sandbox{}, "", apiError(fmt.Errorf("make workspace of %s: %w", id, err))
 		}
+		defer f.Close()
+		held = f
 		rs.Workdir = workspace
 	}
 	sb, err := p.Create(ctx, rs)
+	if err == nil && held != nil {
+		// The path was checked before the provider used it: make sure the
+		// directory it names now is still the one that was checked (no
+		// link was swapped in between).
+		if err = sameDir(held, s.cfg.WorkspaceDir, s.cfg.WorkdirRoots, rs.Workdir); err != nil {
+			if rerr := p.Remove(ctx, sb, true); rerr != nil {
+				s.log.Error("remove sandbox whose workdir moved", "provider_id", sb.ID, "err", rerr)
+			}
+		}
+	}
 	if err != nil {
 		s.removeWorkspace(workspace)
+		if ce := new(connect.Error); errors.As(err, &ce) {
+			return runbox.Sandbox{}, "", err
+		}
 		if errors.Is(err, runbox.ErrProviderUnavailable) {
 			return runbox.Sandbox{}, "", connect.NewError(connect.CodeFailedPrecondition, err)
 		}

@@ -43,6 +43,12 @@ type ServeOptions struct {
 	// ShutdownTimeout bounds how long unary calls in flight get to finish
 	// once ctx ends; zero means 30 s.
 	ShutdownTimeout time.Duration
+	// IdleTimeout closes a connection idle this long (HTTP/1.1 keep-alive
+	// and HTTP/2 alike); zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// MaxConnsPerIP bounds one client IP's concurrent connections (one
+	// over it is closed at once); zero means DefaultMaxConnsPerIP.
+	MaxConnsPerIP int
 }
 
 // Serve starts the server (Start), serves on ln until ctx ends, then shuts
@@ -59,6 +65,17 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, o ServeOptions) err
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = 30 * time.Second
 	}
+	if o.IdleTimeout <= 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
+	if o.MaxConnsPerIP <= 0 {
+		o.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	capped := newCapListener(ln, o.MaxConnsPerIP)
+	s.mu.Lock()
+	s.conns = capped
+	s.mu.Unlock()
+	ln = capped
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	if o.TLS != nil {
@@ -71,6 +88,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, o ServeOptions) err
 		Handler:           s.Handler(),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       o.IdleTimeout, // HTTP/2 (h2 and h2c) takes it too
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 		HTTP2: &http.HTTP2Config{
 			SendPingTimeout: 30 * time.Second,

@@ -63,9 +63,19 @@ type Config struct {
 	// created without a workdir (one directory per sandbox, removed with
 	// it); other providers' sandboxes start in their own directory.
 	WorkspaceDir string
+	// Home is the server's RUNBOX_HOME (optional): at start it is made,
+	// or tightened, to mode 0700, as is WorkspaceDir and each directory
+	// in it.
+	Home string
 	// WorkdirRoots are the directories a create may name a workdir under;
 	// none means a create may not name one.
 	WorkdirRoots []string
+	// Limits are the operator's ceilings and defaults for sandboxes and
+	// execs (zero: none).
+	Limits Limits
+	// AllowSharedNetworks lets docker sandboxes use the host's network or
+	// another container's (network "host", "container:X"); off, refused.
+	AllowSharedNetworks bool
 	// Quotas apply to tenants that have none of their own.
 	Quotas Quotas
 	// ReapInterval is how often the reaper looks for idle, expired and
@@ -105,6 +115,7 @@ type Server struct {
 	execs     map[execKey]*execTrack // execs known to be running
 	creating  map[string]int         // sandboxes being created, by tenant
 	unknown   []runbox.Sandbox       // found at start, not in the registry
+	conns     *capListener           // Serve's listener (nil before)
 
 	cleanups   cleanupQueue // failed cleanups, retried by the reaper
 	recreateMu sync.Mutex   // one recreate at a time
@@ -155,6 +166,9 @@ func New(cfg Config) *Server {
 // adopted or deleted), resumes watching the execs left running by a
 // previous run, and starts the reaper.
 func (s *Server) Start(ctx context.Context) error {
+	if err := s.privateDirs(); err != nil {
+		return err
+	}
 	if err := s.reconcile(ctx); err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -10,6 +13,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/daemon/wire"
+	"github.com/runbox/runbox/internal/safepath"
 )
 
 // Label limits.
@@ -61,12 +66,19 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 			return invalid("spec.labels", "value of %q is %d bytes, more than %d", k, len(v), maxLabelValueBytes)
 		}
 	}
-	switch spec.Network {
-	case "", "none", "host":
-	default:
-		if spec.Provider != "docker" {
-			return invalid("spec.network", "%q: want none or host", spec.Network)
+	if err := s.applySandboxLimits(spec); err != nil {
+		return err
+	}
+	switch {
+	case spec.Provider == "docker":
+		// host shares the machine's network (loopback services, other
+		// tenants' traffic); container:X another container's.
+		if (spec.Network == "host" || strings.HasPrefix(spec.Network, "container:")) && !s.cfg.AllowSharedNetworks {
+			return invalid("spec.network", "%q: docker's host and container: networks are not allowed by this server (--allow-shared-networks)", spec.Network)
 		}
+	case spec.Network == "", spec.Network == "none", spec.Network == "host":
+	default:
+		return invalid("spec.network", "%q: want none or host", spec.Network)
 	}
 	if spec.Workdir != "" {
 		if !filepath.IsAbs(spec.Workdir) {
@@ -84,6 +96,52 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 	return nil
 }
 
+// openWorkdir opens a tenant's workdir (already checked to be clean and
+// under a workdir root) beneath its root, component by component and
+// following no symlink, so a link a sandbox planted under the root
+// (ROOT/a/escape -> /) cannot make it a host directory. The directory is
+// made (0700) where it does not exist, as providers would.
+func (s *Server) openWorkdir(workdir string) (*os.File, error) {
+	for _, root := range s.cfg.WorkdirRoots {
+		root = filepath.Clean(root)
+		if !within(workdir, root) {
+			continue
+		}
+		rel, _ := filepath.Rel(root, workdir)
+		f, err := safepath.MkdirBeneath(root, rel, 0o700)
+		if errors.Is(err, safepath.ErrUnsafe) {
+			return nil, invalid("spec.workdir", "%q: %v", workdir, err)
+		}
+		if err != nil {
+			return nil, apiError(fmt.Errorf("spec.workdir %q: %w", workdir, err))
+		}
+		return f, nil
+	}
+	return nil, invalid("spec.workdir", "%q is not under a directory this server allows (%s)", workdir, strings.Join(s.cfg.WorkdirRoots, ", "))
+}
+
+// sameDir checks that path, opened again beneath the root it lies in
+// (workspaces, else a workdir root), is still the directory held.
+func sameDir(held *os.File, workspaces string, roots []string, path string) error {
+	for _, root := range append([]string{workspaces}, roots...) {
+		root = filepath.Clean(root)
+		if root == "" || !within(path, root) {
+			continue
+		}
+		rel, _ := filepath.Rel(root, path)
+		f, err := safepath.OpenBeneath(root, rel)
+		if err != nil {
+			return invalid("spec.workdir", "%q changed while the sandbox was made: %v", path, err)
+		}
+		defer f.Close()
+		if !safepath.SameFile(held, f) {
+			return invalid("spec.workdir", "%q was replaced while the sandbox was made", path)
+		}
+		return nil
+	}
+	return invalid("spec.workdir", "%q is under no root this server allows", path)
+}
+
 // within reports whether path is root or beneath it (both clean).
 func within(path, root string) bool {
 	root = filepath.Clean(root)
@@ -93,17 +151,31 @@ func within(path, root string) bool {
 
 // checkExecSpec refuses an exec spec with a negative duration or no
 // command, naming the field (runboxd checks the rest: sizes, NUL bytes).
-func checkExecSpec(field string, spec *runboxv1.ExecSpec) error {
+func (s *Server) checkExecSpec(field string, spec *runboxv1.ExecSpec) error {
 	if spec == nil {
 		return invalid(field, "missing: give a command (spec.command) or an argv (spec.argv)")
 	}
+	if err := checkExecDurations(field, spec); err != nil {
+		return err
+	}
+	return s.applyExecLimits(field, spec)
+}
+
+// checkExecDurations refuses durations out of range, and the rest of
+// checkExecSpec's checks.
+func checkExecDurations(field string, spec *runboxv1.ExecSpec) error {
+	for _, d := range []struct {
+		name string
+		ms   int64
+	}{{".timeout_ms", spec.TimeoutMs}, {".idle_timeout_ms", spec.IdleTimeoutMs}, {".grace_ms", spec.GraceMs}} {
+		if d.ms < 0 {
+			return invalid(field+d.name, "must not be negative (got %d)", d.ms)
+		}
+	}
+	if err := wire.CheckSpecMs(spec); err != nil {
+		return invalid(field, "%v", err)
+	}
 	switch {
-	case spec.TimeoutMs < 0:
-		return invalid(field+".timeout_ms", "must not be negative (got %d); 0 means no timeout", spec.TimeoutMs)
-	case spec.IdleTimeoutMs < 0:
-		return invalid(field+".idle_timeout_ms", "must not be negative (got %d)", spec.IdleTimeoutMs)
-	case spec.GraceMs < 0:
-		return invalid(field+".grace_ms", "must not be negative (got %d)", spec.GraceMs)
 	case spec.HeadBytes < 0:
 		return invalid(field+".head_bytes", "must not be negative (got %d)", spec.HeadBytes)
 	case spec.TailBytes < 0:

@@ -32,6 +32,13 @@ type serveFlags struct {
 	logLevel                    string
 	mcp, mcpAnyHost             bool
 	mcpIdle                     time.Duration
+	allowHost, sharedNetworks   bool
+	maxMemory, defMemory        int64
+	maxPids, defPids            int64
+	maxCPUs, defCPUs            float64
+	maxTimeout, defTimeout      time.Duration
+	idleTimeout                 time.Duration
+	maxConnsPerIP               int
 }
 
 func (a *app) serveCmd() *cobra.Command {
@@ -77,7 +84,36 @@ The API, with curl examples: docs/serve.md.`,
 	fs.BoolVar(&f.mcp, "mcp", true, "serve MCP at /mcp (--mcp=false: not at all)")
 	fs.DurationVar(&f.mcpIdle, "mcp-session-idle", mcpserver.DefaultSessionIdle, "end an MCP session (removing its default sandbox) after this long without a request")
 	fs.BoolVar(&f.mcpAnyHost, "mcp-any-host", false, "accept /mcp requests that arrive on a loopback address with a non-loopback Host header (a reverse proxy on this machine); off: DNS-rebinding protection")
+	fs.BoolVar(&f.allowHost, "allow-host-provider", false, "let --providers name host (no isolation: a tenant's command runs as this server's user)")
+	fs.BoolVar(&f.sharedNetworks, "allow-shared-networks", false, "let docker sandboxes use network host or container:X (they see the host's or another container's traffic)")
+	fs.Int64Var(&f.maxMemory, "max-memory", 8<<30, "ceiling on a sandbox's memory in bytes (0: none)")
+	fs.Int64Var(&f.defMemory, "default-memory", 2<<30, "memory in bytes of a sandbox that asks for none")
+	fs.Int64Var(&f.maxPids, "max-pids", 4096, "ceiling on a sandbox's processes (0: none)")
+	fs.Int64Var(&f.defPids, "default-pids", 1024, "processes of a sandbox that asks for no limit")
+	fs.Float64Var(&f.maxCPUs, "max-cpus", 4, "ceiling on a sandbox's CPUs (0: none)")
+	fs.Float64Var(&f.defCPUs, "default-cpus", 1, "CPUs of a sandbox that asks for no limit")
+	fs.DurationVar(&f.maxTimeout, "max-exec-timeout", 24*time.Hour, "ceiling on an exec's timeout (0: none; at most runbox.MaxTimeout, 30 days)")
+	fs.DurationVar(&f.defTimeout, "default-exec-timeout", time.Hour, "timeout of an exec that gives none")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection idle this long")
+	fs.IntVar(&f.maxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "concurrent connections one client IP may hold; more are closed at once")
 	return c
+}
+
+// limits checks the ceilings and defaults (none negative, each default
+// within its ceiling) and returns them.
+func (f *serveFlags) limits() (server.Limits, error) {
+	l := server.Limits{MaxMemory: f.maxMemory, DefaultMemory: f.defMemory, MaxPids: f.maxPids, DefaultPids: f.defPids,
+		MaxCPUs: f.maxCPUs, DefaultCPUs: f.defCPUs, MaxExecTimeout: f.maxTimeout, DefaultExecTimeout: f.defTimeout}
+	switch {
+	case l.MaxMemory < 0 || l.DefaultMemory < 0 || l.MaxPids < 0 || l.DefaultPids < 0 || l.MaxCPUs < 0 || l.DefaultCPUs < 0 || l.MaxExecTimeout < 0 || l.DefaultExecTimeout < 0:
+		return l, fmt.Errorf("serve: --max-* and --default-* must not be negative")
+	case l.MaxMemory > 0 && l.DefaultMemory > l.MaxMemory, l.MaxPids > 0 && l.DefaultPids > l.MaxPids,
+		l.MaxCPUs > 0 && l.DefaultCPUs > l.MaxCPUs, l.MaxExecTimeout > 0 && l.DefaultExecTimeout > l.MaxExecTimeout:
+		return l, fmt.Errorf("serve: a --default-* is above its --max-*")
+	case l.MaxExecTimeout > runbox.MaxTimeout || l.DefaultExecTimeout > runbox.MaxTimeout:
+		return l, fmt.Errorf("serve: --max-exec-timeout and --default-exec-timeout are at most %s (runbox.MaxTimeout)", runbox.MaxTimeout)
+	}
+	return l, nil
 }
 
 func (a *app) serve(ctx context.Context, f *serveFlags) error {
@@ -100,9 +136,19 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	if f.maxSandboxes < 0 || f.maxExecs < 0 {
 		return fmt.Errorf("serve: --max-sandboxes and --max-execs must not be negative")
 	}
+	limits, err := f.limits()
+	if err != nil {
+		return err
+	}
+	if f.idleTimeout <= 0 || f.maxConnsPerIP <= 0 {
+		return fmt.Errorf("serve: --idle-timeout and --max-conns-per-ip must be positive")
+	}
 	log := slog.New(slog.NewJSONHandler(a.stderr, &slog.HandlerOptions{Level: level}))
 	providers := map[string]runbox.Provider{}
 	for _, name := range f.providers {
+		if name == "host" && !f.allowHost {
+			return fmt.Errorf("serve: --providers host: the host provider has no isolation (a tenant's command runs as this server's user); pass --allow-host-provider to offer it anyway")
+		}
 		p, err := a.localProvider(name)
 		if err != nil {
 			return fmt.Errorf("serve: --providers: %w", err)
@@ -149,12 +195,14 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	}
 	srv := server.New(server.Config{
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],
-		WorkspaceDir: workspaces, WorkdirRoots: roots,
+		Home: a.env.Home, WorkspaceDir: workspaces, WorkdirRoots: roots,
+		Limits: limits, AllowSharedNetworks: f.sharedNetworks,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
 		IdleIgnoresBackground: f.idleIgnoresBg,
 	})
-	return srv.Serve(ctx, ln, server.ServeOptions{TLS: tlsConfig, ShutdownTimeout: f.shutdown})
+	return srv.Serve(ctx, ln, server.ServeOptions{TLS: tlsConfig, ShutdownTimeout: f.shutdown,
+		IdleTimeout: f.idleTimeout, MaxConnsPerIP: f.maxConnsPerIP})
 }
 
 // dbPath is the registry database: flag, else $RUNBOX_HOME/runbox.db.

@@ -20,8 +20,31 @@ import (
 	"github.com/runbox/runbox/internal/wiretime"
 )
 
-// MsToDuration converts milliseconds from the wire to a Duration.
+// MsToDuration converts milliseconds from the wire to a Duration. Check
+// the value first (CheckSpecMs, runbox.CheckMs): one above about 292
+// years wraps.
 func MsToDuration(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
+
+// GraceFromMs converts a grace period from the wire, checked to be at most
+// runbox.MaxGrace: any negative one is runbox.NoGrace.
+func GraceFromMs(ms int64) time.Duration {
+	if ms < 0 {
+		return runbox.NoGrace
+	}
+	return MsToDuration(ms)
+}
+
+// CheckSpecMs refuses (a *runbox.DurationError) a wire spec's durations
+// out of range, before they become time.Durations.
+func CheckSpecMs(p *runboxv1.ExecSpec) error {
+	if err := runbox.CheckMs("timeout", p.GetTimeoutMs(), runbox.MaxTimeout, "runbox.MaxTimeout", false); err != nil {
+		return err
+	}
+	if err := runbox.CheckMs("idle timeout", p.GetIdleTimeoutMs(), runbox.MaxIdleTimeout, "runbox.MaxIdleTimeout", false); err != nil {
+		return err
+	}
+	return runbox.CheckMs("grace", p.GetGraceMs(), runbox.MaxGrace, "runbox.MaxGrace", true)
+}
 
 // timeToMs converts t to Unix milliseconds; the zero time is 0.
 func timeToMs(t time.Time) int64 {
@@ -231,6 +254,9 @@ func SpecFromProto(p *runboxv1.ExecSpec) (runbox.ExecSpec, error) {
 			return runbox.ExecSpec{}, fmt.Errorf("%w: both %s and %s_raw are set: set one", runbox.ErrInvalidSpec, f.name, f.name)
 		}
 	}
+	if err := CheckSpecMs(p); err != nil {
+		return runbox.ExecSpec{}, err
+	}
 	s := runbox.ExecSpec{
 		ID:          p.GetId(),
 		Command:     fromTextOrRaw(p.GetCommand(), p.GetCommandRaw()),
@@ -242,7 +268,7 @@ func SpecFromProto(p *runboxv1.ExecSpec) (runbox.ExecSpec, error) {
 		StdinStream: p.GetStdinStream(),
 		Timeout:     MsToDuration(p.GetTimeoutMs()),
 		IdleTimeout: MsToDuration(p.GetIdleTimeoutMs()),
-		Grace:       MsToDuration(p.GetGraceMs()),
+		Grace:       GraceFromMs(p.GetGraceMs()),
 		HeadBytes:   int(p.GetHeadBytes()),
 		TailBytes:   int(p.GetTailBytes()),
 		Session:     p.GetSession(),

@@ -150,7 +150,7 @@ func (sp *serveProc) env() []string {
 func (sp *serveProc) start(extra ...string) {
 	t := sp.t
 	t.Helper()
-	args := append([]string{"serve", "--providers", "host", "--listen", sp.addr, "--db", sp.db, "--reap-interval", "200ms"}, extra...)
+	args := append([]string{"serve", "--providers", "host", "--allow-host-provider", "--listen", sp.addr, "--db", sp.db, "--reap-interval", "200ms"}, extra...)
 	cmd := exec.Command(sp.bin, args...)
 	cmd.Env = sp.env()
 	pr, pw := io.Pipe()

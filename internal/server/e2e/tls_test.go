@@ -84,7 +84,7 @@ func TestTLS(t *testing.T) {
 // address needs --insecure.
 func TestServeRefusesPlainHTTPOffLoopback(t *testing.T) {
 	sp := startServe(t)
-	_, e, code := sp.runbox(nil, "serve", "--providers", "host", "--listen", "0.0.0.0:0", "--db", sp.db)
+	_, e, code := sp.runbox(nil, "serve", "--providers", "host", "--allow-host-provider", "--listen", "0.0.0.0:0", "--db", sp.db)
 	if code != 125 || !strings.Contains(e, "--insecure") || !strings.Contains(e, "plain HTTP") {
 		t.Fatalf("serve on 0.0.0.0 without TLS: %d %q", code, e)
 	}
