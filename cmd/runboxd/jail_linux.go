@@ -16,6 +16,7 @@ import (
 
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/landlock"
 	"github.com/runbox/runbox/internal/seccomp"
 	"github.com/runbox/runbox/internal/supervisor"
 )
@@ -99,7 +100,21 @@ func jailServe(args []string, stderr io.Writer) error {
 	}
 	// Commands, not runboxd: no setuid or setgid bit on any file they make
 	// (security rule 4); runboxd strips them from the modes it applies.
-	cfg.SpawnSetup = func(string) error { return seccomp.LoadPrivilegeFilter() }
+	//
+	// And none of them connects to an abstract unix socket of the host's
+	// (a sandbox on the host's network shares its namespace) or signals
+	// anything outside the sandbox's Landlock domain (security rule 6).
+	cfg.SpawnSetup = func(string) error {
+		if err := seccomp.LoadPrivilegeFilter(); err != nil {
+			return err
+		}
+		err := landlock.ScopeOut()
+		if errors.Is(err, landlock.ErrUnsupported) {
+			fmt.Fprintf(stderr, "runboxd: %v: commands can reach the host's abstract unix sockets (use --network none)\n", err)
+			return nil
+		}
+		return err
+	}
 	if jc.Workspace != "" {
 		cfg.Dir = jail.WorkspacePath
 		// Relative paths in file calls resolve against the daemon's
