@@ -38,6 +38,7 @@ import (
 	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/supervisor"
 )
@@ -48,8 +49,13 @@ import (
 // inherited is closed before anything else runs, so none reaches a command
 // (security rule 3).
 func inheritedFDs(args []string) int {
-	if len(args) > 0 && args[0] == "jail" {
-		return 6
+	if len(args) > 0 {
+		switch args[0] {
+		case "jail":
+			return 6 // configuration, listener, binary
+		case "fuse-root":
+			return jail.FuseServerLayersFD + 1 // device, lower and layers trees
+		}
 	}
 	return 3
 }

@@ -46,15 +46,17 @@ func TestAbstractSocketsOutOfReach(t *testing.T) {
 	probe := `import socket, sys
 def dial(n):
     s = socket.socket(socket.AF_UNIX)
+    s.settimeout(10)
     try:
         s.connect("\0" + n)
-        return "connected:" + s.recv(64).decode().strip()
+        return "connected"
     except OSError as e:
         return "refused:" + type(e).__name__
 own = socket.socket(socket.AF_UNIX); own.bind("\0own-` + name + `"); own.listen(1)
 print(dial("` + name + `"))
 print(dial("own-` + name + `"))`
 	got := run(t, c, "python3 -c '"+probe+"'")
+	t.Logf("probe: %q", got)
 	lines := strings.Split(strings.TrimSpace(got), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], "refused:") {
 		t.Errorf("the host's abstract socket from the sandbox: %q, want refused", got)
