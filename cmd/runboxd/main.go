@@ -38,8 +38,8 @@ import (
 	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
-	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/fdsweep"
+	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
