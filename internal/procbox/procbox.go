@@ -36,6 +36,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/internal/procrecord"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
@@ -196,11 +197,19 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 		return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
 			workdir, home, runbox.ErrInvalidSpec))
 	}
+	if err := homes.Check(workdir, filepath.Dir(dir)); err != nil {
+		return fail("", err)
+	}
 	if _, err := resolveWorkdir(workdir); err != nil {
 		return fail("", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail("", fmt.Errorf("runbox home: %w", err))
+	}
+	// Known machine-wide from now on, so no other sandbox's workdir may
+	// hold it (homes.Check).
+	if err := homes.Register(filepath.Dir(dir)); err != nil {
+		return fail("", err)
 	}
 
 	rec, err := p.reserve(dir, spec.Name, workdir, bin)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/provider/host"
@@ -79,6 +80,9 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		if procbox.Within(home, workdir) {
 			return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
 				workdir, home, runbox.ErrInvalidSpec))
+		}
+		if err := homes.Check(workdir, home); err != nil {
+			return fail("", err)
 		}
 		if procbox.Within(workdir, home) {
 			rel, _ := filepath.Rel(workdir, home)
