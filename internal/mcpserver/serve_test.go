@@ -34,7 +34,7 @@ func startServe(t *testing.T) *serveProc {
 	t.Helper()
 	home, workdir := testHome(t)
 	sp := &serveProc{home: home, workdir: workdir, log: &lockedBuffer{}, exited: make(chan struct{})}
-	sp.cmd = exec.Command(runboxBin, "serve", "--providers", "host", "--listen", "127.0.0.1:0",
+	sp.cmd = exec.Command(runboxBin, "serve", "--providers", "host", "--allow-host-provider", "--listen", "127.0.0.1:0",
 		"--workdir-root", workdir, "--reap-interval", "200ms")
 	sp.cmd.Env = sp.env()
 	pr, pw := io.Pipe()

@@ -113,7 +113,7 @@ class Server:
         """Starts the server (again on the same address after the first
         time) and waits for its "serving" log line."""
         args = [
-            os.path.join(bin_dir(), "runbox"), "serve", "--providers", "host", "--listen", self.addr,
+            os.path.join(bin_dir(), "runbox"), "serve", "--providers", "host", "--allow-host-provider", "--listen", self.addr,
             "--db", self.db, "--reap-interval", "200ms", *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(
