@@ -42,11 +42,13 @@ type Spec struct {
 }
 
 // DockerDefaultCaps are the capabilities Docker gives a container by
-// default (moby's oci/caps DefaultCapabilities).
+// default (moby's oci/caps DefaultCapabilities) less CAP_SETFCAP: a file
+// capability set on a bind-mounted workspace, where container root is host
+// root, would take effect on the host (security rule 4).
 var DockerDefaultCaps = []uintptr{
 	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FSETID, unix.CAP_FOWNER,
 	unix.CAP_MKNOD, unix.CAP_NET_RAW, unix.CAP_SETGID, unix.CAP_SETUID,
-	unix.CAP_SETFCAP, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE,
+	unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE,
 	unix.CAP_SYS_CHROOT, unix.CAP_KILL, unix.CAP_AUDIT_WRITE,
 }
 

@@ -51,8 +51,10 @@ func ExecFuseServer(server, upper, work, idmap string) error {
 			return fmt.Errorf("fuse server: attach %s: %w", t.at, err)
 		}
 	}
-	// Only the device crosses into the server.
-	if err := unix.CloseRange(FuseServerDeviceFD+1, ^uint(0), 0); err != nil {
+	// Only the device crosses into the server. Marked, not closed: the Go
+	// runtime's own descriptors (its poller's) are among them, and closing
+	// those under it crashed this process now and then.
+	if err := unix.CloseRange(FuseServerDeviceFD+1, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
 		return fmt.Errorf("fuse server: close inherited descriptors: %w", err)
 	}
 	if _, err := unix.FcntlInt(FuseServerDeviceFD, unix.F_SETFD, 0); err != nil {

@@ -353,10 +353,12 @@ func maskProc(proc string) error {
 
 // keptCapabilities are the capabilities commands in a sandbox keep (what a
 // container runtime's default keeps, less CAP_MKNOD: there is no device
-// cgroup here to stop a block device from being made and mounted).
+// cgroup here to stop a block device from being made and mounted; and less
+// CAP_SETFCAP: a file capability set in the id-mapped workspace would be
+// the host's, as a setuid bit would, security rule 4).
 var keptCapabilities = []uintptr{
 	unix.CAP_CHOWN, unix.CAP_DAC_OVERRIDE, unix.CAP_FSETID, unix.CAP_FOWNER, unix.CAP_NET_RAW,
-	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETFCAP, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE,
+	unix.CAP_SETGID, unix.CAP_SETUID, unix.CAP_SETPCAP, unix.CAP_NET_BIND_SERVICE,
 	unix.CAP_SYS_CHROOT, unix.CAP_KILL, unix.CAP_AUDIT_WRITE,
 }
 

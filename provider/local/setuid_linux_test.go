@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/runbox/runbox"
 )
 
@@ -95,5 +97,34 @@ func TestCopyFromDropsSetuid(t *testing.T) {
 		if info.Mode()&(fs.ModeSetuid|fs.ModeSetgid) != 0 || info.Mode().Perm() != 0o755 {
 			t.Errorf("pulled %s is %v, want -rwxr-xr-x", name, info.Mode())
 		}
+	}
+}
+
+// TestNoFileCapabilityLeavesTheSandbox: sandbox root cannot give a file in
+// the workspace a file capability (setcap, the security.capability
+// xattr), which through the id-mapped workspace would be the host's: a
+// host user running it would gain the capability. Before, `setcap
+// cap_setuid+ep` left a host file with cap_setuid=ep.
+func TestNoFileCapabilityLeavesTheSandbox(t *testing.T) {
+	p := newProvider(t)
+	ws := t.TempDir()
+	_, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
+	// A VFS_CAP_REVISION_2 header with CAP_SETUID (7) permitted and
+	// effective, written directly, as setcap would.
+	probe := `import os, struct, sys
+p = "/workspace/capped"
+open(p, "wb").write(b"x")
+data = struct.pack("<IIIII", 0x02000001, 1 << 7, 0, 0, 0)
+try:
+    os.setxattr(p, "security.capability", data)
+    print("set")
+except OSError as e:
+    print("refused", e.errno)`
+	out := run(t, c, "python3 -c '"+probe+"'")
+	if strings.HasPrefix(out, "set") {
+		t.Errorf("a command set a file capability in the workspace: %q", out)
+	}
+	if v, err := unix.Lgetxattr(filepath.Join(ws, "capped"), "security.capability", make([]byte, 64)); err == nil && v > 0 {
+		t.Errorf("the host file has a security.capability xattr (%d bytes)", v)
 	}
 }
