@@ -236,7 +236,9 @@ start_mntns() {
 	in_ns mount --bind "$D/run/sysctl/overcommit_memory" /proc/sys/vm/overcommit_memory
 	in_ns mount --bind "$D/run/sysctl/panic" /proc/sys/kernel/panic
 	in_ns mount --bind "$D/run/sysctl/panic_on_oops" /proc/sys/kernel/panic_on_oops
-	# shim sockets and /var/log/containers links stay off the host
+	# shim sockets and /var/log/containers links stay off the host (the
+	# mount point may not exist where no containerd ran from its package)
+	mkdir -p /run/containerd
 	in_ns mount -t tmpfs tmpfs /run/containerd
 	in_ns mount -t tmpfs tmpfs /var/log
 }
