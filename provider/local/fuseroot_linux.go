@@ -13,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/runbox/runbox/internal/jail"
 )
 
 // FuseServer is the program that serves a local sandbox's root when it is
@@ -76,7 +78,7 @@ func fuseIDMapping(overflow, size int) string {
 // everyone else: the kernel wants a FUSE mount in a user namespace to use
 // a device opened there, and the host's /dev/fuse may be root's alone.
 func makeFuseDevice(layers string, m idMap) error {
-	dev := filepath.Join(layers, "fuse")
+	dev := filepath.Join(layers, jail.FuseDevice)
 	if err := unix.Mknod(dev, unix.S_IFCHR|0o600, int(unix.Mkdev(10, 229))); err != nil {
 		return fmt.Errorf("FUSE device node: %w", err)
 	}
