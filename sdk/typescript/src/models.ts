@@ -177,6 +177,8 @@ export interface SandboxInfo {
   readonly runningExecs: number;
   /** Its labels. */
   readonly labels: Readonly<Record<string, string>>;
+  /** The provider's own id of it (a container id, a directory name). */
+  readonly providerId: string;
 }
 
 /** Makes a SandboxInfo of the wire's runbox.v1.Sandbox. */
@@ -191,6 +193,7 @@ export function sandboxInfoOf(s: PbSandbox | undefined): SandboxInfo {
     recreated: s?.recreated ?? 0,
     runningExecs: s?.runningExecs ?? 0,
     labels: { ...(s?.spec?.labels ?? {}) },
+    providerId: s?.providerId ?? "",
   };
 }
 
