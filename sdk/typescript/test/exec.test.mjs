@@ -104,7 +104,10 @@ test("an aborted run rejects with the signal's reason and cancels the exec", { s
   const ac = new AbortController();
   const id = `ts-abort-${process.pid}`;
   const running = sb.run("sleep 60", { id, signal: ac.signal });
-  await new Promise((r) => setTimeout(r, 300));
+  // Abort once the exec runs (before, the cancel would leave a tombstone).
+  while (!(await sb.execs()).some((e) => e.id === id && e.state === "running")) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
   ac.abort(new Error("stop it"));
   await assert.rejects(running, /stop it/);
   // The exec was cancelled in the sandbox: re-attaching gives its result.
