@@ -157,7 +157,12 @@ export class Sandbox implements AsyncDisposable {
         if (left <= 0) {
           throw new SandboxLost(`exec ${spec.id}: no answer for ${this.client.reconnectWindowMs} ms: ${(err as Error).message}`, { cause: err });
         }
-        await sleep(Math.min(backoff, left), opts.signal);
+        try {
+          await sleep(Math.min(backoff, left), opts.signal);
+        } catch (reason) {
+          await this.cancelQuietly(spec.id);
+          throw reason;
+        }
         backoff = Math.min(backoff * 2, 1000);
       }
     }
