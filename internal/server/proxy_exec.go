@@ -38,8 +38,20 @@ func (p *execProxy) Run(ctx context.Context, req *connect.Request[runboxv1.RunRe
 		return err
 	}
 	defer r.release()
-	markRecreated(r, out.ResponseHeader())
-	_, err = p.s.runExec(ctx, r, req.Msg, out.Send, true)
+	// The header goes with the first event (or the error): by then runExec
+	// may have recreated a sandbox it found lost on the first attempt.
+	marked := false
+	mark := func() {
+		if !marked {
+			marked = true
+			markRecreated(r, out.ResponseHeader())
+		}
+	}
+	_, err = p.s.runExec(ctx, r, req.Msg, func(ev *runboxv1.ExecEvent) error {
+		mark()
+		return out.Send(ev)
+	}, true)
+	mark()
 	return err
 }
 
