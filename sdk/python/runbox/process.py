@@ -26,6 +26,8 @@ __all__ = ["Process"]
 
 _STREAMS = {"STREAM_STDOUT": "stdout", "STREAM_STDERR": "stderr", 1: "stdout", 2: "stderr"}
 _MIN_BACKOFF = 0.05
+#: The response header by which the server says the sandbox was replaced.
+RECREATED_HEADER = "Runbox-Sandbox-Recreated"
 _MAX_BACKOFF = 1.0
 
 
@@ -75,6 +77,9 @@ class Process:
         self.attached = False
         #: Gaps in the streamed output (see :class:`~runbox.Gap`).
         self.gaps: List[Gap] = []
+        #: True when the server replaced the lost sandbox before the exec
+        #: ran (its spec asked for ``recreate``); the Result says it too.
+        self.recreated = False
         self._run = run_request
         self._stream_output = stream_output
         self._read_timeout = read_timeout
@@ -202,6 +207,8 @@ class Process:
             try:
                 if self._stream is None:
                     self._stream = self._open()
+                    if self._stream.headers.get(RECREATED_HEADER, "") == "true":
+                        self.recreated = True
                 ev = next(self._stream)
             except StopIteration:
                 self._stream = None
@@ -267,6 +274,7 @@ class Process:
                 res,
                 stream_gaps=len(self.gaps),
                 stream_lost=sum(g.bytes for g in self.gaps),
+                recreated=self.recreated,
             )
             self.close()
         return True
