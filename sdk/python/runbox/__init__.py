@@ -62,6 +62,7 @@ from .errors import *  # noqa: F401,F403
 from .files import Files
 from .models import ArchiveStats, Chunk, ExecInfo, FileInfo, Gap, Result, SandboxInfo
 from .process import Process
+from .popen import DEVNULL, PIPE, STDOUT, Popen
 from .sandbox import DEFAULT_GRACE, Sandbox
 
 __version__ = "0.1.0"
@@ -72,6 +73,10 @@ __all__ = [
     "DEFAULT_GRACE",
     "Sandbox",
     "Process",
+    "Popen",
+    "PIPE",
+    "STDOUT",
+    "DEVNULL",
     "Files",
     "Result",
     "Chunk",
