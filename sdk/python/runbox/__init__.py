@@ -63,6 +63,7 @@ from .files import Files
 from .models import ArchiveStats, Chunk, ExecInfo, FileInfo, Gap, Result, SandboxInfo
 from .process import Process
 from .popen import DEVNULL, PIPE, STDOUT, Popen
+from .local import Local, local
 from .sandbox import DEFAULT_GRACE, Sandbox
 
 __version__ = "0.1.0"
@@ -74,6 +75,8 @@ __all__ = [
     "Sandbox",
     "Process",
     "Popen",
+    "Local",
+    "local",
     "PIPE",
     "STDOUT",
     "DEVNULL",

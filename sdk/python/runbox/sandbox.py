@@ -189,7 +189,9 @@ class Sandbox:
             head_bytes=head_bytes, tail_bytes=tail_bytes, spill=spill,
         )  # fmt: skip
         deadline = self._deadline(timeout, grace)
-        if merge_output:
+        if merge_output or getattr(self.client, "direct", False):
+            # Merging needs the stream; so does a runboxd reached directly
+            # (local mode: no server to run it in one call).
             with self._start(spec, False, True, merge_output, head_bytes, tail_bytes, deadline) as p:
                 return p.wait()
         try:
