@@ -23,6 +23,13 @@ Quick start::
         sb.files.write("notes/a.txt", "hello\\n")
         sb.files.upload_dir("./repo", "/workspace/repo")
 
+Also: ``sb.popen(...)`` (a :class:`Popen`, the ``subprocess.Popen``
+interface, for frameworks), ``merge_output=True`` on ``run``/``start``
+(stdout and stderr in the order read: ``Result.merged``),
+:mod:`runbox.aio` (the same API on asyncio) and :func:`local` (this
+machine's sandboxes through the CLI and their runboxd's socket: no server,
+no token).
+
 Main names:
 
 - :class:`Client` -- ``create``, ``get``, ``list``, ``remove`` sandboxes.
