@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,23 +70,30 @@ func TestSDKRoundTrip(t *testing.T) {
 	defer func() { in.Close(); worker.Wait() }()
 	out := bufio.NewScanner(outPipe)
 	out.Buffer(nil, 1<<20)
-	python1 := func(kind string, n int) []time.Duration {
+	// Each batch answers its round trips and the client's CPU time for
+	// them (the Python worker's, or this process's: the server and
+	// runboxd are other processes), steadier than wall time under load.
+	python1 := func(kind string, n int) ([]time.Duration, time.Duration) {
 		fmt.Fprintf(in, "%s %d\n", kind, n)
 		if !out.Scan() {
 			t.Fatalf("python worker: no answer to %s: %v", kind, out.Err())
 		}
-		var ns []int64
-		if err := json.Unmarshal(out.Bytes(), &ns); err != nil {
+		var ans struct {
+			NS    []int64 `json:"ns"`
+			CPUNS int64   `json:"cpu_ns"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &ans); err != nil {
 			t.Fatalf("python worker: %q: %v", out.Text(), err)
 		}
-		d := make([]time.Duration, len(ns))
-		for i, v := range ns {
+		d := make([]time.Duration, len(ans.NS))
+		for i, v := range ans.NS {
 			d[i] = time.Duration(v)
 		}
-		return d
+		return d, time.Duration(ans.CPUNS)
 	}
-	goBatch := func(n int, op func() (runbox.Result, error)) []time.Duration {
+	goBatch := func(n int, op func() (runbox.Result, error)) ([]time.Duration, time.Duration) {
 		var d []time.Duration
+		cpu := selfCPU(t)
 		for range n {
 			start := time.Now()
 			res, err := op()
@@ -94,43 +102,46 @@ func TestSDKRoundTrip(t *testing.T) {
 			}
 			d = append(d, time.Since(start))
 		}
-		return d
+		return d, selfCPU(t) - cpu
 	}
 	ops := []struct {
 		name string
-		run  func(n int) []time.Duration
+		run  func(n int) ([]time.Duration, time.Duration)
 	}{
-		{"Go client, direct to runboxd", func(n int) []time.Duration {
+		{"Go client, direct to runboxd", func(n int) ([]time.Duration, time.Duration) {
 			return goBatch(n, func() (runbox.Result, error) { return direct.Exec(ctx, "true") })
 		}},
-		{"Go client, through serve (streaming)", func(n int) []time.Duration {
+		{"Go client, through serve (streaming)", func(n int) ([]time.Duration, time.Duration) {
 			return goBatch(n, func() (runbox.Result, error) { return remote.Exec(ctx, "true") })
 		}},
-		{"Go client, through serve (unary Run)", func(n int) []time.Duration {
+		{"Go client, through serve (unary Run)", func(n int) ([]time.Duration, time.Duration) {
 			return goBatch(n, func() (runbox.Result, error) {
 				res, _, err := srv.Run(ctx, sb.ID, runbox.ExecSpec{Command: "true"})
 				return res, err
 			})
 		}},
-		{"Python sync, through serve", func(n int) []time.Duration { return python1("sync", n) }},
-		{"Python runbox.aio, through serve", func(n int) []time.Duration { return python1("async", n) }},
-		{"Python local mode, direct to runboxd", func(n int) []time.Duration { return python1("local", n) }},
+		{"Python sync, through serve", func(n int) ([]time.Duration, time.Duration) { return python1("sync", n) }},
+		{"Python runbox.aio, through serve", func(n int) ([]time.Duration, time.Duration) { return python1("async", n) }},
+		{"Python local mode, direct to runboxd", func(n int) ([]time.Duration, time.Duration) { return python1("local", n) }},
 	}
 	const rounds, batch = 20, 10
 	lat := make([][]time.Duration, len(ops))
+	cpu := make([]time.Duration, len(ops))
 	for i := range ops { // warm up: connections, imports, caches
 		ops[i].run(3)
 	}
 	for range rounds {
 		for i, o := range ops {
-			lat[i] = append(lat[i], o.run(batch)...)
+			d, c := o.run(batch)
+			lat[i] = append(lat[i], d...)
+			cpu[i] += c
 		}
 	}
 	for i, o := range ops {
 		slices.Sort(lat[i])
 		n := len(lat[i])
-		t.Logf("%-40s median %6.2f ms  p90 %6.2f ms  (%d runs)", o.name,
-			ms(lat[i][n/2]), ms(lat[i][n*9/10]), n)
+		t.Logf("%-40s median %6.2f ms  p90 %6.2f ms  client CPU %5.2f ms/run  (%d runs)", o.name,
+			ms(lat[i][n/2]), ms(lat[i][n*9/10]), ms(cpu[i]/time.Duration(n)), n)
 	}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		t.Logf("load average: %s", b)
@@ -138,3 +149,12 @@ func TestSDKRoundTrip(t *testing.T) {
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// selfCPU is this process's user and system CPU time so far.
+func selfCPU(t *testing.T) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

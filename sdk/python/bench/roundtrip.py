@@ -8,8 +8,8 @@ Then, on stdin, one line per batch: ``sync N``, ``async N`` or ``local N``.
 For each, it runs ``run("true")`` N times on the sandbox (through the
 server with the sync or the asyncio client; or straight to the sandbox's
 runboxd in local mode, the same sandbox found by its provider id under the
-server's home) and answers one line: the JSON list of the N round trips in
-nanoseconds.
+server's home) and answers one line of JSON: ``{"ns": [the N round trips in
+nanoseconds], "cpu_ns": this process's CPU time for the batch}``.
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ def main() -> None:
 
     for line in sys.stdin:
         kind, n = line.split()
+        cpu = time.process_time_ns()
         if kind == "sync":
             lat = sync_batch(sb, int(n))
         elif kind == "local":
@@ -61,7 +62,7 @@ def main() -> None:
             lat = asyncio.run(async_batch(int(n)))
         else:
             raise SystemExit(f"unknown batch {kind!r}")
-        print(json.dumps(lat), flush=True)
+        print(json.dumps({"ns": lat, "cpu_ns": time.process_time_ns() - cpu}), flush=True)
 
 
 if __name__ == "__main__":

@@ -155,10 +155,10 @@ class AsyncTransport:
                 h["Transfer-Encoding"] = "chunked"
             head = f"POST {self.sync._path(procedure)} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items())
             try:
-                writer.write(head.encode("latin-1") + b"\r\n")
                 if isinstance(body, bytes):
-                    writer.write(body)
+                    writer.write(head.encode("latin-1") + b"\r\n" + body)  # one segment
                 else:
+                    writer.write(head.encode("latin-1") + b"\r\n")
                     async for part in body:
                         writer.write(b"%x\r\n%s\r\n" % (len(part), part))
                         await writer.drain()
