@@ -208,15 +208,17 @@ def _info(m: Mapping[str, Any]) -> SandboxInfo:
 
 
 def _cli_error(cmd: str, status: int, stderr: str) -> errors.RunboxError:
-    """The exception for a failed CLI call, from the end of its message
-    (the CLI appends the error's kind: "not found", "invalid spec", ...)."""
+    """The exception for a failed CLI call. The CLI has no error codes but
+    its exit status (125: runbox failed), so the class comes from the text
+    of the Go sentinel error its message ends with (runbox.ErrSandboxNotFound
+    is "no such sandbox", ...): the only channel the CLI offers."""
     msg = stderr.strip().splitlines()[-1] if stderr.strip() else f"runbox {cmd}: exit status {status}"
     low = msg.lower()
     kinds = [
-        ("no such sandbox", errors.SandboxNotFound), ("not found", errors.SandboxNotFound),
-        ("invalid spec", errors.InvalidSpec), ("already exists", errors.AlreadyExists),
-        ("sandbox lost", errors.SandboxLost), ("unsupported", errors.InvalidSpec),
-        ("unavailable", errors.Unavailable),
+        ("no such sandbox", errors.SandboxNotFound), ("invalid spec", errors.InvalidSpec),
+        ("unsupported operation", errors.InvalidSpec), ("sandbox lost", errors.SandboxLost),
+        ("unauthenticated", errors.Unauthenticated), ("provider unavailable", errors.Unavailable),
+        ("is taken", errors.AlreadyExists), ("permission denied", errors.PermissionDenied),
     ]  # fmt: skip
     for needle, cls in kinds:
         if needle in low:

@@ -143,3 +143,16 @@ def test_lost_sandbox(lc: runbox.Local, workdir: str) -> None:
         sb.remove(force=True)
     with pytest.raises(runbox.SandboxNotFound):
         lc.get(sb.id)
+
+
+def test_cli_errors_have_their_class(lc: runbox.Local, workdir: str) -> None:
+    with pytest.raises(runbox.InvalidSpec):
+        lc.create(provider="host", workdir=workdir, memory="1G")  # the host provider cannot limit
+    name = "py-" + marker().replace(".", "")
+    sb = lc.create(provider="host", workdir=workdir, name=name)
+    try:
+        assert lc.get(name).id == sb.id
+        with pytest.raises(runbox.AlreadyExists):
+            lc.create(provider="host", workdir=workdir, name=name)
+    finally:
+        sb.remove()
