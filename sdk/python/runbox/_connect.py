@@ -404,9 +404,13 @@ class ServerStream:
 
 
 def _unary_error(resp: http.client.HTTPResponse, data: bytes) -> errors.RunboxError:
+    """The exception for a non-200 answer."""
+    return error_answer(resp.status, resp.reason, resp.getheader("Runbox-Error", "") or "", data)
+
+
+def error_answer(status: int, reason: str, tag: str, data: bytes) -> errors.RunboxError:
     """The exception for a non-200 answer: its JSON error body, or the
     Connect code of its HTTP status when it has none."""
-    tag = resp.getheader("Runbox-Error", "") or ""
     code, message = "", ""
     try:
         body = json.loads(data)
@@ -416,6 +420,6 @@ def _unary_error(resp: http.client.HTTPResponse, data: bytes) -> errors.RunboxEr
     except ValueError:
         pass
     if not code:
-        code = errors.code_for_http_status(resp.status)
-        message = message or f"HTTP {resp.status} {resp.reason}: {data[:200]!r}"
-    return errors.from_wire(code, message, tag, resp.status)
+        code = errors.code_for_http_status(status)
+        message = message or f"HTTP {status} {reason}: {data[:200]!r}"
+    return errors.from_wire(code, message, tag, status)

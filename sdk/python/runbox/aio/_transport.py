@@ -29,6 +29,7 @@ from .._connect import (
     auth_answer,
     auth_preamble,
     envelope,
+    error_answer,
 )
 
 _MAX_HEADER_BYTES = 64 << 10
@@ -301,16 +302,4 @@ class AsyncServerStream:
 
 
 def _error(resp: _Response, data: bytes) -> errors.RunboxError:
-    tag = resp.headers.get("Runbox-Error", "") or ""
-    code, message = "", ""
-    try:
-        body = json.loads(data)
-        if isinstance(body, dict):
-            code = str(body.get("code", ""))
-            message = str(body.get("message", ""))
-    except ValueError:
-        pass
-    if not code:
-        code = errors.code_for_http_status(resp.status)
-        message = message or f"HTTP {resp.status} {resp.reason}: {data[:200]!r}"
-    return errors.from_wire(code, message, tag, resp.status)
+    return error_answer(resp.status, resp.reason, resp.headers.get("Runbox-Error", "") or "", data)
