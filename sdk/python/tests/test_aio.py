@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 from typing import Any, Awaitable, Callable
 
@@ -154,5 +155,29 @@ def test_many_at_once(server: Server) -> None:
         async with aclient(server) as c, await c.create(provider="host") as sb:
             results = await asyncio.gather(*(sb.run(f"echo {i}", timeout=60) for i in range(20)))
             assert [r.stdout for r in results] == [f"{i}\n" for i in range(20)]
+
+    arun(main)
+
+
+def test_task_cancelled_at_random_moments_leaves_nothing_running(server: Server) -> None:
+    # Cancel before the request went out, while the exec starts, while it
+    # runs: whatever the moment, no process of it is left and no exec runs.
+    async def main() -> None:
+        async with aclient(server) as c, await c.create(provider="host") as sb:
+            for _ in range(20):
+                m = marker()
+                task = asyncio.ensure_future(sb.run(m.sh + "sleep $M & sleep $M", timeout=600))
+                await asyncio.sleep(random.uniform(0, 0.05))
+                task.cancel()
+                try:
+                    await task
+                except asyncio.CancelledError:
+                    pass
+                for _ in range(3000):
+                    if count_procs(m) == 0 and all(e.state != "running" for e in await sb.execs()):
+                        break
+                    await asyncio.sleep(0.02)
+                assert count_procs(m) == 0
+                assert all(e.state != "running" for e in await sb.execs())
 
     arun(main)

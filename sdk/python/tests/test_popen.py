@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import random
 import select
 import subprocess
+import time
 
 import pytest
 from conftest import count_procs, kill_procs, marker, wait_for
@@ -97,3 +99,14 @@ def test_popen_stdin_pipe(sb: runbox.Sandbox) -> None:
     assert out == b"HELLO\n" and err == b"" and p.returncode == 0
     p = sb.popen("cat", stdin="given\n", stdout=runbox.PIPE, stderr=runbox.DEVNULL, timeout=30)
     assert p.stderr is None and p.communicate() == (b"given\n", None)
+
+
+def test_popen_killed_at_random_moments_stops_the_tree(sb: runbox.Sandbox) -> None:
+    for _ in range(15):
+        m = marker()
+        p = sb.popen(m.sh + "sleep $M & echo up; sleep $M", timeout=600, stderr=runbox.STDOUT)
+        time.sleep(random.uniform(0, 0.05))
+        p.kill()
+        assert p.wait(timeout=120) == -9 and p.result is not None and p.result.cancelled
+        assert p.stdout.read() in (b"", b"up\n")
+        wait_for("the tree to be gone", lambda: count_procs(m) == 0)
