@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import errno
 import os
+import select
 import subprocess
 import threading
 from typing import IO, TYPE_CHECKING, Any, List, Optional, Tuple, Union
@@ -70,6 +71,9 @@ class Popen:
         self.stdin: Optional[_StdinWriter] = _StdinWriter(process) if stdin == PIPE else None
         self._error: Optional[BaseException] = None
         self._done = threading.Event()
+        # Set by kill/terminate/cancel: output no one reads is dropped then,
+        # so a full pipe cannot keep the exit from being seen.
+        self._stopping = threading.Event()
         fds: List[int] = []
         self.stdout, out_w = _pipe(stdout == PIPE, text, fds)
         self.stderr, err_w = _pipe(stderr == PIPE, text, fds)
@@ -89,7 +93,7 @@ class Popen:
         try:
             for c in self.process:
                 fd = self._writers.get(c.stream)
-                if fd is not None and not _write_all(fd, c.data):
+                if fd is not None and not _write_all(fd, c.data, self._stopping):
                     self._writers = {k: (None if v == fd else v) for k, v in self._writers.items()}
         except BaseException as e:  # noqa: BLE001 -- handed to wait()
             self._error = e
@@ -155,17 +159,20 @@ class Popen:
         """Stops the exec's whole process tree with the stop protocol:
         SIGTERM, the exec's grace, SIGKILL."""
         if not self._done.is_set():
+            self._stopping.set()
             self.process.cancel()
 
     def kill(self) -> None:
         """SIGKILLs the exec's whole process tree at once."""
         if not self._done.is_set():
+            self._stopping.set()
             self.process.cancel(grace=-1)
 
     def cancel(self, grace: Optional[float] = None, *, wait: bool = True) -> Optional[Result]:
         """Stops the exec with the stop protocol and, with ``wait``
         (default), returns its Result once the stop is done."""
         if not self._done.is_set():
+            self._stopping.set()
             self.process.cancel(grace=grace)
         if not wait:
             return None
@@ -219,18 +226,26 @@ def _pipe(want: bool, text: bool, fds: List[int]) -> Tuple[Optional[IO[Any]], Op
     if not want:
         return None, None
     r, w = os.pipe()
+    os.set_blocking(w, False)
     fds.append(w)
     if text:
         return open(r, "r", encoding="utf-8", errors="replace"), w
     return open(r, "rb", buffering=0), w
 
 
-def _write_all(fd: int, data: bytes) -> bool:
-    """Writes data to fd; False once the reader closed its end."""
+def _write_all(fd: int, data: bytes, stopping: threading.Event) -> bool:
+    """Writes data to fd (non-blocking), waiting while the pipe is full;
+    False once the reader closed its end, or the pipe is full while the
+    exec is being stopped (what no one reads then is dropped)."""
     view = memoryview(data)
     while view:
         try:
             n = os.write(fd, view)
+        except BlockingIOError:
+            if stopping.is_set():
+                return False
+            select.select([], [fd], [], 0.1)
+            continue
         except OSError as e:
             if e.errno == errno.EPIPE:
                 return False

@@ -110,3 +110,13 @@ def test_popen_killed_at_random_moments_stops_the_tree(sb: runbox.Sandbox) -> No
         assert p.wait(timeout=120) == -9 and p.result is not None and p.result.cancelled
         assert p.stdout.read() in (b"", b"up\n")
         wait_for("the tree to be gone", lambda: count_procs(m) == 0)
+
+
+def test_popen_kill_then_wait_with_a_full_pipe(sb: runbox.Sandbox) -> None:
+    # The caller reads nothing: the pipe fills; kill() then wait() must not
+    # hang on it (as with subprocess, where the killed child stops writing).
+    p = sb.popen("head -c 1000000 /dev/zero; sleep 1000", timeout=600)
+    wait_for("the output to fill the pipe", lambda: p.process.last_seq > 0)
+    p.kill()
+    assert p.wait(timeout=120) == -9 and p.result is not None and p.result.cancelled
+    assert 0 < len(p.stdout.read()) < 1000000
