@@ -53,7 +53,9 @@ def test_stream_output_as_async_iterator(server: Server) -> None:
         async with aclient(server) as c, await c.create(provider="host") as sb:
             async with await sb.start("for i in 1 2 3; do echo $i; sleep 0.1; done; echo e >&2", timeout=30) as p:
                 got = [(ch.stream, ch.text) async for ch in p]
-            assert got == [("stdout", "1\n"), ("stdout", "2\n"), ("stdout", "3\n"), ("stderr", "e\n")]
+            # Chunks are what each read got: under load two lines may share one.
+            assert "".join(t for st, t in got if st == "stdout") == "1\n2\n3\n"
+            assert got[-1] == ("stderr", "e\n") and len(got) >= 2
             assert p.result is not None and p.result.exit_code == 0
             p = await sb.start("tr a-z A-Z", stdin_stream=True, timeout=30)
             await p.write_stdin("hi\n")

@@ -82,7 +82,7 @@ def test_timeout_kills_the_tree_and_the_next_command_works(sb: runbox.Sandbox) -
 
 def test_stream_popen_files_sessions(sb: runbox.Sandbox) -> None:
     with sb.start("for i in 1 2 3; do echo $i; sleep 0.1; done", timeout=30) as p:
-        assert [c.text for c in p] == ["1\n", "2\n", "3\n"]
+        assert "".join(c.text for c in p) == "1\n2\n3\n"
     again = sb.attach(p.id)
     assert again.wait().stdout == "1\n2\n3\n"
     pp = sb.popen("echo x; sleep 1000", stderr=runbox.STDOUT, timeout=60)
@@ -119,7 +119,7 @@ def test_async_local(lc: runbox.Local, sb: runbox.Sandbox) -> None:
         res = await asb.run("echo async", timeout=30)
         assert res.stdout == "async\n"
         async with await asb.start("echo 1; echo 2", timeout=30) as p:
-            assert [c.text async for c in p] == ["1\n", "2\n"]
+            assert "".join([c.text async for c in p]) == "1\n2\n"
 
     asyncio.run(main())
 
