@@ -43,22 +43,38 @@ func pythonWithPytest(t *testing.T) string {
 
 // TestPythonSDK runs the Python SDK's tests (sdk/python/tests, pytest)
 // with the binaries built here: each pytest session starts its own real
-// runbox serve with a token made by runbox token create.
+// runbox serve with a token made by runbox token create. The sync and the
+// asyncio (runbox.aio) suites both run; local mode has its own test below.
 func TestPythonSDK(t *testing.T) {
+	runPytest(t, "--ignore", filepath.Join("tests", "test_local.py"), "tests")
+}
+
+// TestPythonSDKLocal runs the tests of the Python SDK's local mode
+// (runbox.local: sandboxes made by the CLI and reached over their runboxd's
+// socket with their secret), which start no server and use no token, on the
+// host and local providers (local skips where this machine cannot make
+// local sandboxes, unless RUNBOX_REQUIRE_LOCAL=1).
+func TestPythonSDKLocal(t *testing.T) {
+	runPytest(t, filepath.Join("tests", "test_local.py"))
+}
+
+// runPytest runs python3 -m pytest with args in sdk/python.
+func runPytest(t *testing.T, args ...string) {
+	t.Helper()
 	python := pythonWithPytest(t)
 	bins := binDir(t)
 	sdk := filepath.Join(repoRoot(t), "sdk", "python")
 	base := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-		"--basetemp", filepath.Join(base, "pytest"), "tests")
+	cmd := exec.CommandContext(ctx, python, append([]string{"-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+		"--basetemp", filepath.Join(base, "pytest")}, args...)...)
 	cmd.Dir = sdk
 	cmd.Env = append(os.Environ(), "RUNBOX_BIN_DIR="+bins, "PYTHONDONTWRITEBYTECODE=1",
 		"RUNBOX_HOST=", "RUNBOX_TOKEN=", "RUNBOX_PROVIDER=")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("python3 -m pytest sdk/python/tests: %v\n%s", err, out)
+		t.Fatalf("python3 -m pytest %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	t.Logf("pytest: %s", lines[len(lines)-1])

@@ -23,6 +23,13 @@ Quick start::
         sb.files.write("notes/a.txt", "hello\\n")
         sb.files.upload_dir("./repo", "/workspace/repo")
 
+Also: ``sb.popen(...)`` (a :class:`Popen`, the ``subprocess.Popen``
+interface, for frameworks), ``merge_output=True`` on ``run``/``start``
+(stdout and stderr in the order read: ``Result.merged``),
+:mod:`runbox.aio` (the same API on asyncio) and :func:`local` (this
+machine's sandboxes through the CLI and their runboxd's socket: no server,
+no token).
+
 Main names:
 
 - :class:`Client` -- ``create``, ``get``, ``list``, ``remove`` sandboxes.
@@ -62,6 +69,8 @@ from .errors import *  # noqa: F401,F403
 from .files import Files
 from .models import ArchiveStats, Chunk, ExecInfo, FileInfo, Gap, Result, SandboxInfo
 from .process import Process
+from .popen import DEVNULL, PIPE, STDOUT, Popen
+from .local import Local, local
 from .sandbox import DEFAULT_GRACE, Sandbox
 
 __version__ = "0.1.0"
@@ -72,6 +81,12 @@ __all__ = [
     "DEFAULT_GRACE",
     "Sandbox",
     "Process",
+    "Popen",
+    "Local",
+    "local",
+    "PIPE",
+    "STDOUT",
+    "DEVNULL",
     "Files",
     "Result",
     "Chunk",

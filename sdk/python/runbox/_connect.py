@@ -57,8 +57,69 @@ def envelope(message: Mapping[str, Any], flags: int = 0) -> bytes:
     return _PREFIX.pack(flags, len(data)) + data
 
 
+AUTH_MAGIC = b"RUNBOXD-AUTH 1 "
+AUTH_OK = b"RUNBOXD-AUTH OK\n"
+AUTH_REFUSED = b"RUNBOXD-AUTH REFUSED "
+
+
+def auth_preamble(secret: bytes) -> bytes:
+    """The line that opens every connection to a sandbox's runboxd: the
+    sandbox's secret, as internal/daemonauth's dialer sends it."""
+    return AUTH_MAGIC + secret.hex().encode() + b"\n"
+
+
+def auth_answer(line: bytes, socket_path: str) -> None:
+    """Checks runboxd's answer to the preamble; a refusal or anything else
+    is :class:`~runbox.Unauthenticated` (a closed connection:
+    :class:`ConnectionLost`, the daemon may be restarting or gone)."""
+    if line == AUTH_OK:
+        return
+    if not line:
+        raise ConnectionLost(f"{socket_path}: runboxd closed the connection during the handshake", sent=False)
+    if line.startswith(AUTH_REFUSED):
+        reason = line[len(AUTH_REFUSED):].decode(errors="replace").strip()
+        raise errors.Unauthenticated(f"{socket_path}: runboxd refused the sandbox's secret: {reason}")
+    raise errors.Unauthenticated(f"{socket_path}: not a runboxd answer to the handshake: {line[:80]!r}")
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a sandbox's unix socket, authenticated with its secret
+    before the first request."""
+
+    def __init__(self, path: str, secret: bytes, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path, self.secret = path, secret
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(self.timeout)
+            try:
+                s.connect(self.path)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                # Nothing listens: the sandbox's runboxd is gone.
+                raise errors.SandboxLost(f"{self.path}: runboxd does not answer: {e}") from e
+            s.sendall(auth_preamble(self.secret))
+            line = b""
+            while not line.endswith(b"\n") and len(line) < 256:
+                part = s.recv(1)
+                if not part:
+                    break
+                line += part
+        except BaseException:
+            s.close()
+            raise
+        try:
+            auth_answer(line, self.path)
+        except BaseException:
+            s.close()
+            raise
+        self.sock = s
+
+
 class Transport:
-    """Makes Connect calls to one server with one bearer token."""
+    """Makes Connect calls to one server with one bearer token, or, with
+    ``unix_socket`` and ``secret``, to one sandbox's runboxd directly."""
 
     def __init__(
         self,
@@ -66,7 +127,10 @@ class Transport:
         token: str,
         ssl_context: Optional[ssl.SSLContext] = None,
         connect_timeout: float = 30.0,
+        unix_socket: Optional[str] = None,
+        secret: Optional[bytes] = None,
     ) -> None:
+        self.unix_socket, self.secret = unix_socket, secret
         if "://" not in host:
             host = "http://" + host
         u = urllib.parse.urlsplit(host)
@@ -85,9 +149,11 @@ class Transport:
 
     def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
         """Opens a connection; timeout bounds every later read (None: none)."""
-        if self.scheme == "https":
+        if self.unix_socket is not None:
+            conn: http.client.HTTPConnection = _UnixConnection(self.unix_socket, self.secret or b"", self.connect_timeout)
+        elif self.scheme == "https":
             ctx = self.ssl_context or ssl.create_default_context()
-            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            conn = http.client.HTTPSConnection(
                 self.hostname, self.port, timeout=self.connect_timeout, context=ctx
             )
         else:
@@ -98,7 +164,7 @@ class Transport:
             conn.connect()
         except OSError as e:
             conn.close()
-            raise ConnectionLost(f"connect to {self.url}: {e}", sent=False) from e
+            raise ConnectionLost(f"connect to {self.unix_socket or self.url}: {e}", sent=False) from e
         assert conn.sock is not None
         conn.sock.settimeout(timeout)
         if conn.sock.family in (socket.AF_INET, socket.AF_INET6):
@@ -109,9 +175,10 @@ class Transport:
         h = {
             "Content-Type": content_type,
             "Connect-Protocol-Version": "1",
-            "Authorization": f"Bearer {self.token}",
             "User-Agent": USER_AGENT,
         }
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
         if extra:
             h.update(extra)
         return h
@@ -337,9 +404,13 @@ class ServerStream:
 
 
 def _unary_error(resp: http.client.HTTPResponse, data: bytes) -> errors.RunboxError:
+    """The exception for a non-200 answer."""
+    return error_answer(resp.status, resp.reason, resp.getheader("Runbox-Error", "") or "", data)
+
+
+def error_answer(status: int, reason: str, tag: str, data: bytes) -> errors.RunboxError:
     """The exception for a non-200 answer: its JSON error body, or the
     Connect code of its HTTP status when it has none."""
-    tag = resp.getheader("Runbox-Error", "") or ""
     code, message = "", ""
     try:
         body = json.loads(data)
@@ -349,6 +420,6 @@ def _unary_error(resp: http.client.HTTPResponse, data: bytes) -> errors.RunboxEr
     except ValueError:
         pass
     if not code:
-        code = errors.code_for_http_status(resp.status)
-        message = message or f"HTTP {resp.status} {resp.reason}: {data[:200]!r}"
-    return errors.from_wire(code, message, tag, resp.status)
+        code = errors.code_for_http_status(status)
+        message = message or f"HTTP {status} {reason}: {data[:200]!r}"
+    return errors.from_wire(code, message, tag, status)

@@ -127,6 +127,29 @@ class Client:
             recreate: when it is found lost, the next call that uses it gets
                 a fresh sandbox with the same spec under the same id.
         """
+        out = self._call("Create", self._create_request(
+            provider=provider, name=name, image=image, workdir=workdir, memory=memory, pids=pids, cpus=cpus,
+            network=network, labels=labels, idle_ttl=idle_ttl, max_lifetime=max_lifetime, recreate=recreate,
+        ))  # fmt: skip
+        return Sandbox(self, SandboxInfo.from_json(out.get("sandbox") or {}))
+
+    def _create_request(
+        self,
+        *,
+        provider: Optional[str] = None,
+        name: Optional[str] = None,
+        image: Optional[str] = None,
+        workdir: Optional[str] = None,
+        memory: Union[int, str, None] = None,
+        pids: Optional[int] = None,
+        cpus: Optional[float] = None,
+        network: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        idle_ttl: Optional[float] = None,
+        max_lifetime: Optional[float] = None,
+        recreate: bool = False,
+    ) -> Dict[str, Any]:
+        """The CreateSandboxRequest JSON of :meth:`create`'s arguments."""
         spec: Dict[str, Any] = {}
         fields = {
             "provider": provider,
@@ -145,8 +168,7 @@ class Client:
             spec["labels"] = dict(labels)
         if recreate:
             spec["recreate"] = True
-        out = self._call("Create", {"spec": spec})
-        return Sandbox(self, SandboxInfo.from_json(out.get("sandbox") or {}))
+        return {"spec": spec}
 
     def _get_info(self, id_or_name: str) -> SandboxInfo:
         out = self._call("Get", {"id": id_or_name})

@@ -65,6 +65,10 @@ class Result:
             held (set by the SDK for streamed execs; see :class:`Gap`).
         recreated: the sandbox had been lost and was replaced before this
             exec ran (its spec asked for ``recreate``).
+        merged_raw: with ``merge_output=True`` (``run`` and ``start``),
+            stdout and stderr together in the order they were read: the
+            head and tail of that stream, as stdout_raw keeps its own.
+        merged_dropped: bytes left out between merged_raw's head and tail.
     """
 
     id: str
@@ -92,6 +96,8 @@ class Result:
     stream_gaps: int = 0
     stream_lost: int = 0
     recreated: bool = False
+    merged_raw: Optional[bytes] = None
+    merged_dropped: int = 0
 
     @property
     def stdout(self) -> str:
@@ -104,9 +110,18 @@ class Result:
         return self.stderr_raw.decode("utf-8", errors="replace")
 
     @property
+    def merged(self) -> str:
+        """stdout and stderr in the order read, as text (``merge_output``),
+        else stdout followed by stderr."""
+        if self.merged_raw is None:
+            return self.stdout + self.stderr
+        return self.merged_raw.decode("utf-8", errors="replace")
+
+    @property
     def output(self) -> str:
-        """stdout followed by stderr, as text."""
-        return self.stdout + self.stderr
+        """stdout followed by stderr, as text; in the order read when the
+        exec was run with ``merge_output=True``."""
+        return self.merged
 
     @property
     def ok(self) -> bool:

@@ -10,13 +10,13 @@ an idempotency key).
 
 from __future__ import annotations
 
-import base64
 import random
 import time
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import errors
 from ._connect import ConnectionLost, ServerStream
+from ._follow import MAX_BACKOFF, MIN_BACKOFF, Follower, HeadTail, b64e, chunk, transient
 from .models import Chunk, Gap, Result
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -24,17 +24,9 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Process"]
 
-_STREAMS = {"STREAM_STDOUT": "stdout", "STREAM_STDERR": "stderr", 1: "stdout", 2: "stderr"}
-_MIN_BACKOFF = 0.05
-_MAX_BACKOFF = 1.0
-
-
-def _transient(err: errors.RunboxError) -> bool:
-    """Whether err is a failure of the connection (or a server going away),
-    not an answer: the call may be made again on a new connection."""
-    if isinstance(err, ConnectionLost):
-        return True
-    return type(err) is errors.Unavailable and not err.tag
+# Kept for code that imported them from here.
+_transient = transient
+_b64e = b64e
 
 
 class Process:
@@ -66,23 +58,37 @@ class Process:
         stream_output: bool = True,
         from_seq: int = 1,
         read_timeout: Optional[float] = None,
+        merge: Optional[HeadTail] = None,
     ) -> None:
         self.sandbox = sandbox
         self.id = exec_id
-        #: The leader's pid in the sandbox, once started (information only).
-        self.pid = 0
-        #: True when the stream attached to an exec that already existed.
-        self.attached = False
-        #: Gaps in the streamed output (see :class:`~runbox.Gap`).
-        self.gaps: List[Gap] = []
+        self._state = Follower(exec_id, from_seq, merge)
         self._run = run_request
         self._stream_output = stream_output
         self._read_timeout = read_timeout
-        self._last_seq = max(from_seq - 1, 0)
-        self._seen = False
         self._stream: Optional[ServerStream] = None
-        self._result: Optional[Result] = None
         self._reconnects = 0
+
+    @property
+    def pid(self) -> int:
+        """The leader's pid in the sandbox, once started (information only)."""
+        return self._state.pid
+
+    @property
+    def attached(self) -> bool:
+        """True when the stream attached to an exec that already existed."""
+        return self._state.attached
+
+    @property
+    def gaps(self) -> List[Gap]:
+        """Gaps in the streamed output (see :class:`~runbox.Gap`)."""
+        return self._state.gaps
+
+    @property
+    def recreated(self) -> bool:
+        """True when the server replaced the lost sandbox before the exec
+        ran (its spec asked for ``recreate``); the Result says it too."""
+        return self._state.recreated
 
     # -- what the caller sees -------------------------------------------------
 
@@ -90,17 +96,21 @@ class Process:
     def last_seq(self) -> int:
         """The sequence number of the last chunk delivered (0: none yet).
         Re-attach from ``last_seq + 1`` to continue after it."""
-        return self._last_seq
+        return self._state.last_seq
 
     @property
     def result(self) -> Optional[Result]:
         """The exec's Result once its exit was seen, else None."""
-        return self._result
+        return self._state.result
+
+    @property
+    def _result(self) -> Optional[Result]:
+        return self._state.result
 
     @property
     def done(self) -> bool:
         """Whether the exec's exit was seen."""
-        return self._result is not None
+        return self._state.result is not None
 
     @property
     def reconnects(self) -> int:
@@ -112,14 +122,9 @@ class Process:
         set). Raises :class:`~runbox.SandboxLost` when the exec cannot be
         followed for the client's whole reconnect window."""
         while self._result is None:
-            ev = self._next_event()
-            out = ev.get("output")
-            if out is not None:
-                yield Chunk(
-                    stream=_STREAMS.get(out.get("stream", ""), str(out.get("stream", ""))),
-                    seq=int(out.get("seq", 0)),
-                    data=_b64(out.get("data")),
-                )
+            c = chunk(self._next_event())
+            if c is not None:
+                yield c
 
     def wait(self) -> Result:
         """Reads the exec to its end and returns its Result (output not
@@ -129,12 +134,17 @@ class Process:
         assert self._result is not None
         return self._result
 
-    def cancel(self, grace: Optional[float] = None) -> bool:
+    def cancel(self, grace: Optional[float] = None, *, wait: bool = False) -> Union[bool, Result]:
         """Stops the exec with the stop protocol: SIGTERM to every process it
         started, ``grace`` seconds (default: the exec's own), SIGKILL. The
         stream then delivers the Result (``cancelled`` set). Returns False
-        when the server did not know the id (a tombstone now refuses it)."""
-        return self.sandbox.cancel(self.id, grace=grace)
+        when the server did not know the id (a tombstone now refuses it);
+        with ``wait=True``, waits for the stop and returns the Result (the
+        exec's own, if it had ended first)."""
+        known = self.sandbox.cancel(self.id, grace=grace)
+        if not wait:
+            return known
+        return self.wait()
 
     def signal(self, sig: Union[int, str]) -> int:
         """Sends a signal (a number, or a name such as "INT" or "SIGINT") to
@@ -143,7 +153,7 @@ class Process:
 
     def write_stdin(self, data: Union[bytes, str]) -> None:
         """Writes to the exec's stdin (start it with ``stdin_stream=True``)."""
-        self.sandbox._exec_call("WriteStdin", {"id": self.id, "data": _b64e(data)})
+        self.sandbox._exec_call("WriteStdin", {"id": self.id, "data": b64e(data)})
 
     def close_stdin(self) -> None:
         """Closes the exec's stdin."""
@@ -178,30 +188,31 @@ class Process:
     def _start(self) -> None:
         """Reads up to the started event, so that a refused exec (bad spec,
         spawn failure, a cancelled id) raises from start()."""
-        while not self._seen and self._result is None:
+        while not self._state.seen and self._result is None:
             ev = self._next_event()
             if ev.get("output") is not None:
                 # Output before started cannot happen; keep it for the iterator.
                 raise errors.InternalError("output before the exec's started event")
 
     def _open(self) -> ServerStream:
-        if self._run is not None and not self._seen:
+        if self._run is not None and not self._state.seen:
             return self.sandbox._exec_stream("Run", self._run, self._read_timeout)
         return self.sandbox._exec_stream(
             "Attach",
-            {"id": self.id, "streamOutput": self._stream_output, "fromSeq": str(self._last_seq + 1)},
+            {"id": self.id, "streamOutput": self._stream_output, "fromSeq": str(self._state.last_seq + 1)},
             self._read_timeout,
         )
 
     def _next_event(self) -> Mapping[str, Any]:
         """The exec's next event, re-opening the stream as needed."""
         broke_at: Optional[float] = None
-        backoff = _MIN_BACKOFF
+        backoff = MIN_BACKOFF
         deadlines = 0
         while True:
             try:
                 if self._stream is None:
                     self._stream = self._open()
+                    self._state.opened(self._stream.headers)
                 ev = next(self._stream)
             except StopIteration:
                 self._stream = None
@@ -216,14 +227,11 @@ class Process:
                 err = ConnectionLost(str(e))  # ask the server once more
             except errors.RunboxError as e:
                 self.close()
-                if not _transient(e):
-                    if self._seen and isinstance(e, errors.ExecNotFound):
-                        raise errors.SandboxLost(
-                            f"exec {self.id} is gone from the sandbox (did its runboxd restart?): {e.message}",
-                            code=e.code,
-                            tag=e.tag,
-                        ) from e
-                    raise
+                if not transient(e):
+                    lost = self._state.lost(e)
+                    if lost is e:
+                        raise
+                    raise lost from e
                 err = e
             else:
                 if self._accept(ev):
@@ -238,45 +246,11 @@ class Process:
                     f"exec {self.id}: no answer for {self.sandbox.client.reconnect_window:g}s: {err}"
                 ) from err
             time.sleep(min(backoff * (0.5 + random.random() / 2), left))
-            backoff = min(backoff * 2, _MAX_BACKOFF)
+            backoff = min(backoff * 2, MAX_BACKOFF)
             self._reconnects += 1
 
     def _accept(self, ev: Mapping[str, Any]) -> bool:
-        """Updates the follower's state from ev; False for a chunk delivered
-        already (replayed after a reconnect)."""
-        if "started" in ev:
-            st = ev["started"] or {}
-            self._seen = True
-            self.pid = int(st.get("pid", 0) or 0)
-            self.attached = self.attached or bool(st.get("attached"))
-        elif "output" in ev:
-            seq = int((ev["output"] or {}).get("seq", 0))
-            if seq <= self._last_seq:
-                return False
-            self._last_seq = seq
-        elif "gap" in ev:
-            g = ev["gap"] or {}
-            gap = Gap(int(g.get("fromSeq", 0)), int(g.get("toSeq", 0)), int(g.get("bytes", 0)))
-            self.gaps.append(gap)
-            if gap.to_seq > 0 and gap.to_seq - 1 > self._last_seq:
-                self._last_seq = gap.to_seq - 1
-        elif "exited" in ev:
-            self._seen = True
-            res = (ev["exited"] or {}).get("result") or {}
-            self._result = Result.from_json(
-                res,
-                stream_gaps=len(self.gaps),
-                stream_lost=sum(g.bytes for g in self.gaps),
-            )
+        accepted = self._state.accept(ev)
+        if self._state.result is not None:
             self.close()
-        return True
-
-
-def _b64(v: Optional[str]) -> bytes:
-    return base64.b64decode(v) if v else b""
-
-
-def _b64e(data: Union[bytes, str]) -> str:
-    if isinstance(data, str):
-        data = data.encode()
-    return base64.b64encode(data).decode()
+        return accepted

@@ -13,10 +13,12 @@ from . import errors
 from ._connect import ConnectionLost, ServerStream
 from .files import Files
 from .models import ExecInfo, Result, SandboxInfo
+from ._follow import merge_buffer
 from .process import Process, _transient
 
 if TYPE_CHECKING:  # pragma: no cover
     from .client import Client
+    from .popen import Popen
 
 __all__ = ["Sandbox", "DEFAULT_GRACE"]
 
@@ -138,6 +140,7 @@ class Sandbox:
         head_bytes: Optional[int] = None,
         tail_bytes: Optional[int] = None,
         spill: Optional[str] = None,
+        merge_output: bool = False,
     ) -> Result:
         """Runs a command to its end and returns its :class:`~runbox.Result`.
 
@@ -163,6 +166,9 @@ class Sandbox:
                 stream the Result keeps (default 32 KiB each).
             spill: "auto", "always" or "never": when the full output is also
                 written to a file in the sandbox (Result.stdout_spill).
+            merge_output: also keep stdout and stderr together in the order
+                they were read (``Result.merged``, and ``Result.output``):
+                the output is streamed to this process to learn the order.
 
         A non-zero exit, a timeout or a cancel is in the Result. Exceptions
         mean runbox could not run the command or learn how it ended:
@@ -183,6 +189,11 @@ class Sandbox:
             head_bytes=head_bytes, tail_bytes=tail_bytes, spill=spill,
         )  # fmt: skip
         deadline = self._deadline(timeout, grace)
+        if merge_output or getattr(self.client, "direct", False):
+            # Merging needs the stream; so does a runboxd reached directly
+            # (local mode: no server to run it in one call).
+            with self._start(spec, False, True, merge_output, head_bytes, tail_bytes, deadline) as p:
+                return p.wait()
         try:
             return self._run_unary(spec, deadline)
         except KeyboardInterrupt:
@@ -232,6 +243,7 @@ class Sandbox:
         tail_bytes: Optional[int] = None,
         spill: Optional[str] = None,
         stream_output: bool = True,
+        merge_output: bool = False,
     ) -> Process:
         """Starts a command and returns a :class:`~runbox.Process` once it
         has started (a refused command raises here). Iterate over the
@@ -239,22 +251,30 @@ class Sandbox:
 
         Takes the arguments of :meth:`run`, plus ``stdin_stream`` (keep
         stdin open for :meth:`Process.write_stdin`) and ``stream_output``
-        (False: only the Result, no chunks). A ``KeyboardInterrupt`` before
-        the exec started cancels it.
+        (False: only the Result, no chunks). With ``merge_output`` the
+        Result also keeps stdout and stderr in the order read
+        (``Result.merged``). A ``KeyboardInterrupt`` before the exec started
+        cancels it.
         """
         spec = self._spec(
             command, timeout=timeout, cwd=cwd, env=env, stdin=stdin, session=session,
             grace=grace, idle_timeout=idle_timeout, id=id, login=login,
             head_bytes=head_bytes, tail_bytes=tail_bytes, spill=spill,
         )  # fmt: skip
+        return self._start(spec, stdin_stream, stream_output, merge_output, head_bytes, tail_bytes,
+                           self._deadline(timeout, grace))
+
+    def _start(self, spec: Dict[str, Any], stdin_stream: bool, stream_output: bool, merge_output: bool,
+               head_bytes: Optional[int], tail_bytes: Optional[int], read_timeout: Optional[float]) -> Process:
         if stdin_stream:
             spec["stdinStream"] = True
         p = Process(
             self,
             spec["id"],
-            run_request={"spec": spec, "streamOutput": stream_output},
-            stream_output=stream_output,
-            read_timeout=self._deadline(timeout, grace),
+            run_request={"spec": spec, "streamOutput": stream_output or merge_output},
+            stream_output=stream_output or merge_output,
+            read_timeout=read_timeout,
+            merge=merge_buffer(merge_output, head_bytes, tail_bytes),
         )
         try:
             p._start()
@@ -266,6 +286,48 @@ class Sandbox:
             p.close()
             raise
         return p
+
+    def popen(
+        self,
+        command: Command,
+        *,
+        stdout: Optional[int] = -1,
+        stderr: Optional[int] = -1,
+        stdin: Union[int, bytes, str, None] = None,
+        text: bool = False,
+        timeout: Optional[float] = None,
+        cwd: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        session: Optional[str] = None,
+        grace: Optional[float] = None,
+        idle_timeout: Optional[float] = None,
+        id: Optional[str] = None,
+        login: bool = False,
+        head_bytes: Optional[int] = None,
+        tail_bytes: Optional[int] = None,
+        spill: Optional[str] = None,
+    ) -> "Popen":
+        """Starts a command and returns a :class:`~runbox.Popen`: the
+        interface of :class:`subprocess.Popen` (``poll``, ``wait(timeout)``,
+        ``returncode``, ``stdout``/``stderr`` pipes with ``fileno()``,
+        ``kill``/``terminate`` of the exec's whole tree, ``communicate``).
+
+        ``stdout``/``stderr`` are ``runbox.PIPE`` (default) or
+        ``runbox.DEVNULL``; ``stderr=runbox.STDOUT`` puts both streams in
+        ``stdout``'s pipe in the order read. ``stdin`` is ``runbox.PIPE``
+        (write to ``p.stdin``), bytes or text given as the whole input, or
+        None (/dev/null). The other arguments are :meth:`run`'s.
+        """
+        from .popen import PIPE, Popen
+
+        data = None if isinstance(stdin, int) else stdin
+        spec = self._spec(
+            command, timeout=timeout, cwd=cwd, env=env, stdin=data, session=session,
+            grace=grace, idle_timeout=idle_timeout, id=id, login=login,
+            head_bytes=head_bytes, tail_bytes=tail_bytes, spill=spill,
+        )  # fmt: skip
+        p = self._start(spec, stdin == PIPE, True, False, head_bytes, tail_bytes, self._deadline(timeout, grace))
+        return Popen(p, command, stdout=stdout, stderr=stderr, stdin=PIPE if stdin == PIPE else None, text=text)
 
     def attach(
         self,

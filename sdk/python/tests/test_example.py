@@ -8,10 +8,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Iterator
 
 import pytest
-from conftest import REPO, Server, count_procs, marker, runboxd_pid
+from conftest import REPO, Server, count_procs, kill_procs, marker, runboxd_pid, wait_for
 
 import runbox
 
@@ -49,6 +50,30 @@ def test_execute_timeout_kills_the_tree_and_the_sandbox_lives(env) -> None:  # t
     assert env.execute("echo still here") == {"output": "still here\n", "returncode": 0}
 
 
+def test_execute_background_child_holding_the_pipe(env) -> None:  # type: ignore[no-untyped-def]
+    m = marker()
+    # The sleep keeps the command's stdout open; the call ends with the shell.
+    assert env.execute(m.sh + "sleep $M & echo done") == {"output": "done\n", "returncode": 0}
+    assert count_procs(m) == 1
+    kill_procs(m)
+
+
+def test_execute_interrupt_kills_the_tree(env) -> None:  # type: ignore[no-untyped-def]
+    m = marker()
+    threading.Thread(target=lambda: (wait_for("the sleeps", lambda: count_procs(m) == 2), env.interrupt()),
+                     daemon=True).start()
+    out = env.execute(m.sh + "echo started; sleep $M & sleep $M", timeout=600)
+    assert out == {"output": "started\n\n[Command interrupted]", "returncode": 130}
+    assert count_procs(m) == 0
+    assert env.execute("echo next") == {"output": "next\n", "returncode": 0}
+
+
+def test_execute_env_and_cwd_persist(env) -> None:  # type: ignore[no-untyped-def]
+    assert env.execute("export GREETING=hi; mkdir -p sub; cd sub")["returncode"] == 0
+    out = env.execute('echo "$GREETING"; basename "$PWD"')
+    assert out == {"output": "hi\nsub\n", "returncode": 0}
+
+
 def test_execute_lost_sandbox_raises_then_recreates(server: Server, env) -> None:  # type: ignore[no-untyped-def]
     os.kill(runboxd_pid(server, env.sandbox), signal.SIGKILL)
     # The Process sees the connection to runboxd fail; the server's next
@@ -73,3 +98,4 @@ def test_example_main_runs(server: Server) -> None:
         "echo hello; echo oops >&2; exit 3 -> {'output': 'oops\\nhello\\n', 'returncode': 3}",
     )
     assert "'returncode': 124" in out.stdout and "{'output': 'from stdin\\n', 'returncode': 0}" in out.stdout
+    assert lines[-1] == "echo $X -> {'output': '1\\n', 'returncode': 0}"

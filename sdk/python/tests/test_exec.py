@@ -176,6 +176,20 @@ def test_recreate_replaces_a_lost_sandbox(server: Server, client: runbox.Client)
         assert sb.refresh().recreated == 1
 
 
+def test_recreate_is_reported_on_a_streamed_exec(server: Server, client: runbox.Client) -> None:
+    # The server says so in the stream's Runbox-Sandbox-Recreated header:
+    # the Result of start().wait() must carry it, as run()'s does.
+    with client.create(provider="host", recreate=True) as sb:
+        os.kill(runboxd_pid(server, sb), signal.SIGKILL)
+        p = sb.start("echo fresh", timeout=30)
+        res = p.wait()
+        assert res.recreated and res.stdout == "fresh\n"
+        assert p.recreated
+        assert p.result is not None and p.result.recreated
+        assert not sb.start("true", timeout=30).wait().recreated  # only the first
+        assert sb.refresh().recreated == 1
+
+
 INTERRUPTED = textwrap.dedent(
     """
     import sys

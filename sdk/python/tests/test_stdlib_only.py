@@ -17,7 +17,7 @@ from conftest import SDK_DIR
 CHECK = f"""
 import sys, sysconfig
 sys.path.insert(0, {SDK_DIR!r})
-import runbox, runbox.errors, runbox.models, runbox.files, runbox.process
+import runbox, runbox.errors, runbox.models, runbox.files, runbox.process, runbox.popen, runbox.local, runbox.aio
 assert "site" not in sys.modules
 stdlib = sysconfig.get_paths()["stdlib"]
 names = getattr(sys, "stdlib_module_names", set())

@@ -1,0 +1,228 @@
+"""Sandboxes on this machine, without ``runbox serve`` and without a token.
+
+:func:`local` returns a :class:`Local` client: it creates, lists and removes
+sandboxes by running the ``runbox`` CLI (``up``, ``inspect``, ``ls --json``,
+``rm``), and talks to each sandbox's runboxd directly over its unix socket,
+as the CLI does: every connection starts with the sandbox's secret (the
+0600 file ``secret`` in the sandbox's directory under ``$RUNBOX_HOME``),
+then speaks Connect over HTTP/1.1. The :class:`~runbox.Sandbox` it returns
+is the one of :class:`~runbox.Client`: ``run``, ``start``, ``popen``,
+``attach``, ``files``, ... The providers whose runboxd listens on a socket
+of this machine work this way: ``host`` and ``local``.
+
+Only a user who can read the sandbox's directory (its owner, root) can
+reach it, exactly as with the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from typing import Any, Dict, List, Mapping, Optional, Union
+
+from . import errors
+from ._connect import Transport
+from .client import parse_size
+from .models import SandboxInfo
+from .sandbox import Sandbox
+
+__all__ = ["Local", "local"]
+
+# The runbox CLI's exit status when runbox itself failed (not a command).
+_CLI_FAILED = 125
+_SECRET_FILE = "secret"
+
+
+def local(runbox: Optional[str] = None, **kw: Any) -> "Local":
+    """Returns a :class:`Local` client (see there for the arguments)."""
+    return Local(runbox, **kw)
+
+
+class _Link:
+    """What a local Sandbox reaches its runboxd through: a transport to its
+    socket and the client's settings (the part of Client a Sandbox uses)."""
+
+    #: Exec calls go to runboxd itself: no SandboxService, no server-side run.
+    direct = True
+
+    def __init__(self, owner: "Local", transport: Transport) -> None:
+        self._owner = owner
+        self._transport = transport
+        self.timeout = owner.timeout
+        self.headroom = owner.headroom
+        self.reconnect_window = owner.reconnect_window
+
+    def _get_info(self, id_or_name: str) -> SandboxInfo:
+        return self._owner._inspect(id_or_name)[0]
+
+    def remove(self, id_or_name: str, force: bool = False) -> None:
+        self._owner.remove(id_or_name, force=force)
+
+
+class Local:
+    """Sandboxes of this machine through the ``runbox`` CLI and their
+    runboxd sockets.
+
+    Args:
+        runbox: the runbox binary (default: ``$RUNBOX_BIN``, else ``runbox``
+            in PATH).
+        home: the runbox home holding the sandboxes (default:
+            ``$RUNBOX_HOME``, else ``~/.runbox``, as the CLI).
+        provider: the default provider for :meth:`create` ("host",
+            "local"; default: the CLI's, ``$RUNBOX_PROVIDER``).
+        timeout, headroom, reconnect_window: as :class:`~runbox.Client`'s.
+    """
+
+    def __init__(
+        self,
+        runbox: Optional[str] = None,
+        *,
+        home: Optional[str] = None,
+        provider: Optional[str] = None,
+        timeout: float = 120.0,
+        headroom: float = 5.0,
+        reconnect_window: float = 15.0,
+    ) -> None:
+        exe = runbox or os.environ.get("RUNBOX_BIN") or shutil.which("runbox")
+        if not exe:
+            raise errors.InvalidArgument("no runbox binary: put runbox in PATH, set RUNBOX_BIN, or pass runbox=")
+        self.runbox = exe
+        self.home = home
+        self.provider = provider
+        self.timeout = timeout
+        self.headroom = headroom
+        self.reconnect_window = reconnect_window
+
+    def __repr__(self) -> str:
+        return f"<runbox.Local {self.runbox} home={self.home or '(default)'}>"
+
+    def __enter__(self) -> "Local":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Releases the client (it holds no connection between calls)."""
+
+    def _cli(self, *args: str) -> str:
+        """Runs the runbox CLI; its failure becomes the SDK's exception."""
+        env = dict(os.environ)
+        if self.home:
+            env["RUNBOX_HOME"] = self.home
+        # Local mode never goes through a server, whatever the environment says.
+        env.pop("RUNBOX_HOST", None)
+        env.pop("RUNBOX_TOKEN", None)
+        try:
+            out = subprocess.run([self.runbox, *args], env=env, capture_output=True, text=True,
+                                 timeout=self.timeout, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise errors.Unavailable(f"runbox {args[0]}: {e}") from e
+        if out.returncode != 0:
+            raise _cli_error(args[0], out.returncode, out.stderr)
+        return out.stdout
+
+    def create(
+        self,
+        *,
+        provider: Optional[str] = None,
+        name: Optional[str] = None,
+        image: Optional[str] = None,
+        workdir: Optional[str] = None,
+        memory: Union[int, str, None] = None,
+        pids: Optional[int] = None,
+        cpus: Optional[float] = None,
+        network: Optional[str] = None,
+    ) -> Sandbox:
+        """Creates a sandbox with ``runbox up`` and returns it once its
+        runboxd answers. The arguments are ``runbox up``'s flags (see
+        ``runbox up --help``); ``workdir`` defaults to this process's
+        working directory, as the CLI's."""
+        args = ["up"]
+        flags: Mapping[str, Any] = {
+            "--provider": provider or self.provider, "--name": name, "--image": image, "--workdir": workdir,
+            "--memory": None if memory is None else str(parse_size(memory)), "--pids": pids, "--cpus": cpus,
+            "--network": network,
+        }  # fmt: skip
+        for flag, v in flags.items():
+            if v is not None:
+                args += [flag, str(v)]
+        sb_id = self._cli(*args).strip()
+        return self.get(sb_id)
+
+    def get(self, id_or_name: str) -> Sandbox:
+        """Returns the sandbox with that id, name or unique id prefix
+        (:class:`~runbox.SandboxNotFound` if there is none)."""
+        info, detail = self._inspect(id_or_name)
+        return self._sandbox(info, detail)
+
+    def list(self) -> List[Sandbox]:
+        """Returns this machine's sandboxes of the providers local mode
+        reaches (host, local), oldest first."""
+        out = []
+        for m in json.loads(self._cli("ls", "--json") or "[]"):
+            if (m.get("detail") or {}).get("socket"):
+                out.append(self._sandbox(_info(m), m.get("detail") or {}))
+        return out
+
+    def remove(self, id_or_name: str, force: bool = False) -> None:
+        """Removes a sandbox with ``runbox rm``: every exec is stopped with
+        the stop protocol. A lost sandbox needs ``force=True``."""
+        self._cli("rm", *(["--force"] if force else []), id_or_name)
+
+    def _inspect(self, id_or_name: str) -> "tuple[SandboxInfo, Dict[str, str]]":
+        m = json.loads(self._cli("inspect", id_or_name))
+        return _info(m), dict(m.get("detail") or {})
+
+    def _sandbox(self, info: SandboxInfo, detail: Mapping[str, str]) -> Sandbox:
+        sock, d = detail.get("socket", ""), detail.get("dir", "")
+        if not sock or not d:
+            raise errors.InvalidArgument(
+                f"sandbox {info.id} ({info.provider}): its runboxd has no socket on this machine; "
+                "local mode reaches host and local sandboxes (use runbox serve for the others)"
+            )
+        try:
+            with open(os.path.join(d, _SECRET_FILE), "rb") as f:
+                secret = f.read()
+        except OSError as e:
+            raise errors.Unauthenticated(f"sandbox {info.id}: read its secret: {e}") from e
+        if len(secret) != 32:
+            raise errors.Unauthenticated(f"sandbox {info.id}: its secret has {len(secret)} bytes, want 32")
+        transport = Transport("http://localhost", "", unix_socket=sock, secret=secret)
+        return Sandbox(_Link(self, transport), info)  # type: ignore[arg-type]
+
+
+def _info(m: Mapping[str, Any]) -> SandboxInfo:
+    """A SandboxInfo from the CLI's JSON for a sandbox."""
+    detail = m.get("detail") or {}
+    return SandboxInfo(
+        id=str(m.get("id", "")),
+        name=str(m.get("name", "")),
+        provider=str(m.get("provider", "")),
+        state="ready" if m.get("alive") else "lost",
+        lost_reason=str(detail.get("lost", "")),
+        provider_id=str(m.get("id", "")),
+    )
+
+
+def _cli_error(cmd: str, status: int, stderr: str) -> errors.RunboxError:
+    """The exception for a failed CLI call. The CLI has no error codes but
+    its exit status (125: runbox failed), so the class comes from the text
+    of the Go sentinel error its message ends with (runbox.ErrSandboxNotFound
+    is "no such sandbox", ...): the only channel the CLI offers."""
+    msg = stderr.strip().splitlines()[-1] if stderr.strip() else f"runbox {cmd}: exit status {status}"
+    low = msg.lower()
+    kinds = [
+        ("no such sandbox", errors.SandboxNotFound), ("invalid spec", errors.InvalidSpec),
+        ("unsupported operation", errors.InvalidSpec), ("sandbox lost", errors.SandboxLost),
+        ("unauthenticated", errors.Unauthenticated), ("provider unavailable", errors.Unavailable),
+        ("is taken", errors.AlreadyExists), ("permission denied", errors.PermissionDenied),
+    ]  # fmt: skip
+    for needle, cls in kinds:
+        if needle in low:
+            return cls(msg)
+    if status != _CLI_FAILED:
+        return errors.InternalError(msg)
+    return errors.RunboxError(msg)
