@@ -90,7 +90,14 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		}
 	}
 	layers := filepath.Join(l.Dir, layersDir)
-	if err := makeLayers(layers, lower, ids); err != nil {
+	var mountPoints []string
+	if fuseRoot {
+		mountPoints = []string{SpillDir}
+		if rec.Workdir != "" {
+			mountPoints = append(mountPoints, jail.WorkspacePath)
+		}
+	}
+	if err := makeLayers(layers, lower, ids, mountPoints); err != nil {
 		return nil, err
 	}
 	inLayers := func(name string) string { return filepath.Join(layers, name) }
@@ -356,8 +363,9 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 // makeLayers makes the layers directory (closed to everyone but the
 // sandbox's root) with the overlay's upper, work and mount point
 // directories in it, and, on the host's root, the sanitised copies of the
-// host's password files in the upper layer.
-func makeLayers(layers, lower string, ids idMap) error {
+// host's password files in the upper layer, and the directories of
+// mountPoints (see seedMountPoints).
+func makeLayers(layers, lower string, ids idMap, mountPoints []string) error {
 	if err := os.Mkdir(layers, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
@@ -390,6 +398,9 @@ func makeLayers(layers, lower string, ids idMap) error {
 	}
 	if ids.swapped != 0 {
 		if err := seedUnreadable("/", filepath.Join(layers, upperDir), ids); err != nil {
+			return fmt.Errorf("upper layer: %w", err)
+		}
+		if err := seedMountPoints("/", filepath.Join(layers, upperDir), mountPoints, ids); err != nil {
 			return fmt.Errorf("upper layer: %w", err)
 		}
 	}

@@ -162,3 +162,33 @@ func seedEmptyDir(upper, root, dir string, m idMap) error {
 	}
 	return m.chown(marker)
 }
+
+// seedMountPoints makes each directory of dirs that the host's root at
+// root lacks in the upper layer at upper, as the sandbox root's, mode 0700
+// (what the jail gives the directories it makes), with the directories
+// above it like the host's. The jail mounts over them (the workspace, the
+// spill directory); made here, before the root's server starts, they need
+// no write through it while the sandbox starts. (fuse-overlayfs 1.10
+// answered the jail's mkdir of /workspace with ENOENT about once in 180
+// starts under load.)
+func seedMountPoints(root, upper string, dirs []string, m idMap) error {
+	for _, dir := range dirs {
+		if _, err := os.Lstat(filepath.Join(root, dir)); err == nil {
+			continue // the host has it: the jail mounts over the host's
+		}
+		dst := filepath.Join(upper, dir)
+		if _, err := os.Lstat(dst); err == nil {
+			continue
+		}
+		if err := mkdirsLike(upper, root, filepath.Dir(dir), m); err != nil {
+			return fmt.Errorf("mount point %s: %w", dir, err)
+		}
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return fmt.Errorf("mount point %s: %w", dir, err)
+		}
+		if err := lchownMapped(dst, 0, 0, m); err != nil {
+			return fmt.Errorf("mount point %s: %w", dir, err)
+		}
+	}
+	return nil
+}
