@@ -129,13 +129,13 @@ type ExecOutputInput struct {
 // ExecOutput is what exec_output returns.
 type ExecOutput struct {
 	ID         string      `json:"id"`
-	State      string      `json:"state" jsonschema:"running or exited"`
-	Output     string      `json:"output" jsonschema:"output from offset on, stdout and stderr merged"`
-	Offset     int64       `json:"offset" jsonschema:"where output starts"`
-	NextOffset int64       `json:"next_offset" jsonschema:"the offset to read from next"`
-	Skipped    int64       `json:"skipped,omitempty" jsonschema:"bytes after the asked offset no longer kept"`
-	More       bool        `json:"more,omitempty" jsonschema:"more output is there past next_offset"`
-	Result     *ExecResult `json:"result,omitempty" jsonschema:"how the exec ended, once it has"`
+	State      string      `json:"state"`
+	Output     string      `json:"output"`
+	Offset     int64       `json:"offset"`
+	NextOffset int64       `json:"next_offset"`
+	Skipped    int64       `json:"skipped,omitempty"`
+	More       bool        `json:"more,omitempty"`
+	Result     *ExecResult `json:"result,omitempty"`
 }
 
 // outputBytes bounds the output one exec_output returns.
@@ -330,14 +330,14 @@ type ExecListInput struct {
 // ExecInfo describes one exec in exec_list.
 type ExecInfo struct {
 	ID            string `json:"id"`
-	State         string `json:"state" jsonschema:"starting, running, stopping or exited"`
+	State         string `json:"state"`
 	Command       string `json:"command"`
-	StartedAt     string `json:"started_at" jsonschema:"RFC 3339"`
-	ExitCode      *int   `json:"exit_code,omitempty" jsonschema:"set once exited"`
+	StartedAt     string `json:"started_at"`
+	ExitCode      *int   `json:"exit_code,omitempty"`
 	TimedOut      bool   `json:"timed_out,omitempty"`
 	Cancelled     bool   `json:"cancelled,omitempty"`
-	LiveProcesses int    `json:"live_processes" jsonschema:"its processes still alive (background children of an exited command count)"`
-	Background    bool   `json:"background,omitempty" jsonschema:"started in the background by this MCP session"`
+	LiveProcesses int    `json:"live_processes"`
+	Background    bool   `json:"background,omitempty"`
 }
 
 // ExecList is what exec_list returns.

@@ -16,38 +16,40 @@ import (
 
 // ExecResult is how an exec ended (state "exited"), or that it is still
 // running (state "running": started in the background, or still going when
-// exec stopped waiting for it), with its id for exec_output.
+// exec stopped waiting for it), with its id for exec_output. Its fields
+// carry no schema descriptions: the result's text, which a model reads,
+// says what each means, and tools/list stays small.
 type ExecResult struct {
-	ID          string  `json:"id" jsonschema:"exec id (for exec_output, exec_cancel)"`
+	ID          string  `json:"id"`
 	Sandbox     string  `json:"sandbox"`
-	State       string  `json:"state" jsonschema:"running or exited"`
-	ExitCode    int     `json:"exit_code" jsonschema:"exit status once exited; 128+N when killed by signal N"`
+	State       string  `json:"state"`
+	ExitCode    int     `json:"exit_code"`
 	Signal      string  `json:"signal,omitempty"`
-	TimedOut    bool    `json:"timed_out,omitempty" jsonschema:"stopped at its timeout with everything it started"`
-	Cancelled   bool    `json:"cancelled,omitempty" jsonschema:"cancelled and stopped with everything it started"`
+	TimedOut    bool    `json:"timed_out,omitempty"`
+	Cancelled   bool    `json:"cancelled,omitempty"`
 	OOMKilled   bool    `json:"oom_killed,omitempty"`
 	DurationMS  int64   `json:"duration_ms"`
 	TimeoutSecs float64 `json:"timeout_seconds"`
-	Cwd         string  `json:"cwd,omitempty" jsonschema:"the shell's working directory after the command"`
-	Stdout      string  `json:"stdout,omitempty" jsonschema:"its start and end when long (see stdout_dropped)"`
-	Stderr      string  `json:"stderr,omitempty" jsonschema:"its start and end when long (see stderr_dropped)"`
+	Cwd         string  `json:"cwd,omitempty"`
+	Stdout      string  `json:"stdout,omitempty"`
+	Stderr      string  `json:"stderr,omitempty"`
 	StdoutBytes int64   `json:"stdout_bytes,omitempty"`
 	StderrBytes int64   `json:"stderr_bytes,omitempty"`
-	StdoutDrop  int64   `json:"stdout_dropped,omitempty" jsonschema:"bytes left out of the middle of stdout, at line boundaries"`
+	StdoutDrop  int64   `json:"stdout_dropped,omitempty"`
 	StderrDrop  int64   `json:"stderr_dropped,omitempty"`
-	StdoutLines int64   `json:"stdout_dropped_lines,omitempty" jsonschema:"lines left out of stdout"`
+	StdoutLines int64   `json:"stdout_dropped_lines,omitempty"`
 	StderrLines int64   `json:"stderr_dropped_lines,omitempty"`
-	StdoutSpill string  `json:"stdout_spill,omitempty" jsonschema:"file holding all of stdout (file_read)"`
+	StdoutSpill string  `json:"stdout_spill,omitempty"`
 	StderrSpill string  `json:"stderr_spill,omitempty"`
-	Killed      int     `json:"killed,omitempty" jsonschema:"processes runbox stopped"`
-	LeftRunning int     `json:"left_running,omitempty" jsonschema:"background processes it left running: exec_cancel with its id stops them"`
+	Killed      int     `json:"killed,omitempty"`
+	LeftRunning int     `json:"left_running,omitempty"`
 	Survivors   int     `json:"survivors,omitempty"`
 	// A running exec's output so far (both streams merged) and where
 	// exec_output goes on.
-	Output     string `json:"output,omitempty" jsonschema:"running: output so far, stdout and stderr merged"`
-	OutputDrop int64  `json:"output_dropped,omitempty" jsonschema:"running: bytes left out of the middle of output"`
+	Output     string `json:"output,omitempty"`
+	OutputDrop int64  `json:"output_dropped,omitempty"`
 	OutputLine int64  `json:"output_dropped_lines,omitempty"`
-	NextOffset int64  `json:"next_offset,omitempty" jsonschema:"running: the offset exec_output continues from"`
+	NextOffset int64  `json:"next_offset,omitempty"`
 	// stdoutHead, stderrHead and outputHead are where the kept start of a
 	// stream ends in its text when bytes were left out after it (else 0);
 	// outputFrom is the offset of Output's first byte; waited how long exec

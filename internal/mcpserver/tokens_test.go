@@ -31,6 +31,12 @@ func TestTokenSizes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, tool := range list.Tools {
+		in, _ := json.Marshal(tool.InputSchema)
+		out, _ := json.Marshal(tool.OutputSchema)
+		all, _ := json.Marshal(tool)
+		t.Logf("%-15s %5d bytes: description %d, input schema %d, output schema %d", tool.Name, len(all), len(tool.Description), len(in), len(out))
+	}
 	t.Logf("tools/list: %d bytes (%d tools); a typical exec result: %d bytes (text %d bytes)",
 		len(lb), len(list.Tools), len(rb), len(textOf(res)))
 	t.Logf("typical exec result: %s", rb)
