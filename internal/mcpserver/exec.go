@@ -197,10 +197,28 @@ func (s *Server) exec(ctx context.Context, st *session, req *mcp.CallToolRequest
 		}
 	}
 	if b.err != nil {
+		st.forgetExec(b, false)
 		return nil, ExecResult{}, st.lost(ref, b.err)
 	}
 	res := *b.result
+	// The model has the whole result: keep no copy of the output, nor the
+	// exec at all unless exec_cancel may still stop what it left running.
+	st.forgetExec(b, res.LeftRunning > 0)
 	return textResult(res.render()), res, nil
+}
+
+// forgetExec drops an ended exec whose result the model was given from the
+// session (keep: only its output, for exec_cancel to stop its leftovers).
+func (st *session) forgetExec(b *bgExec, keep bool) {
+	b.mu.Lock()
+	b.start += int64(len(b.buf))
+	b.buf = nil
+	b.mu.Unlock()
+	if !keep {
+		st.mu.Lock()
+		delete(st.bg, b.id)
+		st.mu.Unlock()
+	}
 }
 
 // noteSpills lets file_read open the spill files of a result this session

@@ -31,8 +31,8 @@ type ExecResult struct {
 	DurationMS  int64   `json:"duration_ms"`
 	TimeoutSecs float64 `json:"timeout_seconds"`
 	Cwd         string  `json:"cwd,omitempty"`
-	Stdout      string  `json:"stdout,omitempty"`
-	Stderr      string  `json:"stderr,omitempty"`
+	Stdout      string  `json:"stdout"`
+	Stderr      string  `json:"stderr"`
 	StdoutBytes int64   `json:"stdout_bytes,omitempty"`
 	StderrBytes int64   `json:"stderr_bytes,omitempty"`
 	StdoutDrop  int64   `json:"stdout_dropped,omitempty"`
