@@ -1,6 +1,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,12 +15,14 @@ import (
 	"github.com/runbox/runbox/client"
 )
 
-// bgExec is a background exec this session started: the server follows it
-// to its end, keeping its latest output for exec_output.
+// bgExec is an exec this session started: the server follows it to its
+// end, keeping its latest output for exec_output, whether the call that
+// started it still waits for it or has returned.
 type bgExec struct {
 	id      string
 	sandbox string
 	timeout time.Duration
+	started time.Time
 	proc    *client.Process
 	done    chan struct{} // closed once result/err are set
 
@@ -55,12 +58,35 @@ func (b *bgExec) finish(res *ExecResult, err error) {
 	close(b.done)
 }
 
-// startBackground starts an exec that the session follows to its end.
-func (s *Server) startBackground(ctx context.Context, st *session, ref *sandboxRef, command string, timeout time.Duration, opts []client.ExecOption) (ExecResult, error) {
-	b := &bgExec{sandbox: ref.sb.ID, timeout: timeout, done: make(chan struct{}), changed: make(chan struct{}), limit: s.cfg.BackgroundBufferBytes}
+// tail returns the latest n bytes of output as text.
+func (b *bgExec) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return text(b.buf[max(0, len(b.buf)-n):])
+}
+
+// running is the result of an exec that is still running after waiting
+// wait: its output so far (keep bytes of its start and of its end, cut at
+// line boundaries; none when keep is 0) and where exec_output goes on.
+func (b *bgExec) running(wait time.Duration, keep int) ExecResult {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	res := ExecResult{ID: b.id, Sandbox: b.sandbox, State: "running", TimeoutSecs: b.timeout.Seconds(),
+		DurationMS: time.Since(b.started).Milliseconds(), waited: wait}
+	if keep > 0 {
+		res.outputFrom = b.start
+		res.Output, res.outputHead, res.OutputDrop, res.OutputLine = cutLines(b.buf, keep)
+	}
+	res.NextOffset = b.start + int64(len(b.buf))
+	return res
+}
+
+// startExec starts an exec that the session follows to its end.
+func (s *Server) startExec(ctx context.Context, st *session, ref *sandboxRef, command string, timeout time.Duration, opts []client.ExecOption) (*bgExec, error) {
+	b := &bgExec{sandbox: ref.sb.ID, timeout: timeout, started: time.Now(), done: make(chan struct{}), changed: make(chan struct{}), limit: s.cfg.BackgroundBufferBytes}
 	p, err := ref.cl.StartSpec(ctx, runbox.ExecSpec{Command: command}, append(opts, client.WithOnChunk(b.append))...)
 	if err != nil {
-		return ExecResult{}, err
+		return nil, err
 	}
 	b.id, b.proc = p.ID(), p
 	st.mu.Lock()
@@ -75,95 +101,78 @@ func (s *Server) startBackground(ctx context.Context, st *session, ref *sandboxR
 			return
 		}
 		res := execResult(b.sandbox, r, timeout, s.cfg.OutputBytes)
+		s.countDropped(st, ref, &res)
 		st.noteSpills(res)
 		b.finish(&res, nil)
 	}()
-	return ExecResult{ID: b.id, Sandbox: b.sandbox, State: "running", TimeoutSecs: timeout.Seconds()}, nil
+	return b, nil
 }
 
-// background returns the session's background exec id.
+// background returns the session's exec id.
 func (st *session) background(id string) (*bgExec, error) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	b, ok := st.bg[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: %q is not a background exec of this MCP session (exec_list shows the sandbox's execs)", runbox.ErrExecNotFound, id)
+		return nil, fmt.Errorf("%w: %q is not an exec of this MCP session", runbox.ErrExecNotFound, id)
 	}
 	return b, nil
 }
 
 // ExecOutputInput is what exec_output takes.
 type ExecOutputInput struct {
-	ID          string  `json:"id" jsonschema:"the background exec's id"`
-	Offset      int64   `json:"offset,omitempty" jsonschema:"byte offset in the exec's output to read from (default 0; pass the last call's next_offset)"`
-	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"wait up to this many seconds (at most 60) for output past offset or for the exec's end (default 0: return at once)"`
-	MaxBytes    int     `json:"max_bytes,omitempty" jsonschema:"return at most this many bytes (default 32768)"`
+	ID          string  `json:"id" jsonschema:"the exec id"`
+	Offset      int64   `json:"offset,omitempty" jsonschema:"byte offset to read from: the last result's next_offset (default 0)"`
+	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"wait up to this long for the command to finish (default 0: return at once)"`
 }
 
 // ExecOutput is what exec_output returns.
 type ExecOutput struct {
 	ID         string      `json:"id"`
-	State      string      `json:"state" jsonschema:"running or exited"`
-	Output     string      `json:"output" jsonschema:"output from offset on, stdout and stderr merged in the order printed"`
-	Offset     int64       `json:"offset" jsonschema:"where output starts in the exec's whole output"`
-	NextOffset int64       `json:"next_offset" jsonschema:"the offset to read from next"`
-	Skipped    int64       `json:"skipped,omitempty" jsonschema:"bytes from the asked offset on that are no longer kept (the server keeps the latest output only); output starts after them"`
-	More       bool        `json:"more" jsonschema:"more output is already there past next_offset"`
-	Result     *ExecResult `json:"result,omitempty" jsonschema:"how the exec ended, once it has"`
+	State      string      `json:"state"`
+	Output     string      `json:"output"`
+	Offset     int64       `json:"offset"`
+	NextOffset int64       `json:"next_offset"`
+	Skipped    int64       `json:"skipped,omitempty"`
+	More       bool        `json:"more,omitempty"`
+	Result     *ExecResult `json:"result,omitempty"`
 }
 
-// defaultOutputBytes is exec_output's default max_bytes.
-const defaultOutputBytes = 32 << 10
+// outputBytes bounds the output one exec_output returns.
+const outputBytes = 32 << 10
 
 func (s *Server) execOutput(ctx context.Context, st *session, _ *mcp.CallToolRequest, in ExecOutputInput) (*mcp.CallToolResult, ExecOutput, error) {
 	b, err := st.background(in.ID)
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
-	if in.Offset < 0 || in.MaxBytes < 0 || in.WaitSeconds < 0 {
-		return nil, ExecOutput{}, fmt.Errorf("%w: offset, wait_seconds and max_bytes must not be negative", runbox.ErrInvalidSpec)
+	if in.Offset < 0 {
+		return nil, ExecOutput{}, fmt.Errorf("%w: offset must not be negative", runbox.ErrInvalidSpec)
 	}
-	maxBytes := in.MaxBytes
-	if maxBytes == 0 {
-		maxBytes = defaultOutputBytes
+	wait, err := s.waitFor(in.WaitSeconds, 0)
+	if err != nil {
+		return nil, ExecOutput{}, err
 	}
-	wait := min(time.Duration(in.WaitSeconds*float64(time.Second)), MaxOutputWait)
-	out, err := b.read(ctx, in.Offset, maxBytes, wait)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-b.done:
+	case <-timer.C:
+	case <-ctx.Done():
+		return nil, ExecOutput{}, ctx.Err()
+	}
+	b.mu.Lock()
+	out, err := b.outputLocked(in.Offset, outputBytes)
+	b.mu.Unlock()
 	if err != nil {
 		return nil, ExecOutput{}, err
 	}
 	return textResult(out.render()), out, nil
 }
 
-// read returns the output from offset, waiting up to wait for some when
-// there is none yet and the exec is running.
-func (b *bgExec) read(ctx context.Context, offset int64, maxBytes int, wait time.Duration) (ExecOutput, error) {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		b.mu.Lock()
-		end := b.start + int64(len(b.buf))
-		if offset < end || b.result != nil || b.err != nil {
-			defer b.mu.Unlock()
-			return b.outputLocked(offset, maxBytes)
-		}
-		changed := b.changed
-		b.mu.Unlock()
-		select {
-		case <-changed:
-		case <-timer.C:
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			return b.outputLocked(offset, maxBytes)
-		case <-ctx.Done():
-			return ExecOutput{}, ctx.Err()
-		}
-	}
-}
-
 func (b *bgExec) outputLocked(offset int64, maxBytes int) (ExecOutput, error) {
 	if b.err != nil {
-		return ExecOutput{}, fmt.Errorf("background exec %s: %w", b.id, b.err)
+		return ExecOutput{}, fmt.Errorf("exec %s: %w", b.id, b.err)
 	}
 	out := ExecOutput{ID: b.id, State: "running", Result: b.result}
 	if b.result != nil {
@@ -179,6 +188,12 @@ func (b *bgExec) outputLocked(offset int64, maxBytes int) (ExecOutput, error) {
 	}
 	from := int(offset - b.start)
 	to := min(len(b.buf), from+maxBytes)
+	if to < len(b.buf) {
+		// Cut at a line boundary when there is one.
+		if nl := bytes.LastIndexByte(b.buf[from:to], '\n'); nl >= 0 {
+			to = from + nl + 1
+		}
+	}
 	out.Output = text(b.buf[from:to])
 	out.Offset, out.NextOffset = offset, b.start+int64(to)
 	out.More = to < len(b.buf)
@@ -187,12 +202,20 @@ func (b *bgExec) outputLocked(offset int64, maxBytes int) (ExecOutput, error) {
 
 func (o ExecOutput) render() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "exec %s is %s; output bytes %d to %d", o.ID, o.State, o.Offset, o.NextOffset)
-	if o.Skipped > 0 {
-		fmt.Fprintf(&sb, " (%d earlier bytes are no longer kept)", o.Skipped)
+	if o.Result != nil {
+		sb.WriteString(o.Result.statusLine())
+	} else {
+		fmt.Fprintf(&sb, "exec %s is still running", o.ID)
 	}
-	if o.More {
-		sb.WriteString("; more output follows: call again with offset next_offset")
+	fmt.Fprintf(&sb, "; output bytes %d-%d", o.Offset, o.NextOffset)
+	if o.Skipped > 0 {
+		fmt.Fprintf(&sb, " (%d bytes before are no longer kept)", o.Skipped)
+	}
+	switch {
+	case o.More:
+		fmt.Fprintf(&sb, "; more follows: exec_output {\"id\":%q,\"offset\":%d}", o.ID, o.NextOffset)
+	case o.Result == nil:
+		fmt.Fprintf(&sb, "; exec_output {\"id\":%q,\"offset\":%d,\"wait_seconds\":30} waits for more", o.ID, o.NextOffset)
 	}
 	sb.WriteString("\n")
 	sb.WriteString(o.Output)
@@ -200,34 +223,22 @@ func (o ExecOutput) render() string {
 		sb.WriteString("\n")
 	}
 	if o.Result != nil {
-		sb.WriteString("=== result ===\n")
-		sb.WriteString(o.Result.render())
+		sb.WriteString(o.Result.leftovers())
 	}
 	return sb.String()
 }
 
 // ExecCancelInput is what exec_cancel takes.
 type ExecCancelInput struct {
-	ID      string `json:"id" jsonschema:"the exec's id"`
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name, for an exec this session did not start in the background (default: this session's default sandbox)"`
+	ID      string `json:"id" jsonschema:"the exec id"`
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name, for an exec this session did not start (default: this session's)"`
 }
 
 func (s *Server) execCancel(ctx context.Context, st *session, _ *mcp.CallToolRequest, in ExecCancelInput) (*mcp.CallToolResult, ExecResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
 	if b, err := st.background(in.ID); err == nil {
-		if err := b.proc.Cancel(ctx); err != nil {
-			return nil, ExecResult{}, err
-		}
-		select {
-		case <-b.done:
-		case <-ctx.Done():
-			return nil, ExecResult{}, fmt.Errorf("cancel exec %s: %w", in.ID, ctx.Err())
-		}
-		if b.err != nil {
-			return nil, ExecResult{}, b.err
-		}
-		return textResult(b.result.render()), *b.result, nil
+		return s.cancelOwn(ctx, st, b)
 	}
 	ref, err := st.sandbox(ctx, in.Sandbox)
 	if err != nil {
@@ -245,6 +256,72 @@ func (s *Server) execCancel(ctx context.Context, st *session, _ *mcp.CallToolReq
 	return textResult(res.render()), res, nil
 }
 
+// cancelOwn stops an exec of this session: a running one with everything
+// it started, an ended one's leftovers (the processes it left running).
+func (s *Server) cancelOwn(ctx context.Context, st *session, b *bgExec) (*mcp.CallToolResult, ExecResult, error) {
+	select {
+	case <-b.done:
+		if b.err != nil {
+			return nil, ExecResult{}, b.err
+		}
+		if b.result.LeftRunning == 0 {
+			return textResult(b.result.render()), *b.result, nil
+		}
+	default:
+	}
+	if err := b.proc.Cancel(ctx); err != nil {
+		return nil, ExecResult{}, err
+	}
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		return nil, ExecResult{}, fmt.Errorf("cancel exec %s: %w", b.id, ctx.Err())
+	}
+	if b.err != nil {
+		return nil, ExecResult{}, b.err
+	}
+	res := *b.result
+	if res.LeftRunning > 0 {
+		// It had ended, leaving processes behind: wait until the stop
+		// protocol has stopped them.
+		ref, err := st.sandbox(ctx, b.sandbox)
+		if err != nil {
+			return nil, ExecResult{}, err
+		}
+		if err := waitNoneLive(ctx, ref, b.id); err != nil {
+			return nil, ExecResult{}, st.lost(ref, err)
+		}
+		res.Killed += res.LeftRunning
+		res.LeftRunning = 0
+		return textResult(fmt.Sprintf("stopped the %d processes exec %s left running\n", res.Killed, b.id) + res.render()), res, nil
+	}
+	return textResult(res.render()), res, nil
+}
+
+// waitNoneLive waits until the exec id has no live process.
+func waitNoneLive(ctx context.Context, ref *sandboxRef, id string) error {
+	for {
+		infos, err := ref.cl.List(ctx)
+		if err != nil {
+			return err
+		}
+		live := 0
+		for _, e := range infos {
+			if e.ID == id {
+				live = e.LiveProcesses
+			}
+		}
+		if live == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("stop the processes exec %s left running: %d still live: %w", id, live, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // ExecListInput is what exec_list takes.
 type ExecListInput struct {
 	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
@@ -253,14 +330,14 @@ type ExecListInput struct {
 // ExecInfo describes one exec in exec_list.
 type ExecInfo struct {
 	ID            string `json:"id"`
-	State         string `json:"state" jsonschema:"starting, running, stopping or exited"`
+	State         string `json:"state"`
 	Command       string `json:"command"`
-	StartedAt     string `json:"started_at" jsonschema:"RFC 3339"`
-	ExitCode      *int   `json:"exit_code,omitempty" jsonschema:"set once exited"`
+	StartedAt     string `json:"started_at"`
+	ExitCode      *int   `json:"exit_code,omitempty"`
 	TimedOut      bool   `json:"timed_out,omitempty"`
 	Cancelled     bool   `json:"cancelled,omitempty"`
-	LiveProcesses int    `json:"live_processes" jsonschema:"its processes still alive (background children of an exited command count)"`
-	Background    bool   `json:"background,omitempty" jsonschema:"started in the background by this MCP session"`
+	LiveProcesses int    `json:"live_processes"`
+	Background    bool   `json:"background,omitempty"`
 }
 
 // ExecList is what exec_list returns.

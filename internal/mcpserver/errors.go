@@ -18,7 +18,7 @@ func explain(err error) error {
 	case errors.Is(err, runbox.ErrSandboxNotFound):
 		hint = "sandbox_list shows the sandboxes; leave sandbox out to use this session's default"
 	case errors.Is(err, runbox.ErrEscapesRoot):
-		hint = "file tools reach only files beneath the sandbox's workspace (relative paths start there); use exec for anything else"
+		hint = "the path leaves the directory it is resolved in"
 	case errors.Is(err, runbox.ErrFileNotFound):
 		hint = "file_list shows what exists"
 	case errors.Is(err, runbox.ErrExecNotFound):

@@ -2,11 +2,9 @@ package mcpserver
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -17,15 +15,14 @@ import (
 
 // ExecInput is what the exec tool takes.
 type ExecInput struct {
-	Command        string            `json:"command" jsonschema:"the shell command, run by bash -c (sh -c where bash is absent)"`
-	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"stop the command and everything it started after this many seconds (default 120 for a foreground command; at most the server's ceiling)"`
-	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory (default: the shell session's)"`
-	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables to set for this command"`
-	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given to the command on its standard input (default: none, stdin is /dev/null)"`
-	Session        string            `json:"session,omitempty" jsonschema:"shell session to run in (default: this MCP session's own): cd and export carry over between commands of a session"`
-	Background     bool              `json:"background,omitempty" jsonschema:"start the command and return its id at once (for servers and watchers); read its output with exec_output"`
-	Sandbox        string            `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
-	ID             string            `json:"id,omitempty" jsonschema:"exec id to use (default: generated); an id that exists is attached to, never run twice"`
+	Command        string            `json:"command" jsonschema:"shell command (bash -c)"`
+	Background     bool              `json:"background,omitempty" jsonschema:"return at once with the exec id: for servers and watchers"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"stop it, with everything it started, after this long (default 120)"`
+	WaitSeconds    float64           `json:"wait_seconds,omitempty" jsonschema:"return after this long with the command still running (default 30); keep below your client's request timeout"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory for this command only"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"extra environment variables"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text on standard input (default: none)"`
+	Sandbox        string            `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's)"`
 }
 
 // hintOn and hintOff are the values of the tools' optional annotation
@@ -39,30 +36,30 @@ func (s *Server) addExecTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "exec",
 		Title: "Run a shell command",
-		Description: `Run a shell command in the sandbox and return its exit code, stdout and stderr.
-Commands of one MCP session share a persistent shell session: cd and export carry over to the next exec.
-A command that outlives timeout_seconds (default 120) is stopped together with every process it started, and the call returns at the timeout with the output so far (timed_out: true); nothing is left running.
-For servers, watchers and other long-running commands set background: true: the call returns the exec id at once; use exec_output to read its output and result, exec_cancel to stop it.
-Long output keeps its start and its end; the middle is counted in stdout_dropped and kept whole in stdout_spill, a file readable with file_read.`,
+		Description: `Run a shell command in the sandbox: builds, tests, git, package installs, scripts. Commands share one shell session: cd and export carry over.
+Waits up to wait_seconds (default 30) for the command. A command still running then keeps running and the result says so, with its exec id: collect the rest with exec_output. At timeout_seconds (default 120) it is stopped with everything it started.
+For a server or watcher set background: true (returns at once; exec_output reads it, exec_cancel stops it).
+The result's first line gives the exit status, duration and cwd; long output keeps its start and end, cut at line boundaries, and says where the rest is.
+Not for reading or editing files: file_read, file_edit and file_write are cheaper and exact.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, OpenWorldHint: &hintOn},
 	}, call(s, s.exec))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "exec_output",
-		Title: "Read a background command's output",
-		Description: `Return what a background exec printed from byte offset (stdout and stderr merged, in the order printed), waiting up to wait_seconds for more output or for its end, and its result once it has ended.
-Call it again with offset set to next_offset to follow the output.`,
+		Title: "Collect a running command's output",
+		Description: `Read the output of an exec that was still running (or started with background: true), from offset on (stdout and stderr merged), and its result once it has ended.
+Pass the offset the last result gave; wait_seconds waits for the command to finish (returning as soon as it does).`,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.execOutput))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "exec_cancel",
 		Title:       "Stop a command",
-		Description: `Stop an exec and every process it started (SIGTERM, a grace period, then SIGKILL) and return its result. Cancelling an exec that has ended returns its result and changes nothing.`,
+		Description: `Stop an exec and every process it started, background ones included (SIGTERM, a grace period, then SIGKILL), and return its result.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, IdempotentHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.execCancel))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "exec_list",
 		Title:       "List commands",
-		Description: `List the execs the sandbox keeps: running ones, and recently ended ones with their exit codes.`,
+		Description: `List the sandbox's execs: running ones, and recently ended ones with their exit codes and the processes they left running.`,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.execList))
 }
@@ -114,6 +111,20 @@ func textResult(txt string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: txt}}}
 }
 
+// waitFor returns how long a call waits: the asked number of seconds, or
+// def; at most the operator's MaxWait.
+func (s *Server) waitFor(seconds float64, def time.Duration) (time.Duration, error) {
+	switch {
+	case math.IsNaN(seconds) || math.IsInf(seconds, 0) || seconds < 0:
+		return 0, fmt.Errorf("%w: wait_seconds must be a positive number of seconds, not %v", runbox.ErrInvalidSpec, seconds)
+	case seconds == 0:
+		return def, nil
+	case seconds >= s.cfg.MaxWait.Seconds():
+		return s.cfg.MaxWait, nil
+	}
+	return time.Duration(seconds * float64(time.Second)), nil
+}
+
 func (s *Server) exec(ctx context.Context, st *session, req *mcp.CallToolRequest, in ExecInput) (*mcp.CallToolResult, ExecResult, error) {
 	if strings.TrimSpace(in.Command) == "" {
 		return nil, ExecResult{}, fmt.Errorf("%w: command is empty", runbox.ErrInvalidSpec)
@@ -122,23 +133,20 @@ func (s *Server) exec(ctx context.Context, st *session, req *mcp.CallToolRequest
 	if err != nil {
 		return nil, ExecResult{}, err
 	}
+	wait, err := s.waitFor(in.WaitSeconds, s.cfg.Wait)
+	if err != nil {
+		return nil, ExecResult{}, err
+	}
 	ref, err := st.sandbox(ctx, in.Sandbox)
 	if err != nil {
 		return nil, ExecResult{}, err
 	}
-	shell := in.Session
-	if shell == "" {
-		shell = st.shell
-		st.mu.Lock()
-		ref.shellUsed = true
-		st.mu.Unlock()
-	}
+	st.mu.Lock()
+	ref.shellUsed = true
+	st.mu.Unlock()
 	opts := []client.ExecOption{
-		client.WithTimeout(timeout), client.WithSession(shell),
+		client.WithTimeout(timeout), client.WithSession(st.shell),
 		client.WithOutputLimits(s.cfg.OutputBytes, s.cfg.OutputBytes),
-	}
-	if in.ID != "" {
-		opts = append(opts, client.WithID(in.ID))
 	}
 	if s.cfg.Grace > 0 {
 		opts = append(opts, client.WithGrace(s.cfg.Grace))
@@ -152,28 +160,65 @@ func (s *Server) exec(ctx context.Context, st *session, req *mcp.CallToolRequest
 	if in.Stdin != "" {
 		opts = append(opts, client.WithStdin([]byte(in.Stdin)))
 	}
+	b, err := s.startExec(ctx, st, ref, in.Command, timeout, opts)
+	if err != nil {
+		return nil, ExecResult{}, st.lost(ref, err)
+	}
 	if in.Background {
-		res, err := s.startBackground(ctx, st, ref, in.Command, timeout, opts)
-		if err != nil {
-			return nil, ExecResult{}, st.lost(ref, err)
-		}
+		res := b.running(0, 0)
 		return textResult(res.render()), res, nil
 	}
 	if tok := req.Params.GetProgressToken(); tok != nil {
-		p := &progress{session: req.Session, token: tok, total: timeout.Seconds(), start: time.Now()}
-		opts = append(opts, client.WithOnChunk(p.chunk))
+		p := &progress{session: req.Session, token: tok, total: timeout.Seconds(), start: time.Now(), b: b}
 		stop := p.run(ctx, s.cfg.ProgressInterval)
 		defer stop()
 	}
-	r, err := ref.cl.ExecSpec(ctx, runbox.ExecSpec{Command: in.Command}, opts...)
-	// A cancelled call still ends with the exec's real result: the client
-	// stopped it on the daemon and waited for that.
-	if err != nil && !(errors.Is(err, context.Canceled) && r.Cancelled) {
-		return nil, ExecResult{}, st.lost(ref, err)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-b.done:
+	case <-timer.C:
+		// The command runs on under its own timeout; exec_output
+		// continues from here.
+		res := b.running(wait, s.cfg.OutputBytes)
+		return textResult(res.render()), res, nil
+	case <-ctx.Done():
+		// The call was cancelled (or the session ended): stop the command
+		// with the stop protocol and return how it ended.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.CallTimeout)
+		defer cancel()
+		if err := b.proc.Cancel(cctx); err != nil {
+			return nil, ExecResult{}, st.lost(ref, err)
+		}
+		select {
+		case <-b.done:
+		case <-cctx.Done():
+			return nil, ExecResult{}, fmt.Errorf("cancel exec %s: %w", b.id, cctx.Err())
+		}
 	}
-	res := execResult(ref.sb.ID, r, timeout, s.cfg.OutputBytes)
-	st.noteSpills(res)
+	if b.err != nil {
+		st.forgetExec(b, false)
+		return nil, ExecResult{}, st.lost(ref, b.err)
+	}
+	res := *b.result
+	// The model has the whole result: keep no copy of the output, nor the
+	// exec at all unless exec_cancel may still stop what it left running.
+	st.forgetExec(b, res.LeftRunning > 0)
 	return textResult(res.render()), res, nil
+}
+
+// forgetExec drops an ended exec whose result the model was given from the
+// session (keep: only its output, for exec_cancel to stop its leftovers).
+func (st *session) forgetExec(b *bgExec, keep bool) {
+	b.mu.Lock()
+	b.start += int64(len(b.buf))
+	b.buf = nil
+	b.mu.Unlock()
+	if !keep {
+		st.mu.Lock()
+		delete(st.bg, b.id)
+		st.mu.Unlock()
+	}
 }
 
 // noteSpills lets file_read open the spill files of a result this session
@@ -189,33 +234,20 @@ func (st *session) noteSpills(res ExecResult) {
 }
 
 // progress reports a running exec's latest output lines to a client that
-// asked for progress.
+// asked for progress, every interval while the call waits: a client that
+// resets its request timeout on progress keeps waiting.
 type progress struct {
 	session *mcp.ServerSession
 	token   any
 	total   float64
 	start   time.Time
-
-	mu    sync.Mutex
-	tail  []byte // the latest output, at most progressTail bytes
-	fresh bool   // output arrived since the last notification
+	b       *bgExec
 }
 
 // progressTail bounds the output a progress notification carries.
 const progressTail = 1 << 10
 
-func (p *progress) chunk(c runbox.Chunk) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.tail = append(p.tail, c.Data...)
-	if n := len(p.tail); n > progressTail {
-		p.tail = append(p.tail[:0], p.tail[n-progressTail:]...)
-	}
-	p.fresh = true
-}
-
-// run sends a notification every interval while output arrives, until
-// stop is called.
+// run sends a notification every interval until stop is called.
 func (p *progress) run(ctx context.Context, interval time.Duration) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -229,23 +261,17 @@ func (p *progress) run(ctx context.Context, interval time.Duration) (stop func()
 				return
 			case <-t.C:
 			}
-			p.mu.Lock()
-			fresh, msg := p.fresh, lastLines(text(p.tail), 5)
-			p.fresh = false
-			p.mu.Unlock()
-			if !fresh {
-				continue
-			}
 			// Progress must grow with every notification: seconds elapsed.
 			_ = p.session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: p.token, Progress: time.Since(p.start).Seconds(), Total: p.total, Message: msg,
+				ProgressToken: p.token, Progress: time.Since(p.start).Seconds(), Total: p.total,
+				Message: lastLines(p.b.tail(progressTail), 5),
 			})
 		}
 	}()
 	return func() { cancel(); <-done }
 }
 
-// lastLines returns the last n non-empty lines of s.
+// lastLines returns the last n lines of s.
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {

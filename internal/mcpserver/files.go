@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -30,32 +31,32 @@ func (s *Server) addFileTools() {
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:  "file_read",
 		Title: "Read a file",
-		Description: `Read a file in the sandbox's workspace (relative paths start there). A text file comes back as lines from line offset (1-based, default 1), at most limit lines (default 2000), with line numbers in the text; a binary file comes back in base64, from byte offset, at most limit bytes (default 65536).
-Also reads the stdout_spill/stderr_spill files exec names.`,
+		Description: `Read a file in the sandbox: any absolute path, or a path relative to the workspace. Returns numbered lines (default: the first 2000; offset and limit pick others). Use it before file_edit, and instead of exec cat/head/sed.
+Binary files come back in base64. Also reads the spill files exec names for long output.`,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.fileRead))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "file_write",
 		Title:       "Write a file",
-		Description: `Write a file in the sandbox's workspace, creating missing parent directories and replacing the file atomically (readers see the old or the new content). An existing file keeps its mode unless mode is given.`,
+		Description: `Create or overwrite a whole file with content (parent directories are made). To change part of an existing file use file_edit instead.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, IdempotentHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.fileWrite))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "file_edit",
 		Title:       "Edit a file",
-		Description: `Replace an exact string in a text file in the sandbox's workspace. old_string must occur exactly once (include enough surrounding lines to make it unique) unless replace_all is set; otherwise nothing is changed and the call fails saying how many times it occurs.`,
+		Description: `Replace old_string with new_string in a text file. old_string must match the file's text exactly (whitespace included) and occur once (add surrounding lines to make it unique) unless replace_all is set; otherwise nothing changes and the error says why.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, OpenWorldHint: &hintOff},
 	}, call(s, s.fileEdit))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "file_list",
 		Title:       "List a directory",
-		Description: `List a directory in the sandbox's workspace (default: the workspace itself), depth levels deep (default 1).`,
+		Description: `List a directory (default: the workspace), depth levels deep (default 1). For searching by name or content use exec with find or grep.`,
 		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.fileList))
 	mcp.AddTool(s.mcp, &mcp.Tool{
 		Name:        "file_delete",
 		Title:       "Delete a file",
-		Description: `Delete a file, symlink or empty directory in the sandbox's workspace; a directory with its contents when recursive is set.`,
+		Description: `Delete a file, symlink or empty directory; a directory with its contents when recursive is set.`,
 		Annotations: &mcp.ToolAnnotations{DestructiveHint: &hintOn, IdempotentHint: true, OpenWorldHint: &hintOff},
 	}, call(s, s.fileDelete))
 }
@@ -85,23 +86,43 @@ func beneath(root, p string) string {
 	return p
 }
 
-// fileTarget is where a file tool works: the sandbox, the root it works
-// beneath and the path relative to it.
+// fileTarget is where a file tool works: the sandbox and, for a path in
+// the workspace, the root it works beneath and the path relative to it
+// (runboxd's file API); for any other path (view), the absolute path, which
+// the view scripts reach as a command does (files_view.go).
 type fileTarget struct {
 	ref  *sandboxRef
 	root string
 	rel  string
+	view bool
+	path string // view: the absolute path
 }
 
 // abs is the target's path as the model sees it.
-func (t fileTarget) abs() string { return path.Join(t.root, t.rel) }
+func (t fileTarget) abs() string {
+	if t.view {
+		return t.path
+	}
+	return path.Join(t.root, t.rel)
+}
+
+// viewed is the same target reached as a command reaches it.
+func (t fileTarget) viewed() fileTarget {
+	return fileTarget{ref: t.ref, root: t.root, view: true, path: t.abs()}
+}
 
 // opts are the client options that confine a call to the root.
 func (t fileTarget) opts(more ...client.FileOption) []client.FileOption {
 	return append([]client.FileOption{client.InRoot(t.root)}, more...)
 }
 
-// target resolves a file tool's sandbox and path. A spill file this
+// escaped says a workspace path left the workspace through a symlink: the
+// target is then reached as a command reaches it.
+func escaped(err error) bool { return errors.Is(err, runbox.ErrEscapesRoot) }
+
+// target resolves a file tool's sandbox and path: a relative path is taken
+// from the workspace; a path in the workspace goes through runboxd's file
+// API beneath it, any other through the view scripts. A spill file this
 // session was told of is reached beneath its own directory.
 func (st *session) target(ctx context.Context, sandbox, p string) (fileTarget, error) {
 	if strings.ContainsRune(p, 0) {
@@ -121,14 +142,22 @@ func (st *session) target(ctx context.Context, sandbox, p string) (fileTarget, e
 	if err != nil {
 		return fileTarget{}, err
 	}
-	return fileTarget{ref: ref, root: root, rel: beneath(root, p)}, nil
+	abs := p
+	if !path.IsAbs(p) {
+		abs = path.Join(root, p)
+	}
+	abs = path.Clean(abs)
+	if abs == root || root == "/" || strings.HasPrefix(abs, root+"/") {
+		return fileTarget{ref: ref, root: root, rel: beneath(root, abs)}, nil
+	}
+	return fileTarget{ref: ref, root: root, view: true, path: abs}, nil
 }
 
 // FileListInput is what file_list takes.
 type FileListInput struct {
 	Path    string `json:"path,omitempty" jsonschema:"the directory (default: the workspace)"`
-	Depth   int    `json:"depth,omitempty" jsonschema:"levels to list (default 1: the directory's own entries; at most 10)"`
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
+	Depth   int    `json:"depth,omitempty" jsonschema:"levels (default 1, at most 10)"`
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's)"`
 }
 
 // FileEntry is one entry of file_list.
@@ -163,22 +192,39 @@ func (s *Server) fileList(ctx context.Context, st *session, _ *mcp.CallToolReque
 	if err != nil {
 		return nil, FileList{}, err
 	}
-	entries, err := t.ref.cl.ListDir(ctx, t.rel, t.opts(client.WithDepth(depth))...)
-	if err != nil {
-		return nil, FileList{}, st.lost(t.ref, err)
+	var entries []runbox.FileInfo
+	if !t.view {
+		entries, err = t.ref.cl.ListDir(ctx, t.rel, t.opts(client.WithDepth(depth))...)
+		if escaped(err) {
+			t = t.viewed()
+		} else if err != nil {
+			return nil, FileList{}, st.lost(t.ref, err)
+		}
+	}
+	if t.view {
+		fe, more, err := s.viewList(ctx, st, t, depth)
+		if err != nil {
+			return nil, FileList{}, err
+		}
+		return listResult(FileList{Path: t.abs(), Entries: fe, Truncated: more})
 	}
 	out := FileList{Path: t.abs(), Entries: make([]FileEntry, 0, min(len(entries), maxListEntries))}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s: %d entries\n", out.Path, len(entries))
 	for i, e := range entries {
 		if i == maxListEntries {
 			out.Truncated = true
-			fmt.Fprintf(&b, "... %d more (list a subdirectory, or a smaller depth)\n", len(entries)-i)
 			break
 		}
-		fe := FileEntry{Path: e.Path, Type: fileType(e), Size: e.Size, Mode: fmt.Sprintf("%04o", octalMode(e.Mode)),
-			ModTime: e.ModTime.UTC().Format(time.RFC3339), Target: e.LinkTarget}
-		out.Entries = append(out.Entries, fe)
+		out.Entries = append(out.Entries, FileEntry{Path: e.Path, Type: fileType(e), Size: e.Size, Mode: fmt.Sprintf("%04o", octalMode(e.Mode)),
+			ModTime: e.ModTime.UTC().Format(time.RFC3339), Target: e.LinkTarget})
+	}
+	return listResult(out)
+}
+
+// listResult renders a listing.
+func listResult(out FileList) (*mcp.CallToolResult, FileList, error) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d entries\n", out.Path, len(out.Entries))
+	for _, fe := range out.Entries {
 		switch fe.Type {
 		case "dir":
 			fmt.Fprintf(&b, "%s/\n", fe.Path)
@@ -187,6 +233,9 @@ func (s *Server) fileList(ctx context.Context, st *session, _ *mcp.CallToolReque
 		default:
 			fmt.Fprintf(&b, "%s  (%d bytes)\n", fe.Path, fe.Size)
 		}
+	}
+	if out.Truncated {
+		b.WriteString("... more entries left out (list a subdirectory, or a smaller depth)\n")
 	}
 	return textResult(b.String()), out, nil
 }
@@ -205,9 +254,9 @@ func fileType(fi runbox.FileInfo) string {
 
 // FileDeleteInput is what file_delete takes.
 type FileDeleteInput struct {
-	Path      string `json:"path" jsonschema:"the file or directory, relative to the workspace or absolute within it"`
+	Path      string `json:"path" jsonschema:"absolute, or relative to the workspace"`
 	Recursive bool   `json:"recursive,omitempty" jsonschema:"delete a directory with everything in it"`
-	Sandbox   string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
+	Sandbox   string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's)"`
 }
 
 // FileDeleteResult is what file_delete returns.
@@ -223,15 +272,25 @@ func (s *Server) fileDelete(ctx context.Context, st *session, _ *mcp.CallToolReq
 	if err != nil {
 		return nil, FileDeleteResult{}, err
 	}
-	if path.Clean(t.rel) == "." {
-		return nil, FileDeleteResult{}, fmt.Errorf("%w: will not delete the workspace itself (%s); delete what is in it", runbox.ErrInvalidPath, t.root)
+	if (!t.view && path.Clean(t.rel) == ".") || t.abs() == "/" {
+		return nil, FileDeleteResult{}, fmt.Errorf("%w: will not delete %s itself; delete what is in it", runbox.ErrInvalidPath, t.abs())
 	}
-	var opts []client.FileOption
-	if in.Recursive {
-		opts = append(opts, client.Recursive())
+	if !t.view {
+		var opts []client.FileOption
+		if in.Recursive {
+			opts = append(opts, client.Recursive())
+		}
+		err = t.ref.cl.Remove(ctx, t.rel, t.opts(opts...)...)
+		if escaped(err) {
+			t = t.viewed()
+		} else if err != nil {
+			return nil, FileDeleteResult{}, st.lost(t.ref, err)
+		}
 	}
-	if err := t.ref.cl.Remove(ctx, t.rel, t.opts(opts...)...); err != nil {
-		return nil, FileDeleteResult{}, st.lost(t.ref, err)
+	if t.view {
+		if err := s.viewDelete(ctx, st, t, in.Recursive); err != nil {
+			return nil, FileDeleteResult{}, err
+		}
 	}
 	out := FileDeleteResult{Path: t.abs(), Deleted: true}
 	return textResult("deleted " + out.Path), out, nil

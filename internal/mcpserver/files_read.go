@@ -18,10 +18,10 @@ import (
 
 // FileReadInput is what file_read takes.
 type FileReadInput struct {
-	Path    string `json:"path" jsonschema:"the file, relative to the workspace or absolute within it"`
-	Offset  int64  `json:"offset,omitempty" jsonschema:"text: first line to return (1-based, default 1); binary: first byte (default 0)"`
-	Limit   int64  `json:"limit,omitempty" jsonschema:"text: lines to return (default 2000); binary: bytes (default 65536)"`
-	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
+	Path    string `json:"path" jsonschema:"absolute, or relative to the workspace"`
+	Offset  int64  `json:"offset,omitempty" jsonschema:"first line (1-based; binary: first byte)"`
+	Limit   int64  `json:"limit,omitempty" jsonschema:"lines to return (default 2000; binary: bytes)"`
+	Sandbox string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's)"`
 }
 
 // FileReadResult is what file_read returns.
@@ -46,9 +46,22 @@ func (s *Server) fileRead(ctx context.Context, st *session, _ *mcp.CallToolReque
 	if err != nil {
 		return nil, FileReadResult{}, err
 	}
-	rc, info, err := t.ref.cl.ReadFile(ctx, t.rel, t.opts()...)
-	if err != nil {
-		return nil, FileReadResult{}, st.lost(t.ref, err)
+	var rc io.ReadCloser
+	var info runbox.FileInfo
+	if !t.view {
+		rc, info, err = t.ref.cl.ReadFile(ctx, t.rel, t.opts()...)
+		if escaped(err) {
+			t = t.viewed()
+		} else if err != nil {
+			return nil, FileReadResult{}, st.lost(t.ref, err)
+		}
+	}
+	var whole []byte // a view read: all of the file there is
+	if t.view {
+		if whole, info.Size, err = s.viewRead(ctx, st, t); err != nil {
+			return nil, FileReadResult{}, err
+		}
+		rc = io.NopCloser(bytes.NewReader(whole))
 	}
 	defer rc.Close()
 	br := bufio.NewReaderSize(rc, sniffBytes)
@@ -56,7 +69,7 @@ func (s *Server) fileRead(ctx context.Context, st *session, _ *mcp.CallToolReque
 	out := FileReadResult{Path: t.abs(), Size: info.Size}
 	if isBinary(head) {
 		rc.Close()
-		return s.readBinary(ctx, st, t, in, out)
+		return s.readBinary(ctx, st, t, in, out, whole)
 	}
 	first, limit := max(in.Offset, 1), in.Limit
 	if limit == 0 {
@@ -151,20 +164,25 @@ func isBinary(b []byte) bool {
 }
 
 // readBinary reads a byte range of a binary file as base64.
-func (s *Server) readBinary(ctx context.Context, st *session, t fileTarget, in FileReadInput, out FileReadResult) (*mcp.CallToolResult, FileReadResult, error) {
+func (s *Server) readBinary(ctx context.Context, st *session, t fileTarget, in FileReadInput, out FileReadResult, whole []byte) (*mcp.CallToolResult, FileReadResult, error) {
 	limit := in.Limit
 	if limit == 0 {
 		limit = defaultReadRaw
 	}
 	limit = min(limit, maxReadBytes)
-	rc, _, err := t.ref.cl.ReadFile(ctx, t.rel, t.opts(client.WithRange(in.Offset, limit))...)
-	if err != nil {
-		return nil, FileReadResult{}, st.lost(t.ref, err)
-	}
-	defer rc.Close()
-	data, err := io.ReadAll(io.LimitReader(rc, limit))
-	if err != nil {
-		return nil, FileReadResult{}, st.lost(t.ref, err)
+	var data []byte
+	if t.view {
+		from := min(in.Offset, int64(len(whole)))
+		data = whole[from:min(from+limit, int64(len(whole)))]
+	} else {
+		rc, _, err := t.ref.cl.ReadFile(ctx, t.rel, t.opts(client.WithRange(in.Offset, limit))...)
+		if err != nil {
+			return nil, FileReadResult{}, st.lost(t.ref, err)
+		}
+		defer rc.Close()
+		if data, err = io.ReadAll(io.LimitReader(rc, limit)); err != nil {
+			return nil, FileReadResult{}, st.lost(t.ref, err)
+		}
 	}
 	out.Binary, out.Base64 = true, base64.StdEncoding.EncodeToString(data)
 	out.Truncated = in.Offset+int64(len(data)) < out.Size

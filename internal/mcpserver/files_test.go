@@ -1,11 +1,14 @@
 package mcpserver_test
 
 import (
+	"context"
 	"encoding/base64"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // The file tools write, read (with line numbers, offset and limit), edit,
@@ -84,7 +87,7 @@ func TestFileTools(t *testing.T) {
 
 	// Binary content round-trips through base64.
 	bin := []byte{0, 1, 2, 0xff, 0xfe, '\n'}
-	ok[written](t, s.cs, "file_write", map[string]any{"path": "blob.bin", "content_base64": base64.StdEncoding.EncodeToString(bin)})
+	ok[written](t, s.cs, "file_write", map[string]any{"path": "blob.bin", "content": base64.StdEncoding.EncodeToString(bin), "encoding": "base64"})
 	if r := ok[fileRead](t, s.cs, "file_read", map[string]any{"path": "blob.bin"}); !r.Binary || r.Base64 != base64.StdEncoding.EncodeToString(bin) {
 		t.Errorf("binary read: %+v", r)
 	}
@@ -112,7 +115,7 @@ func TestFileTools(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(s.workdir, "src")); !os.IsNotExist(err) {
 		t.Errorf("src after file_delete: %v", err)
 	}
-	if msg := failing(t, s.cs, "file_delete", map[string]any{"path": ".", "recursive": true}); !strings.Contains(msg, "workspace itself") {
+	if msg := failing(t, s.cs, "file_delete", map[string]any{"path": ".", "recursive": true}); !strings.Contains(msg, "itself") {
 		t.Errorf("deleting the workspace: %q", msg)
 	}
 	if msg := failing(t, s.cs, "file_read", map[string]any{"path": "nope.txt"}); !strings.Contains(msg, "file_list") {
@@ -120,50 +123,91 @@ func TestFileTools(t *testing.T) {
 	}
 }
 
-// No path reaches outside the workspace: not "..", not an absolute path
-// elsewhere, not through a symlink; nothing is read, written or deleted
-// there.
-func TestFileToolsRefuseEscapes(t *testing.T) {
+// The file tools reach the sandbox's whole filesystem as its commands see
+// it (for the host provider, the host): an absolute path anywhere, a
+// relative one leaving the workspace, a symlink out of it; file_read of
+// /etc/os-release gives what exec cat gives. Writing to a symlink in the
+// workspace still replaces the link, never follows it.
+func TestFileToolsReachTheSandbox(t *testing.T) {
 	s := startStdio(t)
 	outside := filepath.Join(filepath.Dir(s.workdir), filepath.Base(s.workdir)+"-outside")
-	if err := os.WriteFile(outside, []byte("secret\n"), 0o644); err != nil {
+	if err := os.WriteFile(outside, []byte("theirs\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	defer os.Remove(outside)
-	ok[execResult](t, s.cs, "exec", map[string]any{"command": "ln -s / rootlink && ln -s " + outside + " filelink"})
+	cat := ok[execResult](t, s.cs, "exec", map[string]any{"command": "cat /etc/os-release"})
+	if r := ok[fileRead](t, s.cs, "file_read", map[string]any{"path": "/etc/os-release"}); r.Content != cat.Stdout || r.Path != "/etc/os-release" {
+		t.Errorf("file_read /etc/os-release: %+v, want what cat printed: %q", r, cat.Stdout)
+	}
+	ok[execResult](t, s.cs, "exec", map[string]any{"command": "ln -s " + outside + " filelink && ln -s / rootlink"})
 	rel := "../" + filepath.Base(outside)
-	for _, p := range []string{rel, outside, "rootlink/etc/passwd", "filelink", "sub/../../" + filepath.Base(outside), s.workdir + "/../" + filepath.Base(outside)} {
-		for _, call := range []struct {
-			tool string
-			args map[string]any
-		}{
-			{"file_read", map[string]any{"path": p}},
-			{"file_write", map[string]any{"path": p, "content": "pwned\n"}},
-			{"file_edit", map[string]any{"path": p, "old_string": "secret", "new_string": "pwned"}},
-			{"file_list", map[string]any{"path": p}},
-			{"file_delete", map[string]any{"path": p}},
-		} {
-			if (call.tool == "file_write" || call.tool == "file_delete") && p == "filelink" {
-				continue // they work on the link itself: below
-			}
-			msg := failing(t, s.cs, call.tool, call.args)
-			if !strings.Contains(msg, "escapes") && !strings.Contains(msg, "outside") {
-				t.Errorf("%s %q: %q, want an escape refusal", call.tool, p, msg)
-			}
+	for _, p := range []string{outside, rel, "filelink", "rootlink" + outside} {
+		if r := ok[fileRead](t, s.cs, "file_read", map[string]any{"path": p}); r.Content != "theirs\n" {
+			t.Errorf("file_read %s: %+v", p, r)
 		}
+	}
+	ok[struct{}](t, s.cs, "file_edit", map[string]any{"path": outside, "old_string": "theirs", "new_string": "edited"})
+	if b, _ := os.ReadFile(outside); string(b) != "edited\n" {
+		t.Errorf("after file_edit: %q", b)
+	}
+	type written struct {
+		Path    string `json:"path"`
+		Size    int64  `json:"size"`
+		Mode    string `json:"mode"`
+		Created bool   `json:"created"`
+	}
+	made := outside + "-dir/sub/new.txt"
+	defer os.RemoveAll(outside + "-dir")
+	if w := ok[written](t, s.cs, "file_write", map[string]any{"path": made, "content": "new\n", "mode": "0600"}); !w.Created || w.Size != 4 || w.Mode != "0600" || w.Path != made {
+		t.Errorf("file_write outside: %+v", w)
+	}
+	type listing struct {
+		Path    string `json:"path"`
+		Entries []struct {
+			Path string `json:"path"`
+			Type string `json:"type"`
+			Size int64  `json:"size"`
+		} `json:"entries"`
+	}
+	if l := ok[listing](t, s.cs, "file_list", map[string]any{"path": outside + "-dir", "depth": 2}); len(l.Entries) != 2 || l.Entries[1].Path != "sub/new.txt" || l.Entries[1].Size != 4 {
+		t.Errorf("file_list outside: %+v", l)
+	}
+	if msg := failing(t, s.cs, "file_delete", map[string]any{"path": outside + "-dir"}); msg == "" {
+		t.Error("deleting a non-empty directory without recursive succeeded")
+	}
+	ok[struct{}](t, s.cs, "file_delete", map[string]any{"path": outside + "-dir", "recursive": true})
+	if _, err := os.Stat(outside + "-dir"); !os.IsNotExist(err) {
+		t.Errorf("after file_delete: %v", err)
+	}
+	if msg := failing(t, s.cs, "file_read", map[string]any{"path": outside + "-missing"}); !strings.Contains(msg, "not found") && !strings.Contains(msg, "no such") {
+		t.Errorf("a missing file outside: %q", msg)
 	}
 	// Writing to a symlink in the workspace replaces the link, never
 	// follows it.
-	type written struct {
-		Mode string `json:"mode"`
-	}
 	if w := ok[written](t, s.cs, "file_write", map[string]any{"path": "filelink", "content": "mine\n"}); w.Mode != "0644" {
 		t.Errorf("the file that replaced the link: mode %s", w.Mode)
 	}
 	if fi, err := os.Lstat(filepath.Join(s.workdir, "filelink")); err != nil || !fi.Mode().IsRegular() {
 		t.Errorf("filelink after file_write: %v, %v", fi.Mode(), err)
 	}
-	if b, err := os.ReadFile(outside); err != nil || string(b) != "secret\n" {
+	if b, err := os.ReadFile(outside); err != nil || string(b) != "edited\n" {
 		t.Errorf("the file outside: %q, %v", b, err)
+	}
+}
+
+// Required parameters are required: file_write without content is an
+// error and writes nothing.
+func TestFileWriteNeedsContent(t *testing.T) {
+	s := startStdio(t)
+	res, err := s.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "file_write", Arguments: map[string]any{"path": "empty.txt"}})
+	if err == nil && !res.IsError {
+		t.Errorf("file_write without content succeeded: %s", textOf(res))
+	}
+	if _, err := os.Stat(filepath.Join(s.workdir, "empty.txt")); !os.IsNotExist(err) {
+		t.Errorf("file_write without content made the file: %v", err)
+	}
+	ok[struct{}](t, s.cs, "file_write", map[string]any{"path": "empty.txt", "content": ""})
+	if b, err := os.ReadFile(filepath.Join(s.workdir, "empty.txt")); err != nil || len(b) != 0 {
+		t.Errorf("an empty content given: %q, %v", b, err)
 	}
 }

@@ -19,11 +19,11 @@ import (
 
 // FileWriteInput is what file_write takes.
 type FileWriteInput struct {
-	Path          string `json:"path" jsonschema:"the file, relative to the workspace or absolute within it"`
-	Content       string `json:"content,omitempty" jsonschema:"the file's new content, as text"`
-	ContentBase64 string `json:"content_base64,omitempty" jsonschema:"the file's new content, base64 (instead of content, for bytes that are not text)"`
-	Mode          string `json:"mode,omitempty" jsonschema:"permission bits in octal, e.g. 0755 (default: the existing file's, or 0644)"`
-	Sandbox       string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
+	Path     string `json:"path" jsonschema:"absolute, or relative to the workspace"`
+	Content  string `json:"content" jsonschema:"the whole new content"`
+	Encoding string `json:"encoding,omitempty" jsonschema:"base64 when content is base64 (bytes that are not text)"`
+	Mode     string `json:"mode,omitempty" jsonschema:"octal permission bits, e.g. 0755 (default: the file's, or 0644)"`
+	Sandbox  string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's)"`
 }
 
 // FileWriteResult is what file_write returns.
@@ -38,14 +38,15 @@ func (s *Server) fileWrite(ctx context.Context, st *session, _ *mcp.CallToolRequ
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
 	defer cancel()
 	data := []byte(in.Content)
-	if in.ContentBase64 != "" {
-		if in.Content != "" {
-			return nil, FileWriteResult{}, fmt.Errorf("%w: give content or content_base64, not both", runbox.ErrInvalidSpec)
-		}
+	switch in.Encoding {
+	case "", "utf-8", "text":
+	case "base64":
 		var err error
-		if data, err = base64.StdEncoding.DecodeString(in.ContentBase64); err != nil {
-			return nil, FileWriteResult{}, fmt.Errorf("%w: content_base64: %v", runbox.ErrInvalidSpec, err)
+		if data, err = base64.StdEncoding.DecodeString(in.Content); err != nil {
+			return nil, FileWriteResult{}, fmt.Errorf("%w: content is not base64: %v", runbox.ErrInvalidSpec, err)
 		}
+	default:
+		return nil, FileWriteResult{}, fmt.Errorf("%w: encoding %q: want base64, or none for text", runbox.ErrInvalidSpec, in.Encoding)
 	}
 	var perm fs.FileMode
 	if in.Mode != "" {
@@ -59,10 +60,21 @@ func (s *Server) fileWrite(ctx context.Context, st *session, _ *mcp.CallToolRequ
 	if err != nil {
 		return nil, FileWriteResult{}, err
 	}
-	info, err := writeKeepingMode(ctx, t, data, perm)
-	created := errors.Is(err, errCreated)
-	if err != nil && !created {
-		return nil, FileWriteResult{}, st.lost(t.ref, err)
+	var info runbox.FileInfo
+	created := false
+	if !t.view {
+		info, err = writeKeepingMode(ctx, t, data, perm)
+		created = errors.Is(err, errCreated)
+		if escaped(err) {
+			t = t.viewed()
+		} else if err != nil && !created {
+			return nil, FileWriteResult{}, st.lost(t.ref, err)
+		}
+	}
+	if t.view {
+		if info, created, err = s.viewWrite(ctx, st, t, data, in.Mode); err != nil {
+			return nil, FileWriteResult{}, err
+		}
 	}
 	out := FileWriteResult{Path: t.abs(), Size: info.Size, Mode: fmt.Sprintf("%04o", octalMode(info.Mode)), Created: created}
 	verb := "wrote"
@@ -102,6 +114,18 @@ func writeKeepingMode(ctx context.Context, t fileTarget, data []byte, perm fs.Fi
 	return info, err
 }
 
+// readWhole reads a workspace file for file_edit, at most maxEditBytes+1
+// bytes of it.
+func readWhole(ctx context.Context, t fileTarget) ([]byte, runbox.FileInfo, error) {
+	rc, info, err := t.ref.cl.ReadFile(ctx, t.rel, t.opts()...)
+	if err != nil {
+		return nil, info, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, maxEditBytes+1))
+	return data, info, err
+}
+
 // modeFromOctal turns octal permission bits (with setuid 04000, setgid
 // 02000, sticky 01000) into an fs.FileMode.
 func modeFromOctal(m uint32) fs.FileMode {
@@ -135,11 +159,11 @@ func octalMode(mode fs.FileMode) uint32 {
 
 // FileEditInput is what file_edit takes.
 type FileEditInput struct {
-	Path       string `json:"path" jsonschema:"the file, relative to the workspace or absolute within it"`
-	OldString  string `json:"old_string" jsonschema:"the exact text to replace"`
-	NewString  string `json:"new_string" jsonschema:"the text to put in its place"`
-	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"replace every occurrence (default: old_string must occur exactly once)"`
-	Sandbox    string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's default sandbox)"`
+	Path       string `json:"path" jsonschema:"absolute, or relative to the workspace"`
+	OldString  string `json:"old_string" jsonschema:"the exact text to replace, unique in the file"`
+	NewString  string `json:"new_string" jsonschema:"its replacement"`
+	ReplaceAll bool   `json:"replace_all,omitempty" jsonschema:"replace every occurrence"`
+	Sandbox    string `json:"sandbox,omitempty" jsonschema:"sandbox id or name (default: this session's)"`
 }
 
 // FileEditResult is what file_edit returns.
@@ -170,16 +194,27 @@ func (s *Server) fileEdit(ctx context.Context, st *session, _ *mcp.CallToolReque
 	if err != nil {
 		return nil, FileEditResult{}, err
 	}
-	rc, info, err := t.ref.cl.ReadFile(ctx, t.rel, t.opts()...)
-	if err != nil {
-		return nil, FileEditResult{}, st.lost(t.ref, err)
+	var data []byte
+	var info runbox.FileInfo
+	if !t.view {
+		data, info, err = readWhole(ctx, t)
+		if escaped(err) {
+			t = t.viewed()
+		} else if err != nil {
+			return nil, FileEditResult{}, st.lost(t.ref, err)
+		}
 	}
-	data, err := io.ReadAll(io.LimitReader(rc, maxEditBytes+1))
-	rc.Close()
+	if t.view {
+		var size int64
+		if data, size, err = s.viewRead(ctx, st, t); err != nil {
+			return nil, FileEditResult{}, err
+		}
+		if size > int64(len(data)) {
+			data = make([]byte, maxEditBytes+1) // too large: said below
+		}
+	}
 	switch {
-	case err != nil:
-		return nil, FileEditResult{}, st.lost(t.ref, err)
-	case len(data) > maxEditBytes:
+	case len(data) > maxEditBytes, t.view && len(data) >= viewReadBytes:
 		return nil, FileEditResult{}, fmt.Errorf("%w: %s is larger than %d MiB: edit it with exec (sed, patch)", runbox.ErrTooLarge, t.abs(), maxEditBytes>>20)
 	}
 	content := string(data)
@@ -195,10 +230,16 @@ func (s *Server) fileEdit(ctx context.Context, st *session, _ *mcp.CallToolReque
 	} else {
 		content = strings.ReplaceAll(content, in.OldString, in.NewString)
 	}
-	perm := info.Mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-	after, err := t.ref.cl.WriteFile(ctx, t.rel, strings.NewReader(content), t.opts(client.WithPerm(perm))...)
-	if err != nil {
-		return nil, FileEditResult{}, st.lost(t.ref, err)
+	var after runbox.FileInfo
+	if t.view {
+		if after, _, err = s.viewWrite(ctx, st, t, []byte(content), ""); err != nil {
+			return nil, FileEditResult{}, err
+		}
+	} else {
+		perm := info.Mode & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+		if after, err = t.ref.cl.WriteFile(ctx, t.rel, strings.NewReader(content), t.opts(client.WithPerm(perm))...); err != nil {
+			return nil, FileEditResult{}, st.lost(t.ref, err)
+		}
 	}
 	out := FileEditResult{Path: t.abs(), Replacements: n, Size: after.Size}
 	return textResult(fmt.Sprintf("edited %s: %d replacement(s)", out.Path, n)), out, nil

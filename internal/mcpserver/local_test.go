@@ -12,8 +12,8 @@ import (
 )
 
 // The default provider, local: commands run in the jail with the
-// workspace at /workspace, the file tools work beneath it (paths as the
-// sandbox sees them), a timeout leaves nothing on the host, and the
+// workspace at /workspace, the file tools reach what its commands reach
+// (paths as the sandbox sees them), a timeout leaves nothing on the host, and the
 // session's sandbox is gone when the session ends.
 func TestLocalProvider(t *testing.T) {
 	home, workdir := testHome(t)
@@ -44,8 +44,36 @@ func TestLocalProvider(t *testing.T) {
 	if r := ok[fileRead](t, s.cs, "file_read", map[string]any{"path": "made.txt"}); r.Path != "/workspace/made.txt" || r.Content != "from mcp\n" {
 		t.Errorf("file_read: %+v", r)
 	}
-	if msg := failing(t, s.cs, "file_read", map[string]any{"path": "/etc/hostname"}); !strings.Contains(msg, "escapes") {
-		t.Errorf("a path outside /workspace: %q", msg)
+	// Outside /workspace the file tools see what a command sees: the
+	// sandbox's /etc/hostname, and not a root-only host file (planted at a
+	// fresh random path), which commands cannot read either.
+	cat := ok[execResult](t, s.cs, "exec", map[string]any{"command": "cat /etc/hostname"})
+	if r := ok[fileRead](t, s.cs, "file_read", map[string]any{"path": "/etc/hostname"}); r.Content != cat.Stdout {
+		t.Errorf("file_read /etc/hostname: %q, cat printed %q", r.Content, cat.Stdout)
+	}
+	dir, err := os.MkdirTemp("/", "rbm-secret-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if r := ok[execResult](t, s.cs, "exec", map[string]any{"command": "cat " + secret}); r.ExitCode == 0 {
+		t.Fatalf("a command read the root-only host file: %+v", r)
+	}
+	if msg := failing(t, s.cs, "file_read", map[string]any{"path": secret}); strings.Contains(msg, "host secret") {
+		t.Errorf("file_read of a root-only host file: %q", msg)
+	}
+	// A write lands in the sandbox's overlay, if anywhere, never on the
+	// host.
+	s.call(t, "file_write", map[string]any{"path": secret, "content": "pwned\n"})
+	if b, err := os.ReadFile(secret); err != nil || string(b) != "host secret\n" {
+		t.Errorf("the root-only host file after file_write: %q, %v", b, err)
 	}
 	m := marker()
 	r := ok[execResult](t, s.cs, "exec", map[string]any{"command": fmt.Sprintf("sleep %s & sleep %s", m, m), "timeout_seconds": 1})

@@ -38,6 +38,7 @@ func needNode(t *testing.T) string {
 
 // runNode runs the Node.js flow with env and fails the test unless it
 // prints "flow ok"; then no process with the flow's marker may be left.
+// With TRACE=1 the flow names each call on stderr, shown when it fails.
 func runNode(t *testing.T, node string, env ...string) {
 	t.Helper()
 	m := marker()
@@ -45,7 +46,7 @@ func runNode(t *testing.T, node string, env ...string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, "mcp_flow.mjs")
 	cmd.Dir = nodeDir
-	cmd.Env = append(os.Environ(), append(env, "MARKER="+m)...)
+	cmd.Env = append(os.Environ(), append(env, "MARKER="+m, "TRACE=1")...)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "flow ok") {
 		t.Fatalf("node mcp_flow.mjs: %v\n%s", err, out)
@@ -57,7 +58,8 @@ func runNode(t *testing.T, node string, env ...string) {
 
 // The official TypeScript SDK's client drives runbox mcp over stdio:
 // schemas, results, the shell session, a timeout, a cancellation,
-// background execs and the file tools.
+// background execs and the file tools; then a coding agent's loop (see
+// agentLoop in mcp_flow.mjs) with a 5 s client request timeout.
 func TestNodeClientStdio(t *testing.T) {
 	node := needNode(t)
 	home, workdir := testHome(t)
@@ -66,6 +68,18 @@ func TestNodeClientStdio(t *testing.T) {
 	if sbs := hostSandboxes(t, home); len(sbs) != 0 {
 		t.Errorf("sandboxes left after the session: %v", sbs)
 	}
+}
+
+// Issue 29's command, "echo working; sleep 65", with the TypeScript SDK's
+// default request timeout (60 s), over stdio: exec returns its first output
+// with the command still running, exec_output its end and exit status.
+// Before, the call failed with "Request timed out" after 60 s, no output,
+// and the command was killed.
+func TestNodeClientDefaultRequestTimeout(t *testing.T) {
+	node := needNode(t)
+	home, workdir := testHome(t)
+	runNode(t, node, "FLOW=long", "MODE=stdio", "RUNBOX="+runboxBin, "WORKDIR="+workdir,
+		"RUNBOX_HOME="+home, "DOCKER_HOST=unix://"+home+"/no-docker.sock")
 }
 
 // The same flow over streamable HTTP with a bearer token; a wrong token is

@@ -33,8 +33,13 @@ const (
 	// DefaultCallTimeout bounds every tool call that runs no command (file
 	// and sandbox tools, exec_cancel); sandbox_create gets twice as long.
 	DefaultCallTimeout = 2 * time.Minute
-	// MaxOutputWait caps exec_output's wait_seconds.
-	MaxOutputWait = 60 * time.Second
+	// DefaultWait is how long exec waits for its command before it
+	// returns the output so far with the command still running: well under
+	// the request timeouts of common MCP clients (the TypeScript SDK's is
+	// 60 s), so that no command dies because of the client's clock.
+	DefaultWait = 30 * time.Second
+	// DefaultMaxWait caps exec's and exec_output's wait_seconds.
+	DefaultMaxWait = 10 * time.Minute
 	// cleanupTimeout bounds the clean-up of one ended MCP session.
 	cleanupTimeout = 2 * time.Minute
 )
@@ -65,6 +70,10 @@ type Config struct {
 	// (DefaultTimeout); MaxTimeout caps every exec's timeout and is the
 	// timeout of a background exec that names none (DefaultMaxTimeout).
 	Timeout, MaxTimeout time.Duration
+	// Wait is how long exec waits for its command before returning with it
+	// still running (DefaultWait); MaxWait caps the wait_seconds of exec
+	// and exec_output (DefaultMaxWait).
+	Wait, MaxWait time.Duration
 	// Grace is the time between SIGTERM and SIGKILL when an exec is
 	// stopped (zero: runbox.DefaultGrace).
 	Grace time.Duration
@@ -94,6 +103,13 @@ func (c Config) withDefaults() Config {
 		c.MaxTimeout = DefaultMaxTimeout
 	}
 	c.Timeout = min(c.Timeout, c.MaxTimeout)
+	if c.MaxWait <= 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.Wait <= 0 {
+		c.Wait = DefaultWait
+	}
+	c.Wait = min(c.Wait, c.MaxWait)
 	if c.OutputBytes <= 0 {
 		c.OutputBytes = DefaultOutputBytes
 	}
@@ -135,9 +151,10 @@ var Version = "dev"
 
 // instructions tell the model how the tools fit together.
 const instructions = `runbox runs your shell commands in a sandbox.
-- exec runs a command in a persistent shell session: cd and export carry over to the next exec. It returns at its timeout (default 120 s) with the output so far, and nothing it started keeps running. For servers and watchers use background: true, then exec_output to read what they print and exec_cancel to stop them.
-- file_read/file_write/file_edit/file_list/file_delete work beneath the sandbox's workspace (relative paths start there).
-- Without a sandbox argument every tool uses this session's default sandbox, made on first use.`
+- exec runs a command in a persistent shell (cd and export carry over). It waits up to 30 s; a longer command keeps running and the result says so with its exec id: collect the rest with exec_output. A command is stopped, with everything it started, at its timeout (default 120 s).
+- For servers and watchers use exec with background: true; exec_cancel stops them.
+- file_* tools take absolute paths anywhere in the sandbox, or paths relative to the workspace.
+- Without a sandbox argument every tool uses this session's sandbox, made on first use.`
 
 // New returns a Server whose tools work on place as cfg says.
 func New(place Sandboxes, cfg Config) *Server {

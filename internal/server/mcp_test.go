@@ -220,10 +220,16 @@ func TestMCPAuditAndQuotas(t *testing.T) {
 		reg, onHost := ts.sandboxCount(t)
 		return reg == 0 && onHost == 0
 	})
-	rows, err := ts.store.Audit(context.Background(), registry.AuditFilter{Sandbox: sb})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The registry forgets the sandbox just before its delete row is
+	// written: wait for the row too.
+	var rows []registry.AuditRow
+	waitFor(t, "the session's sandbox's delete row", func() bool {
+		var err error
+		if rows, err = ts.store.Audit(context.Background(), registry.AuditFilter{Sandbox: sb}); err != nil {
+			t.Fatal(err)
+		}
+		return len(rows) > 0 && rows[len(rows)-1].Kind == registry.KindDelete
+	})
 	var kinds []string
 	for _, row := range rows {
 		kinds = append(kinds, row.Kind+":"+row.Outcome)
