@@ -74,10 +74,20 @@ func benchSoak(ctx context.Context, cfg *config, env *sandboxes) (*SoakReport, e
 		for {
 			info, err := c.Info(ctx)
 			if err == nil {
-				rep.Samples = append(rep.Samples, SoakSample{
+				s := SoakSample{
 					At: time.Since(start).Seconds(), RSSKB: float64(statusKB(pid, "VmRSS")),
 					FDs: float64(info.OpenFDs), Goroutines: float64(info.Goroutines),
-				})
+				}
+				rep.Samples = append(rep.Samples, s)
+				// A partial report every minute: a run stopped early
+				// still leaves its figures.
+				if len(rep.Samples)%60 == 0 {
+					log.Printf("soak: %.0f s: RSS %.1f MiB, %.0f fds, %.0f goroutines, %d execs so far",
+						s.At, s.RSSKB/1024, s.FDs, s.Goroutines, info.Total)
+					if err := writeSoakPartial(cfg.out, rep.Samples); err != nil {
+						log.Printf("soak: %v", err)
+					}
+				}
 			}
 			select {
 			case <-stopSampling:
@@ -148,6 +158,15 @@ func writeSoak(dir string, rep *SoakReport) error {
 		}
 	}
 	return saveLines(p, filepath.Join(dir, "soak.png"), true)
+}
+
+// writeSoakPartial writes the samples so far as soak-partial.json in dir.
+func writeSoakPartial(dir string, samples []SoakSample) error {
+	b, err := json.Marshal(samples)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "soak-partial.json"), append(b, '\n'), 0o644)
 }
 
 // printSoak prints the soak's figures as a Markdown table.
