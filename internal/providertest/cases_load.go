@@ -66,19 +66,14 @@ func opsFrom(t *testing.T, name string, def int) int {
 // zombie is left under runboxd, and runboxd's goroutines and descriptors
 // are back at their baseline.
 func testStress(t *testing.T, fx Fixture) {
-	skipUnlessLoad(t, fx)
-	s := newSandbox(t, fx)
-	probe, base := s.loadBaseline(t)
-	m := strings.TrimPrefix(newMarker(), "sleep ")
-	ctx, cancel := context.WithTimeout(context.Background(), loadBound)
-	defer cancel()
-	ops := opsFrom(t, "RUNBOX_STRESS_OPS", loadStressOps)
-	start := time.Now()
-	for _, err := range (&loadmix.Stress{Client: s.c, Ops: ops, Marker: m}).Run(ctx) {
-		t.Error(err)
-	}
-	t.Logf("%d operations in %v", ops, time.Since(start).Round(time.Millisecond))
-	s.afterLoad(t, probe, base, "sleep "+m)
+	underLoad(t, fx, func(ctx context.Context, c *client.Client, m string) {
+		ops := opsFrom(t, "RUNBOX_STRESS_OPS", loadStressOps)
+		start := time.Now()
+		for _, err := range (&loadmix.Stress{Client: c, Ops: ops, Marker: m}).Run(ctx) {
+			t.Error(err)
+		}
+		t.Logf("%d operations in %v", ops, time.Since(start).Round(time.Millisecond))
+	})
 }
 
 // testSoak: a short form of the soak benchmark (go run ./bench -only
@@ -88,22 +83,31 @@ func testStress(t *testing.T, fx Fixture) {
 // afterwards nothing survives and runboxd is back at its baseline. It
 // asserts the zeros, not times.
 func testSoak(t *testing.T, fx Fixture) {
+	underLoad(t, fx, func(ctx context.Context, c *client.Client, m string) {
+		ops := opsFrom(t, "RUNBOX_SOAK_OPS", loadSoakOps)
+		start := time.Now()
+		counts := (&loadmix.Soak{Client: c, Ops: ops, Marker: m, FloodBytes: loadSoakFlood}).Run(ctx)
+		t.Logf("%d commands in %v: %v", ops, time.Since(start).Round(time.Millisecond), counts.ByKind)
+		for _, err := range counts.FirstErrors {
+			t.Error(err)
+		}
+		if counts.Wedges != 0 || counts.Errors != 0 || counts.BytesLost != 0 {
+			t.Errorf("%d wedges, %d errors, %d bytes lost; want none", counts.Wedges, counts.Errors, counts.BytesLost)
+		}
+	})
+}
+
+// underLoad runs load (given a client, and the marker digits of every
+// sleep it starts) against a fresh sandbox of fx, bounded by loadBound,
+// and checks what it leaves (afterLoad).
+func underLoad(t *testing.T, fx Fixture, load func(ctx context.Context, c *client.Client, m string)) {
 	skipUnlessLoad(t, fx)
 	s := newSandbox(t, fx)
 	probe, base := s.loadBaseline(t)
 	m := strings.TrimPrefix(newMarker(), "sleep ")
 	ctx, cancel := context.WithTimeout(context.Background(), loadBound)
 	defer cancel()
-	ops := opsFrom(t, "RUNBOX_SOAK_OPS", loadSoakOps)
-	start := time.Now()
-	counts := (&loadmix.Soak{Client: s.c, Ops: ops, Marker: m, FloodBytes: loadSoakFlood}).Run(ctx)
-	t.Logf("%d commands in %v: %v", ops, time.Since(start).Round(time.Millisecond), counts.ByKind)
-	for _, err := range counts.FirstErrors {
-		t.Error(err)
-	}
-	if counts.Wedges != 0 || counts.Errors != 0 || counts.BytesLost != 0 {
-		t.Errorf("%d wedges, %d errors, %d bytes lost; want none", counts.Wedges, counts.Errors, counts.BytesLost)
-	}
+	load(ctx, s.c, m)
 	s.afterLoad(t, probe, base, "sleep "+m)
 }
 

@@ -1,17 +1,40 @@
 package supervisor
 
-// retainedRings is an exited exec whose replay rings count against
-// Config.RetainedOutputBytes, with the bytes they held when it ended.
-type retainedRings struct {
+// retainedQueue is the exited execs counted against one budget, oldest
+// first, with what each is counted for.
+type retainedQueue struct {
+	execs []retainedExec
+	bytes int
+}
+
+// retainedExec is an exited exec and what it is counted for.
+type retainedExec struct {
 	e     *Exec
 	bytes int
 }
 
-// retainedResult is an exited exec whose Result (and the exec itself)
-// counts against Config.RetainedResultBytes.
-type retainedResult struct {
-	e     *Exec
-	bytes int
+// push counts e for n bytes.
+func (q *retainedQueue) push(e *Exec, n int) {
+	q.execs = append(q.execs, retainedExec{e, n})
+	q.bytes += n
+}
+
+// trim lets the oldest execs leave the count while it is past limit (the
+// newest always stays), and those the supervisor has forgotten as they
+// come to the front. It returns those it let go that are still known.
+// Called with s.mu held.
+func (q *retainedQueue) trim(s *Supervisor, limit int) []*Exec {
+	var out []*Exec
+	for len(q.execs) > 1 && (q.bytes > limit || s.execs[q.execs[0].e.id] != q.execs[0].e) {
+		old := q.execs[0]
+		q.execs[0] = retainedExec{}
+		q.execs = q.execs[1:]
+		q.bytes -= old.bytes
+		if s.execs[old.e.id] == old.e {
+			out = append(out, old.e)
+		}
+	}
+	return out
 }
 
 // retain counts e's rings and Result (e has just ended) against the
@@ -22,30 +45,11 @@ type retainedResult struct {
 func (s *Supervisor) retain(e *Exec) {
 	n := e.out.ringBytes()
 	rn := e.resultBytes()
-	var drop, forget []*Exec
 	s.mu.Lock()
-	s.retained = append(s.retained, retainedRings{e, n})
-	s.retainedB += n
-	for len(s.retained) > 1 && (s.retainedB > s.cfg.RetainedOutputBytes || s.execs[s.retained[0].e.id] != s.retained[0].e) {
-		old := s.retained[0]
-		s.retained[0] = retainedRings{}
-		s.retained = s.retained[1:]
-		s.retainedB -= old.bytes
-		if s.execs[old.e.id] == old.e {
-			drop = append(drop, old.e)
-		}
-	}
-	s.results = append(s.results, retainedResult{e, rn})
-	s.resultsB += rn
-	for len(s.results) > 1 && (s.resultsB > s.cfg.RetainedResultBytes || s.execs[s.results[0].e.id] != s.results[0].e) {
-		old := s.results[0]
-		s.results[0] = retainedResult{}
-		s.results = s.results[1:]
-		s.resultsB -= old.bytes
-		if s.execs[old.e.id] == old.e {
-			forget = append(forget, old.e)
-		}
-	}
+	s.rings.push(e, n)
+	drop := s.rings.trim(s, s.cfg.RetainedOutputBytes)
+	s.results.push(e, rn)
+	forget := s.results.trim(s, s.cfg.RetainedResultBytes)
 	s.mu.Unlock()
 	for _, old := range drop {
 		old.out.dropRings()

@@ -116,10 +116,8 @@ type Supervisor struct {
 
 	mu         sync.Mutex
 	execs      map[string]*Exec
-	retained   []retainedRings  // exited execs holding rings, oldest first
-	retainedB  int              // the bytes they hold
-	results    []retainedResult // exited execs counted against RetainedResultBytes, oldest first
-	resultsB   int              // what they are counted for
+	rings      retainedQueue // exited execs holding replay rings (RetainedOutputBytes)
+	results    retainedQueue // exited execs counted against RetainedResultBytes
 	tombstones map[string]time.Time
 	sessions   map[string]*session
 	total      uint64
