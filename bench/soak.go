@@ -169,6 +169,31 @@ func writeSoakPartial(dir string, samples []SoakSample) error {
 	return os.WriteFile(filepath.Join(dir, "soak-partial.json"), append(b, '\n'), 0o644)
 }
 
+// replotSoakPartial writes soak.json and soak.png in dir from the
+// soak-partial.json of a run stopped after commands commands (the last
+// progress line of its log): the footprint only; the counts of wedges,
+// errors, survivors and lost bytes are the log's, not the report's.
+func replotSoakPartial(dir string, commands int) error {
+	b, err := os.ReadFile(filepath.Join(dir, "soak-partial.json"))
+	if err != nil {
+		return err
+	}
+	rep := &SoakReport{Commands: commands, Workers: 8}
+	if err := json.Unmarshal(b, &rep.Samples); err != nil {
+		return fmt.Errorf("soak-partial.json: %w", err)
+	}
+	if len(rep.Samples) > 0 {
+		rep.Seconds = rep.Samples[len(rep.Samples)-1].At
+	}
+	rep.First, rep.Last = tenthMean(rep.Samples, false), tenthMean(rep.Samples, true)
+	if err := writeSoak(dir, rep); err != nil {
+		return err
+	}
+	fmt.Printf("partial soak: %d commands, %.0f s; RSS first → last tenth %.1f → %.1f MiB, fds %.0f → %.0f, goroutines %.0f → %.0f\n",
+		commands, rep.Seconds, rep.First.RSSKB/1024, rep.Last.RSSKB/1024, rep.First.FDs, rep.Last.FDs, rep.First.Goroutines, rep.Last.Goroutines)
+	return nil
+}
+
 // printSoak prints the soak's figures as a Markdown table.
 func printSoak(rep *SoakReport) {
 	fmt.Printf("\n### Soak: %d commands, %d workers, %.0f s\n\n", rep.Commands, rep.Workers, rep.Seconds)
