@@ -15,7 +15,9 @@ var (
 	// ErrSandboxNotFound means no sandbox has the given id or name.
 	ErrSandboxNotFound = errors.New("no such sandbox")
 	// ErrExecNotFound means the daemon knows no exec with the given id
-	// (never started, or past its retention window).
+	// (never started, or forgotten: past its retention window, or the
+	// oldest of its exited execs beyond the daemon's budget of retained
+	// results).
 	ErrExecNotFound = errors.New("no such exec")
 	// ErrCancelled means the exec was cancelled before it started, so it
 	// never ran.

@@ -5,6 +5,7 @@
 //	go run ./bench -quick          # fewer rounds and smaller sizes, for a look
 //	go run ./bench -only latency,throughput
 //	go run ./bench -only soak      # 100,000 mixed commands (-soak-ops N), to soak.json and soak.png
+//	go run ./bench -soak-partial N # soak.json and soak.png of a soak stopped after N commands
 //
 // It builds runbox and runboxd (CGO_ENABLED=0) into a temporary directory,
 // makes its own sandboxes under a temporary RUNBOX_HOME and removes them at
@@ -81,7 +82,14 @@ func main() {
 	flag.IntVar(&cfg.soakOps, "soak-ops", 100000, "commands of the soak")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds of the interleaved latency comparison (default 20, quick 5)")
 	replot := flag.Bool("replot", false, "only redraw the plots (and print the tables) from the -out directory's results.json")
+	soakPartial := flag.Int("soak-partial", 0, "only write soak.json and soak.png from the -out directory's soak-partial.json, of a soak stopped after this many commands")
 	flag.Parse()
+	if *soakPartial > 0 {
+		if err := replotSoakPartial(cfg.out, *soakPartial); err != nil {
+			log.Fatalf("bench: %v", err)
+		}
+		return
+	}
 	if *replot {
 		if err := redraw(cfg.out); err != nil {
 			log.Fatalf("bench: %v", err)

@@ -1,27 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"log"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/loadmix"
 )
 
 // SoakReport is the soak's outcome: how runboxd's footprint moved across a
@@ -52,13 +47,6 @@ type SoakSample struct {
 	Goroutines float64 `json:"goroutines"`
 }
 
-// soakHeadroom is added to a call's own bound (timeout plus grace) before
-// it counts as wedged.
-const soakHeadroom = 30 * time.Second
-
-// soakFlood is the size of a flood command's output.
-const soakFlood = 10 << 20
-
 // benchSoak runs cfg.soakOps mixed commands in one host sandbox from 8
 // workers, sampling runboxd every second.
 func benchSoak(ctx context.Context, cfg *config, env *sandboxes) (*SoakReport, error) {
@@ -76,7 +64,6 @@ func benchSoak(ctx context.Context, cfg *config, env *sandboxes) (*SoakReport, e
 	}
 	rep := &SoakReport{Commands: cfg.soakOps, Workers: 8, ByKind: map[string]int{}}
 	marker := strconv.Itoa(50000000 + rand.IntN(9000000))
-	floodSum := sha256.Sum256(bytes.Repeat([]byte{'a'}, soakFlood))
 	start := time.Now()
 
 	stopSampling := make(chan struct{})
@@ -87,10 +74,20 @@ func benchSoak(ctx context.Context, cfg *config, env *sandboxes) (*SoakReport, e
 		for {
 			info, err := c.Info(ctx)
 			if err == nil {
-				rep.Samples = append(rep.Samples, SoakSample{
+				s := SoakSample{
 					At: time.Since(start).Seconds(), RSSKB: float64(statusKB(pid, "VmRSS")),
 					FDs: float64(info.OpenFDs), Goroutines: float64(info.Goroutines),
-				})
+				}
+				rep.Samples = append(rep.Samples, s)
+				// A partial report every minute: a run stopped early
+				// still leaves its figures.
+				if len(rep.Samples)%60 == 0 {
+					log.Printf("soak: %.0f s: RSS %.1f MiB, %.0f fds, %.0f goroutines, %d execs so far",
+						s.At, s.RSSKB/1024, s.FDs, s.Goroutines, info.Total)
+					if err := writeSoakPartial(cfg.out, rep.Samples); err != nil {
+						log.Printf("soak: %v", err)
+					}
+				}
 			}
 			select {
 			case <-stopSampling:
@@ -100,37 +97,8 @@ func benchSoak(ctx context.Context, cfg *config, env *sandboxes) (*SoakReport, e
 		}
 	})
 
-	var next atomic.Int64
-	var mu sync.Mutex
-	var workers sync.WaitGroup
-	for w := range rep.Workers {
-		workers.Go(func() {
-			for {
-				i := int(next.Add(1))
-				if i > cfg.soakOps {
-					return
-				}
-				kind, lost, err := soakOp(ctx, c, w, i, marker, floodSum)
-				mu.Lock()
-				rep.ByKind[kind]++
-				rep.BytesLost += lost
-				if errors.Is(err, context.DeadlineExceeded) {
-					rep.Wedges++
-				}
-				if err != nil {
-					rep.Errors++
-					if rep.Errors <= 10 {
-						log.Printf("soak: op %d (%s): %v", i, kind, err)
-					}
-				}
-				mu.Unlock()
-				if i%1000 == 0 {
-					log.Printf("soak: %d of %d commands", i, cfg.soakOps)
-				}
-			}
-		})
-	}
-	workers.Wait()
+	counts := (&loadmix.Soak{Client: c, Ops: cfg.soakOps, Workers: rep.Workers, Marker: marker, Logf: log.Printf}).Run(ctx)
+	rep.ByKind, rep.Errors, rep.Wedges, rep.BytesLost = counts.ByKind, counts.Errors, counts.Wedges, counts.BytesLost
 	close(stopSampling)
 	sampling.Wait()
 	rep.Seconds = time.Since(start).Seconds()
@@ -138,120 +106,6 @@ func benchSoak(ctx context.Context, cfg *config, env *sandboxes) (*SoakReport, e
 	rep.Survivors = countMarker(marker)
 	rep.First, rep.Last = tenthMean(rep.Samples, false), tenthMean(rep.Samples, true)
 	return rep, nil
-}
-
-// soakOp runs command i of worker w: its kind, the bytes it lost, and what
-// went wrong.
-func soakOp(ctx context.Context, c *client.Client, w, i int, marker string, floodSum [32]byte) (kind string, lost int64, err error) {
-	bound := func(d time.Duration) (context.Context, context.CancelFunc) {
-		return context.WithTimeout(ctx, d+soakHeadroom)
-	}
-	id := fmt.Sprintf("k%d-%d", w, i)
-	switch i % 8 {
-	case 0, 1:
-		kind = "quick"
-		cctx, cancel := bound(0)
-		defer cancel()
-		res, err := c.Exec(cctx, "echo "+id)
-		if err == nil && string(res.Stdout) != id+"\n" {
-			err = fmt.Errorf("stdout %q", res.Stdout)
-		}
-		return kind, 0, err
-	case 2:
-		kind = "timeout"
-		cctx, cancel := bound(time.Second + 50*time.Millisecond)
-		defer cancel()
-		res, err := c.Exec(cctx, "sleep "+marker, client.WithTimeout(50*time.Millisecond), client.WithGrace(time.Second))
-		if err == nil && !res.TimedOut {
-			err = fmt.Errorf("not timed out: exit %d", res.ExitCode)
-		}
-		return kind, 0, err
-	case 3:
-		kind = "cancel-racing-start"
-		cctx, cancel := bound(runbox.DefaultGrace)
-		defer cancel()
-		done := make(chan error, 1)
-		go func() {
-			_, err := c.Exec(cctx, "sleep "+marker, client.WithID(id))
-			if errors.Is(err, runbox.ErrCancelled) {
-				err = nil
-			}
-			done <- err
-		}()
-		time.Sleep(rand.N(2 * time.Millisecond))
-		if err := c.Cancel(cctx, id, 0); err != nil {
-			return kind, 0, err
-		}
-		return kind, 0, <-done
-	case 4:
-		kind = "flood"
-		cctx, cancel := bound(0)
-		defer cancel()
-		h := &countingHash{Hash: sha256.New()}
-		res, err := c.Exec(cctx, fmt.Sprintf("head -c %d /dev/zero | tr '\\0' a", soakFlood), client.WithStdout(h))
-		if err != nil {
-			return kind, 0, err
-		}
-		if !bytes.Equal(h.Sum(nil), floodSum[:]) || res.StdoutBytes != soakFlood {
-			return kind, max(soakFlood-h.n, 1), fmt.Errorf("flood: %d bytes streamed, %d produced, checksum differs", h.n, res.StdoutBytes)
-		}
-		return kind, 0, nil
-	case 5:
-		kind = "background"
-		cctx, cancel := bound(runbox.DefaultGrace)
-		defer cancel()
-		res, err := c.Exec(cctx, "sleep "+marker+" >/dev/null 2>&1 & echo up", client.WithID(id))
-		if err != nil {
-			return kind, 0, err
-		}
-		if res.LeftRunning != 1 {
-			return kind, 0, fmt.Errorf("left running %d, want 1", res.LeftRunning)
-		}
-		return kind, 0, c.Cancel(cctx, id, 0)
-	case 6:
-		kind = "pty"
-		cctx, cancel := bound(0)
-		defer cancel()
-		res, err := c.Exec(cctx, "echo pty-"+id, client.WithPTY(24, 80))
-		if err == nil && !bytes.Contains(res.Stdout, []byte("pty-"+id)) {
-			err = fmt.Errorf("pty stdout %q", res.Stdout)
-		}
-		return kind, 0, err
-	default:
-		kind = "observer-detaches"
-		cctx, cancel := bound(0)
-		defer cancel()
-		p, err := c.Start(cctx, "seq 1 200000", client.WithID(id))
-		if err != nil {
-			return kind, 0, err
-		}
-		octx, detach := context.WithCancel(cctx)
-		_, _ = c.Attach(octx, id, client.WithStdout(writerFunc(func(b []byte) (int, error) {
-			detach() // mid-stream
-			return len(b), nil
-		})))
-		detach()
-		res, err := p.Wait(cctx)
-		if err == nil && res.ExitCode != 0 {
-			err = fmt.Errorf("exit %d", res.ExitCode)
-		}
-		return kind, 0, err
-	}
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
-
-// countingHash hashes and counts what is written to it.
-type countingHash struct {
-	hash.Hash
-	n int64
-}
-
-func (h *countingHash) Write(b []byte) (int, error) {
-	h.n += int64(len(b))
-	return h.Hash.Write(b)
 }
 
 // tenthMean is the mean of the first (or last) tenth of the samples.
@@ -304,6 +158,40 @@ func writeSoak(dir string, rep *SoakReport) error {
 		}
 	}
 	return saveLines(p, filepath.Join(dir, "soak.png"), true)
+}
+
+// writeSoakPartial writes the samples so far as soak-partial.json in dir.
+func writeSoakPartial(dir string, samples []SoakSample) error {
+	b, err := json.Marshal(samples)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "soak-partial.json"), append(b, '\n'), 0o644)
+}
+
+// replotSoakPartial writes soak.json and soak.png in dir from the
+// soak-partial.json of a run stopped after commands commands (the last
+// progress line of its log): the footprint only; the counts of wedges,
+// errors, survivors and lost bytes are the log's, not the report's.
+func replotSoakPartial(dir string, commands int) error {
+	b, err := os.ReadFile(filepath.Join(dir, "soak-partial.json"))
+	if err != nil {
+		return err
+	}
+	rep := &SoakReport{Commands: commands, Workers: 8}
+	if err := json.Unmarshal(b, &rep.Samples); err != nil {
+		return fmt.Errorf("soak-partial.json: %w", err)
+	}
+	if len(rep.Samples) > 0 {
+		rep.Seconds = rep.Samples[len(rep.Samples)-1].At
+	}
+	rep.First, rep.Last = tenthMean(rep.Samples, false), tenthMean(rep.Samples, true)
+	if err := writeSoak(dir, rep); err != nil {
+		return err
+	}
+	fmt.Printf("partial soak: %d commands, %.0f s; RSS first → last tenth %.1f → %.1f MiB, fds %.0f → %.0f, goroutines %.0f → %.0f\n",
+		commands, rep.Seconds, rep.First.RSSKB/1024, rep.Last.RSSKB/1024, rep.First.FDs, rep.Last.FDs, rep.First.Goroutines, rep.Last.Goroutines)
+	return nil
 }
 
 // printSoak prints the soak's figures as a Markdown table.

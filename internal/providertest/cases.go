@@ -50,7 +50,7 @@ func cases() []testCase {
 		{name: "AttachReplay", run: testAttachReplay},
 		{name: "GitNoPrompt", run: testGitNoPrompt},
 		{name: "SpillThroughClient", run: testSpillThroughClient},
-	}, append(append(append(filesCases(), authCases()...), inputCases()...), documentedCases()...)...)
+	}, append(append(append(append(filesCases(), authCases()...), inputCases()...), documentedCases()...), loadCases()...)...)
 }
 
 // testWedge: a timed-out command leaves the sandbox serving the next one.

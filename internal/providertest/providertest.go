@@ -74,6 +74,10 @@ type Fixture struct {
 	// provider has such limits but cannot enforce them here, and how to make
 	// the cases run; the skip says it.
 	NoLimitsReason string
+	// Load runs the load cases, Stress and Soak (minutes of mixed commands
+	// on one sandbox each); without it they skip. CI runs them on host,
+	// local and docker.
+	Load bool
 }
 
 // Liveness bounds and settle times named by the acceptance list. They bound

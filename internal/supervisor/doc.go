@@ -63,6 +63,21 @@ const (
 	// Without it a busy sandbox held up to two rings per exec of the whole
 	// retention window: a soak of 4,000 commands grew runboxd to 1.6 GiB.
 	DefaultRetainedOutputBytes = 64 << 20
+	// DefaultRetainedResultBytes bounds what exited execs keep besides
+	// their rings, all together: each Result's head and tail, the stdin
+	// its spec carried, and execOverhead for the exec itself. Past it the
+	// oldest exited execs are forgotten before their retention ends (a
+	// later Attach or Wait of one gets runbox.ErrExecNotFound, as past the
+	// retention). Without it runboxd grew with the retention window: 1.3
+	// GiB after 30,000 soak commands, a quarter of them 10 MB floods whose
+	// Results kept 64 KiB each. 32 MiB keeps the last 500 such Results, or
+	// about 4,000 of quick commands'.
+	DefaultRetainedResultBytes = 32 << 20
+	// execOverhead is what an exited exec is counted for beyond its
+	// Result's bytes: its structures, channels, output store and spec
+	// measured about 5.5 KiB each for `echo hi` (HeapAlloc over 300
+	// retained execs); counted as 8 KiB.
+	execOverhead = 8 << 10
 	// DefaultDrain bounds how long output is still read after the leader
 	// exits, so a background child holding the pipe never hangs the call.
 	DefaultDrain = 200 * time.Millisecond

@@ -469,8 +469,10 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		e.beginBgStopLocked() // before Done, so WaitStopped waits for it
 	}
 	e.mu.Unlock()
-	close(e.done)
+	// Counted against the budgets before Done: whoever waited for the
+	// Result sees the oldest execs already let go.
 	e.s.retain(e)
+	close(e.done)
 	if lateCancel {
 		// The cancel still means: nothing this exec started may survive.
 		e.stopBackground(lateGrace)

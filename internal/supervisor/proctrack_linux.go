@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -20,6 +21,14 @@ import (
 const (
 	execMarkerVar   = "RUNBOX_EXEC_ID"
 	daemonMarkerVar = "RUNBOX_DAEMON"
+)
+
+// A process caught in execve is read again execEnvRetries times at most,
+// execEnvRetryPause apart (an exec takes well under a millisecond; 20 ms
+// in all covers a loaded machine).
+const (
+	execEnvRetries    = 200
+	execEnvRetryPause = 100 * time.Microsecond
 )
 
 // procTracker finds an exec's processes through /proc: the processes whose
@@ -223,9 +232,24 @@ func (r *procReader) allProcs() []procStat {
 	return procs
 }
 
-func (p *procTracker) hasMarker(r *procReader, pid int) bool {
-	env, ok := r.read(pid, "environ")
-	if !ok || len(p.needles) == 0 {
+// hasMarker reports whether st's environment carries the tracker's
+// markers. A process in the middle of execve shows an empty environment
+// (its new memory has no environment yet): it is read again until it
+// shows one, or for up to execEnvRetries tries. Without that, a
+// background command caught while it exec'd was not counted: the exec
+// reported nothing left running, released its containment, and the
+// process outlived the Cancel (1 in 150 in proc mode).
+func (p *procTracker) hasMarker(r *procReader, st procStat) bool {
+	if len(p.needles) == 0 {
+		return false
+	}
+	env, ok := r.read(st.pid, "environ")
+	// Kernel threads (kthreadd, pid 2, and its children) have none.
+	for try := 0; ok && len(env) == 0 && st.pid != 2 && st.ppid != 2 && try < execEnvRetries; try++ {
+		time.Sleep(execEnvRetryPause)
+		env, ok = r.read(st.pid, "environ")
+	}
+	if !ok {
 		return false
 	}
 	for _, n := range p.needles {
@@ -282,7 +306,7 @@ func (p *procTracker) pidsWith(members func() []int) []int {
 		}
 	}
 	for _, st := range procs {
-		if !member[st.pid] && !st.zombie && st.pid != p.self && st.start >= p.since && p.hasMarker(r, st.pid) {
+		if !member[st.pid] && !st.zombie && st.pid != p.self && st.start >= p.since && p.hasMarker(r, st) {
 			walk(st.pid)
 		}
 	}

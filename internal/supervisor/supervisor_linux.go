@@ -35,6 +35,11 @@ type Config struct {
 	// RetainedOutputBytes bounds the replay rings of exited execs, all
 	// together; 0 means DefaultRetainedOutputBytes.
 	RetainedOutputBytes int
+	// RetainedResultBytes bounds the Results of exited execs (head and
+	// tail of each stream, kept stdin, and execOverhead for the exec
+	// itself), all together; past it the oldest exited execs are forgotten
+	// before their retention ends. 0 means DefaultRetainedResultBytes.
+	RetainedResultBytes int
 	// Drain bounds output reading after the leader exits.
 	Drain time.Duration
 	// Dir is the default working directory; empty means the daemon's.
@@ -111,8 +116,8 @@ type Supervisor struct {
 
 	mu         sync.Mutex
 	execs      map[string]*Exec
-	retained   []retainedRings // exited execs holding rings, oldest first
-	retainedB  int             // the bytes they hold
+	rings      retainedQueue // exited execs holding replay rings (RetainedOutputBytes)
+	results    retainedQueue // exited execs counted against RetainedResultBytes
 	tombstones map[string]time.Time
 	sessions   map[string]*session
 	total      uint64
@@ -134,6 +139,9 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	if cfg.RetainedOutputBytes <= 0 {
 		cfg.RetainedOutputBytes = DefaultRetainedOutputBytes
+	}
+	if cfg.RetainedResultBytes <= 0 {
+		cfg.RetainedResultBytes = DefaultRetainedResultBytes
 	}
 	if cfg.Drain <= 0 {
 		cfg.Drain = DefaultDrain

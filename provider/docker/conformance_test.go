@@ -16,7 +16,13 @@ func TestConformance(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			p := newProvider(t, s.force)
 			cli := engine(t)
-			providertest.Run(t, func(t *testing.T) providertest.Fixture { return fixture(p, cli) })
+			providertest.Run(t, func(t *testing.T) providertest.Fixture {
+				fx := fixture(p, cli)
+				// The load cases (Stress, Soak: minutes each) run on the
+				// socket stream; the exec stream is the same daemon.
+				fx.Load = !s.force
+				return fx
+			})
 		})
 	}
 }

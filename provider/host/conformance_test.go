@@ -18,6 +18,7 @@ func TestConformance(t *testing.T) {
 		fx := providertest.ProcFixture(newProvider(t), runbox.SandboxSpec{})
 		// CI runs on machines with a writable cgroup v2 hierarchy.
 		fx.RequireCgroup2 = os.Getenv("RUNBOX_REQUIRE_CGROUP2") == "1"
+		fx.Load = true
 		return fx
 	})
 }

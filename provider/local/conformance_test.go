@@ -15,6 +15,7 @@ func TestConformance(t *testing.T) {
 	providertest.Run(t, func(t *testing.T) providertest.Fixture {
 		fx := providertest.ProcFixture(newProvider(t), runbox.SandboxSpec{})
 		fx.RequireCgroup2 = os.Getenv("RUNBOX_REQUIRE_CGROUP2") == "1"
+		fx.Load = true
 		// Limits need cgroups, which only root can make.
 		fx.PidsLimit, fx.MemoryLimit = os.Geteuid() == 0, os.Geteuid() == 0
 		if os.Geteuid() != 0 {
