@@ -93,6 +93,13 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err != nil {
 		return fail("", err)
 	}
+	eng, err := p.engineInfo(ctx, cli)
+	if err != nil {
+		return fail("", err)
+	}
+	if err := eng.checkLimits(spec.Memory, spec.Pids, spec.CPUs); err != nil {
+		return fail("", err)
+	}
 	if err := ensureImage(ctx, cli, spec.Image); err != nil {
 		return fail("", err)
 	}
@@ -119,6 +126,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		LabelSpec:    string(specJSON),
 		LabelCreated: created.Format(time.RFC3339Nano),
 		LabelStream:  streamExec,
+		LabelEngine:  eng.String(),
 	}
 	secret, err := daemonauth.NewSecret()
 	if err != nil {
@@ -128,7 +136,11 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 
 	var mounts []mount.Mount
 	stateDir, socket := "", ""
-	if !p.execForced() && isLocal(cli) {
+	sockOK, why := eng.socketStream(os.Geteuid())
+	if !sockOK {
+		labels[LabelStreamWhy] = why
+	}
+	if !p.execForced() && isLocal(cli) && sockOK {
 		home, err := p.home()
 		if err != nil {
 			return fail(id, err)
