@@ -9,7 +9,10 @@
 #             rootless path, with XDG_RUNTIME_DIR=/run/user/UID
 #
 # and imports the offline test images into both with `podman import`
-# (scripts/build-test-image.sh, the same tarballs as Docker's).
+# (scripts/build-test-image.sh, the same tarballs as Docker's), unless
+# RUNBOX_PODMAN_NO_IMAGES=1: then add $RUNBOX_PODMAN_IMAGE_CLI (from env) to
+# build-test-image.sh's RUNBOX_IMAGE_CLI, so the tarballs are built once for
+# every engine.
 #
 # Neither touches the machine's network: containers.conf makes "none" the
 # default network mode, and nothing here creates a network, so Podman's
@@ -17,12 +20,14 @@
 # CNI interface appears anyway.
 #
 # The containers' default nofile and nproc limits are this shell's hard
-# limits: rootful Podman otherwise raises them to 1048576 and more, which
-# fails (EPERM from runc's setrlimit) where root lacks CAP_SYS_RESOURCE.
+# limits (nproc at most 32768, where Podman caps its own): rootful Podman
+# otherwise raises them to 1048576 and more, which fails (EPERM from runc's
+# setrlimit) where root lacks CAP_SYS_RESOURCE.
 #
 # Usage: scripts/podman-service.sh start|stop|env   (run as root)
 #   env prints the variables the tests read (eval it):
-#   RUNBOX_PODMAN_ROOTFUL_HOST, RUNBOX_PODMAN_ROOTLESS_USER.
+#   RUNBOX_PODMAN_ROOTFUL_HOST, RUNBOX_PODMAN_ROOTLESS_USER, and
+#   RUNBOX_PODMAN_IMAGE_CLI.
 set -euo pipefail
 
 dir=${RUNBOX_PODMAN_DIR:-/var/tmp/runbox-podman}
@@ -54,6 +59,12 @@ wait_sock() {
 	return 1
 }
 
+# image_cli is RUNBOX_IMAGE_CLI for scripts/build-test-image.sh: podman
+# import into both services.
+image_cli() {
+	echo "podman --remote --url unix://$dir/root.sock;podman --remote --url unix:///run/user/$(id -u "$user")/podman/podman.sock"
+}
+
 stop_pid() {
 	local f=$1
 	[ -f "$f" ] || return 0
@@ -67,10 +78,16 @@ start)
 	links_before=$(ip -o link show | cut -d: -f2 | sort)
 	mkdir -p "$dir"
 	chmod 0755 "$dir"
+	# Podman caps its own nproc at 32768; a container may not ask for more
+	# than the service holds without CAP_SYS_RESOURCE.
+	nofile=$(ulimit -Hn)
+	nproc=$(ulimit -Hu)
+	if [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ]; then nproc=32768; fi
+	if [ "$nofile" = unlimited ] || [ "$nofile" -gt 1048576 ]; then nofile=1048576; fi
 	cat >"$dir/containers.conf" <<-EOF
 		[containers]
 		netns = "none"
-		default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=$(ulimit -Hu):$(ulimit -Hu)"]
+		default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
 		[engine]
 		cgroup_manager = "cgroupfs"
 		events_logger = "file"
@@ -96,9 +113,12 @@ start)
 	install -d -m 0700 -o "$user" -g "$(id -g "$user")" "/run/user/$uid/podman"
 
 	stop_pid "$dir/root.pid"
-	(cd / && CONTAINERS_CONF="$dir/containers.conf" CONTAINERS_STORAGE_CONF="$dir/storage.conf" \
-		podman system service --time=0 "unix://$dir/root.sock" </dev/null >"$dir/root.log" 2>&1 &
-		echo $! >"$dir/root.pid")
+	(
+		cd /
+		CONTAINERS_CONF="$dir/containers.conf" CONTAINERS_STORAGE_CONF="$dir/storage.conf" \
+			podman system service --time=0 "unix://$dir/root.sock" </dev/null >"$dir/root.log" 2>&1 &
+		echo $! >"$dir/root.pid"
+	)
 	stop_pid "$dir/user.pid"
 	set_userenv
 	"${userenv[@]}" podman system service --time=0 "unix:///run/user/$uid/podman/podman.sock" </dev/null >"$dir/user.log" 2>&1 &
@@ -106,8 +126,7 @@ start)
 	wait_sock "$dir/root.sock" "$dir/root.log"
 	wait_sock "/run/user/$uid/podman/podman.sock" "$dir/user.log"
 
-	RUNBOX_IMAGE_CLI="podman --remote --url unix://$dir/root.sock;podman --remote --url unix:///run/user/$uid/podman/podman.sock" \
-		"$here/build-test-image.sh"
+	[ "${RUNBOX_PODMAN_NO_IMAGES:-}" = 1 ] || RUNBOX_IMAGE_CLI=$(image_cli) "$here/build-test-image.sh"
 
 	links_after=$(ip -o link show | cut -d: -f2 | sort)
 	if [ "$links_before" != "$links_after" ]; then
@@ -123,6 +142,7 @@ stop)
 env)
 	echo "export RUNBOX_PODMAN_ROOTFUL_HOST=unix://$dir/root.sock"
 	echo "export RUNBOX_PODMAN_ROOTLESS_USER=$user"
+	echo "export RUNBOX_PODMAN_IMAGE_CLI='$(image_cli)'"
 	;;
 *)
 	echo "usage: $0 start|stop|env" >&2
