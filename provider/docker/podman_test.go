@@ -256,7 +256,7 @@ func copyFile(src, dst string) error {
 func TestEngineDetail(t *testing.T) {
 	needEngine(t)
 	p := newProvider(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	eng, err := p.EngineInfo(ctx)
 	if err != nil {
@@ -288,7 +288,7 @@ func TestEngineDetail(t *testing.T) {
 func TestLimitUnsupportedRefused(t *testing.T) {
 	needEngine(t)
 	p := newProvider(t, false)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	eng, err := p.EngineInfo(ctx)
 	if err != nil {
