@@ -191,7 +191,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		entrypoint = append(entrypoint, "--socket-mode", "0666")
 	}
 	noInit := false
-	view, err := viewFor(ctx, cli, spec.Image)
+	view, err := viewFor(ctx, cli, eng, spec.Image)
 	if err != nil {
 		if stateDir != "" {
 			os.RemoveAll(stateDir)

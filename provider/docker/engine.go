@@ -50,6 +50,8 @@ type EngineInfo struct {
 	Memory, Pids, CPU bool
 	// Why says, when a limit is not enforced, why not.
 	Why string
+	// AppArmor says the engine confines containers with AppArmor.
+	AppArmor bool
 }
 
 // String describes the engine in one line, for inspect.
@@ -116,9 +118,8 @@ func probeEngine(ctx context.Context, cli *moby.Client) (EngineInfo, error) {
 	in := info.Info
 	e.Cgroup = in.CgroupVersion
 	for _, o := range in.SecurityOptions {
-		if strings.Contains(o, "name=rootless") {
-			e.Rootless = true
-		}
+		e.Rootless = e.Rootless || strings.Contains(o, "name=rootless")
+		e.AppArmor = e.AppArmor || strings.Contains(o, "name=apparmor")
 	}
 	e.Memory, e.Pids, e.CPU = in.MemoryLimit, in.PidsLimit, in.CPUCfsQuota
 	e.Why = "the engine reports no support for it (docker info)"
@@ -132,6 +133,7 @@ type libpodInfo struct {
 		CgroupControllers []string `json:"cgroupControllers"`
 		Security          struct {
 			Rootless bool `json:"rootless"`
+			AppArmor bool `json:"apparmorEnabled"`
 		} `json:"security"`
 		IDMappings struct {
 			UIDMap []struct {
@@ -146,15 +148,18 @@ type libpodInfo struct {
 // engine's socket or TCP address.
 func (e *EngineInfo) podmanInfo(ctx context.Context, cli *moby.Client) error {
 	host := cli.DaemonHost()
-	hc := &http.Client{Timeout: 30 * time.Second}
+	// One request: no connection is kept (nor a goroutine serving it).
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Timeout: 2 * time.Minute, Transport: tr}
 	url := ""
 	switch {
 	case strings.HasPrefix(host, "unix://"):
 		sock := strings.TrimPrefix(host, "unix://")
-		hc.Transport = &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", sock)
-		}}
+		}
 		url = "http://podman/v4.0.0/libpod/info"
 	case strings.HasPrefix(host, "tcp://"):
 		url = "http://" + strings.TrimPrefix(host, "tcp://") + "/v4.0.0/libpod/info"
@@ -178,6 +183,7 @@ func (e *EngineInfo) podmanInfo(ctx context.Context, cli *moby.Client) error {
 		return fmt.Errorf("podman info at %s: %w", host, err)
 	}
 	e.Rootless = li.Host.Security.Rootless
+	e.AppArmor = li.Host.Security.AppArmor
 	e.Cgroup = strings.TrimPrefix(li.Host.CgroupVersion, "v")
 	if e.Rootless {
 		for _, m := range li.Host.IDMappings.UIDMap {
