@@ -173,7 +173,14 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
-	if maskedHome != "" {
+	var tmpfs map[string]string
+	switch {
+	case maskedHome != "" && eng.Kind == kindPodman:
+		// Podman copies what a tmpfs covers into it (tmpcopyup) unless
+		// told not to: the home's records and secrets would be in the
+		// sandbox's view.
+		tmpfs = map[string]string{maskedHome: "ro,size=4k,mode=755,notmpcopyup"}
+	case maskedHome != "":
 		// An empty read-only tmpfs over the home inside the workspace (the
 		// engine mounts it after the workspace: it sorts mounts by depth).
 		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: maskedHome, ReadOnly: true,
@@ -210,6 +217,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		// exit must end the container.
 		Init:   &noInit,
 		Mounts: mounts,
+		Tmpfs:  tmpfs,
 		Resources: container.Resources{
 			Memory:   spec.Memory,
 			NanoCPUs: int64(math.Round(spec.CPUs * 1e9)),
@@ -244,7 +252,8 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		if stateDir != "" {
 			os.RemoveAll(stateDir)
 		}
-		if cerrdefs.IsConflict(err) && spec.Name != "" {
+		// Docker says 409 Conflict; Podman 500 "... is already in use".
+		if (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is already in use")) && spec.Name != "" {
 			return fail(id, fmt.Errorf("container %s exists: %w: %w", name, host.ErrNameInUse, err))
 		}
 		return fail(id, fmt.Errorf("create container from %s: %w", spec.Image, err))
