@@ -173,13 +173,19 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
-	var tmpfs map[string]string
+	tmpfs := map[string]string{}
+	if eng.Kind == kindPodman && eng.Rootless && eng.Cgroup == "1" {
+		// Rootless Podman on cgroup v1 gives a container no cgroup of its
+		// own and shows it the host's hierarchy (other sandboxes' cgroups
+		// by name); there is nothing of the sandbox's there to keep.
+		tmpfs["/sys/fs/cgroup"] = "ro,size=4k,mode=755,notmpcopyup"
+	}
 	switch {
 	case maskedHome != "" && eng.Kind == kindPodman:
 		// Podman copies what a tmpfs covers into it (tmpcopyup) unless
 		// told not to: the home's records and secrets would be in the
 		// sandbox's view.
-		tmpfs = map[string]string{maskedHome: "ro,size=4k,mode=755,notmpcopyup"}
+		tmpfs[maskedHome] = "ro,size=4k,mode=755,notmpcopyup"
 	case maskedHome != "":
 		// An empty read-only tmpfs over the home inside the workspace (the
 		// engine mounts it after the workspace: it sorts mounts by depth).
