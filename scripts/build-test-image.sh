@@ -18,15 +18,26 @@
 #
 # Usage: scripts/build-test-image.sh [REPOSITORY]   (default runbox-test)
 #
-# It needs the docker CLI and the busybox-static, bash-static, git and
+# RUNBOX_IMAGE_CLI is the command that imports and inspects images (default
+# docker); for Podman it is podman, or, for another user's (rootless)
+# service, podman --remote --url unix:///run/user/UID/podman/podman.sock:
+# the same tarballs, imported with `podman import`. Several commands,
+# separated by ';', import each tarball into every engine they name
+# (scripts/podman-service.sh does this for its two services).
+#
+# It needs that CLI and the busybox-static, bash-static, git and
 # python3 packages; when they are missing and it runs as root with apt-get,
 # it installs them.
 set -euo pipefail
 
 repo=${1:-runbox-test}
+IFS=';' read -ra clis <<<"${RUNBOX_IMAGE_CLI:-docker}"
 
 need_pkgs=()
-command -v docker >/dev/null || { echo "build-test-image: the docker CLI is missing (apt-get install docker.io)" >&2; exit 1; }
+for c in "${clis[@]}"; do
+	read -ra cli <<<"$c"
+	command -v "${cli[0]}" >/dev/null || { echo "build-test-image: ${cli[0]} is missing (apt-get install docker.io, or podman)" >&2; exit 1; }
+done
 dpkg -s busybox-static >/dev/null 2>&1 || need_pkgs+=(busybox-static)
 dpkg -s bash-static >/dev/null 2>&1 || need_pkgs+=(bash-static)
 dpkg -s git >/dev/null 2>&1 || need_pkgs+=(git)
@@ -156,7 +167,7 @@ addpkgs() {
 # build TAG WITH_BASH [PKG...] makes the image TAG unless it is already up
 # to date; PKG... are Debian packages added to it.
 build() {
-	local tag=$1 with_bash=$2 root="$work/root-$1" tarball="$work/rootfs-$1.tar"
+	local tag=$1 with_bash=$2 root="$work/root-${1//:/_}" tarball="$work/rootfs-${1//:/_}.tar"
 	shift 2
 	mkroot "$root" "$with_bash"
 	if [ $# -gt 0 ]; then
@@ -168,17 +179,21 @@ build() {
 	local digest comment have
 	digest=$(sha256sum "$tarball" | cut -d' ' -f1)
 	comment="runbox test image rootfs sha256:$digest"
-	have=$(docker image inspect -f '{{.Comment}}' "$tag" 2>/dev/null || true)
-	if [ "$have" = "$comment" ]; then
-		echo "$tag is up to date ($digest)"
-		return
-	fi
-	docker import \
-		--message "$comment" \
-		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-		--change 'CMD ["/bin/sh"]' \
-		"$tarball" "$tag" >/dev/null
-	echo "built $tag ($digest)"
+	local c cli
+	for c in "${clis[@]}"; do
+		read -ra cli <<<"$c"
+		have=$("${cli[@]}" image inspect -f '{{.Comment}}' "$tag" 2>/dev/null || true)
+		if [ "$have" = "$comment" ]; then
+			echo "$tag is up to date in ${cli[*]} ($digest)"
+			continue
+		fi
+		"${cli[@]}" import \
+			--message "$comment" \
+			--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+			--change 'CMD ["/bin/sh"]' \
+			"$tarball" "$tag" >/dev/null
+		echo "built $tag in ${cli[*]} ($digest)"
+	done
 }
 
 build "$repo:busybox" yes

@@ -93,6 +93,13 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err != nil {
 		return fail("", err)
 	}
+	eng, err := p.engineInfo(ctx, cli)
+	if err != nil {
+		return fail("", err)
+	}
+	if err := eng.checkLimits(spec.Memory, spec.Pids, spec.CPUs); err != nil {
+		return fail("", err)
+	}
 	if err := ensureImage(ctx, cli, spec.Image); err != nil {
 		return fail("", err)
 	}
@@ -119,6 +126,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		LabelSpec:    string(specJSON),
 		LabelCreated: created.Format(time.RFC3339Nano),
 		LabelStream:  streamExec,
+		LabelEngine:  eng.String(),
 	}
 	secret, err := daemonauth.NewSecret()
 	if err != nil {
@@ -128,7 +136,11 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 
 	var mounts []mount.Mount
 	stateDir, socket := "", ""
-	if !p.execForced() && isLocal(cli) {
+	sockOK, why := eng.socketStream(os.Geteuid())
+	if !sockOK {
+		labels[LabelStreamWhy] = why
+	}
+	if !p.execForced() && isLocal(cli) && sockOK {
 		home, err := p.home()
 		if err != nil {
 			return fail(id, err)
@@ -161,7 +173,20 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
-	if maskedHome != "" {
+	tmpfs := map[string]string{}
+	if eng.Kind == kindPodman && eng.Rootless && eng.Cgroup == "1" {
+		// Rootless Podman on cgroup v1 gives a container no cgroup of its
+		// own and shows it the host's hierarchy (other sandboxes' cgroups
+		// by name); there is nothing of the sandbox's there to keep.
+		tmpfs["/sys/fs/cgroup"] = "ro,size=4k,mode=755,notmpcopyup"
+	}
+	switch {
+	case maskedHome != "" && eng.Kind == kindPodman:
+		// Podman copies what a tmpfs covers into it (tmpcopyup) unless
+		// told not to: the home's records and secrets would be in the
+		// sandbox's view.
+		tmpfs[maskedHome] = "ro,size=4k,mode=755,notmpcopyup"
+	case maskedHome != "":
 		// An empty read-only tmpfs over the home inside the workspace (the
 		// engine mounts it after the workspace: it sorts mounts by depth).
 		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: maskedHome, ReadOnly: true,
@@ -179,7 +204,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		entrypoint = append(entrypoint, "--socket-mode", "0666")
 	}
 	noInit := false
-	view, err := viewFor(ctx, cli, spec.Image)
+	view, err := viewFor(ctx, cli, eng, spec.Image)
 	if err != nil {
 		if stateDir != "" {
 			os.RemoveAll(stateDir)
@@ -198,6 +223,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		// exit must end the container.
 		Init:   &noInit,
 		Mounts: mounts,
+		Tmpfs:  tmpfs,
 		Resources: container.Resources{
 			Memory:   spec.Memory,
 			NanoCPUs: int64(math.Round(spec.CPUs * 1e9)),
@@ -232,7 +258,8 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		if stateDir != "" {
 			os.RemoveAll(stateDir)
 		}
-		if cerrdefs.IsConflict(err) && spec.Name != "" {
+		// Docker says 409 Conflict; Podman 500 "... is already in use".
+		if (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is already in use")) && spec.Name != "" {
 			return fail(id, fmt.Errorf("container %s exists: %w: %w", name, host.ErrNameInUse, err))
 		}
 		return fail(id, fmt.Errorf("create container from %s: %w", spec.Image, err))

@@ -3,7 +3,10 @@
 // copied in before start and run as PID 1 in place of the image's
 // entrypoint. It talks to the engine through the official Go client
 // (github.com/moby/moby/client) and honours DOCKER_HOST and the rest of the
-// usual client environment.
+// usual client environment. Without DOCKER_HOST, when nothing answers on
+// Docker's socket, it uses Podman's (NewEngineClient); Podman, rootful and
+// rootless, is a supported engine (docs/podman.md). Limits the engine would
+// drop (rootless Podman on cgroup v1) are refused (ErrLimitUnsupported).
 //
 // Containers carry labels, so any process — or any machine talking to the
 // same engine — finds a sandbox by id or name without local state:
@@ -15,6 +18,7 @@
 //	runbox.stream=socket|exec  how the API reaches runboxd
 //	runbox.socket=<path>     the host path of runboxd's socket (socket stream)
 //	runbox.view=private|...  whether commands run in a view without /.runbox
+//	runbox.engine=<engine>   which engine made it ("podman 4.3.1 (rootless, cgroup v1)")
 //
 // The byte stream to runboxd takes one of two paths:
 //

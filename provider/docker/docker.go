@@ -1,6 +1,7 @@
 package docker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -104,13 +105,16 @@ type Provider struct {
 	// ForceExecStream reaches runboxd through `docker exec runboxd proxy`
 	// even when the engine is local (as RUNBOX_DOCKER_STREAM=exec does).
 	ForceExecStream bool
-	// Engine is the Docker client to use; nil means one made from the
-	// environment (DOCKER_HOST, DOCKER_API_VERSION, DOCKER_CERT_PATH, ...)
-	// on first use, closed by Close.
+	// Engine is the Docker client to use; nil means one made by
+	// NewEngineClient on first use (DOCKER_HOST and the rest of the client
+	// environment, else Docker's socket, else Podman's), closed by Close.
 	Engine *moby.Client
 
 	mu  sync.Mutex
 	own *moby.Client
+	// info is what the engine said it is, asked once (infoOK).
+	info   EngineInfo
+	infoOK bool
 }
 
 var _ runbox.Provider = (*Provider)(nil)
@@ -139,13 +143,40 @@ func (p *Provider) engine() (*moby.Client, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.own == nil {
-		c, err := moby.New(moby.FromEnv)
+		c, err := NewEngineClient()
 		if err != nil {
-			return nil, fmt.Errorf("docker client: %w", err)
+			return nil, err
 		}
 		p.own = c
 	}
 	return p.own, nil
+}
+
+// EngineInfo returns what the engine is (Docker or Podman, rootless, which
+// limits it enforces), asked once.
+func (p *Provider) EngineInfo(ctx context.Context) (EngineInfo, error) {
+	cli, err := p.engine()
+	if err != nil {
+		return EngineInfo{}, err
+	}
+	return p.engineInfo(ctx, cli)
+}
+
+func (p *Provider) engineInfo(ctx context.Context, cli *moby.Client) (EngineInfo, error) {
+	p.mu.Lock()
+	if p.infoOK {
+		defer p.mu.Unlock()
+		return p.info, nil
+	}
+	p.mu.Unlock()
+	e, err := probeEngine(ctx, cli)
+	if err != nil {
+		return EngineInfo{}, err
+	}
+	p.mu.Lock()
+	p.info, p.infoOK = e, true
+	p.mu.Unlock()
+	return e, nil
 }
 
 // execForced reports whether every stream must be a docker exec.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 
 // checkEngine returns why the tests cannot run here, or "".
 func checkEngine() string {
-	cli, err := moby.New(moby.FromEnv)
+	cli, err := docker.NewEngineClient()
 	if err != nil {
 		return fmt.Sprintf("no Docker client: %v", err)
 	}
@@ -76,7 +77,7 @@ func needEngine(t testing.TB) {
 // closed when the test ends.
 func engine(t testing.TB) *moby.Client {
 	t.Helper()
-	cli, err := moby.New(moby.FromEnv)
+	cli, err := docker.NewEngineClient()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,14 @@ func top(t testing.TB, cli *moby.Client, containerID string) []proc {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := cli.ContainerTop(ctx, containerID, moby.ContainerTopOptions{Arguments: []string{"-ww", "-eo", "pid,stat,rss,args"}})
+	// Podman's top reads the container's processes itself for AIX-style
+	// descriptors (psgo); given ps options it runs the image's ps, which
+	// busybox's cannot serve.
+	args, stat := []string{"-ww", "-eo", "pid,stat,rss,args"}, "STAT"
+	if isPodman(t, cli) {
+		args, stat = []string{"pid,state,rss,args"}, "STATE"
+	}
+	res, err := cli.ContainerTop(ctx, containerID, moby.ContainerTopOptions{Arguments: args})
 	if cerrdefs.IsNotFound(err) || cerrdefs.IsConflict(err) {
 		return nil
 	}
@@ -138,7 +146,7 @@ func top(t testing.TB, cli *moby.Client, containerID string) []proc {
 	for i, title := range res.Titles {
 		col[title] = i
 	}
-	for _, want := range []string{"PID", "STAT", "RSS", "COMMAND"} {
+	for _, want := range []string{"PID", stat, "RSS", "COMMAND"} {
 		if _, ok := col[want]; !ok {
 			t.Fatalf("docker top %.12s: no %s column in %q", containerID, want, res.Titles)
 		}
@@ -147,9 +155,32 @@ func top(t testing.TB, cli *moby.Client, containerID string) []proc {
 	for _, row := range res.Processes {
 		pid, _ := strconv.Atoi(row[col["PID"]])
 		kb, _ := strconv.ParseInt(row[col["RSS"]], 10, 64)
-		out = append(out, proc{pid: pid, stat: row[col["STAT"]], rss: kb << 10, args: row[col["COMMAND"]]})
+		out = append(out, proc{pid: pid, stat: row[col[stat]], rss: kb << 10, args: row[col["COMMAND"]]})
 	}
 	return out
+}
+
+// podmanHosts caches, per engine address, whether the engine is Podman.
+var podmanHosts sync.Map
+
+// isPodman reports whether cli's engine is Podman.
+func isPodman(t testing.TB, cli *moby.Client) bool {
+	t.Helper()
+	if v, ok := podmanHosts.Load(cli.DaemonHost()); ok {
+		return v.(bool)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	v, err := cli.ServerVersion(ctx, moby.ServerVersionOptions{})
+	if err != nil {
+		t.Fatalf("engine version: %v", err)
+	}
+	podman := false
+	for _, c := range v.Components {
+		podman = podman || c.Name == "Podman Engine"
+	}
+	podmanHosts.Store(cli.DaemonHost(), podman)
+	return podman
 }
 
 // countLive counts live (non-zombie) processes whose command line contains
@@ -207,6 +238,13 @@ func fixture(p *docker.Provider, cli *moby.Client) providertest.Fixture {
 	defer cancel()
 	if _, err := cli.ImageInspect(ctx, toolsImage); err != nil {
 		fx.ToolsMissing = fmt.Sprintf("test image %s is missing: %v", toolsImage, err)
+	}
+	// An engine that cannot enforce a limit refuses sandboxes that ask
+	// for it (TestLimitUnsupportedRefused); the cases that need it skip,
+	// saying why.
+	if eng, err := p.EngineInfo(ctx); err == nil && (!eng.Memory || !eng.Pids) {
+		fx.MemoryLimit, fx.PidsLimit = eng.Memory, eng.Pids
+		fx.NoLimitsReason = fmt.Sprintf("%s: %s", eng, eng.Why)
 	}
 	return fx
 }

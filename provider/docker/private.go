@@ -44,7 +44,7 @@ type commandView struct {
 //
 // An image whose user is not root gets no private view: runboxd runs as
 // that user, without the capabilities to build one (the label says so).
-func viewFor(ctx context.Context, cli *moby.Client, image string) (commandView, error) {
+func viewFor(ctx context.Context, cli *moby.Client, eng EngineInfo, image string) (commandView, error) {
 	ii, err := cli.ImageInspect(ctx, image)
 	if err != nil {
 		return commandView{}, fmt.Errorf("inspect image %s: %w", image, engineError(cli, err))
@@ -57,14 +57,8 @@ func viewFor(ctx context.Context, cli *moby.Client, image string) (commandView, 
 		return commandView{label: fmt.Sprintf("shared: the image's user %q is not root, so runboxd cannot hide %s from its commands", user, ctrPrivate)}, nil
 	}
 	v := commandView{args: []string{"--private", ctrPrivate}, capAdd: []string{"CAP_SYS_ADMIN"}, label: viewPrivate}
-	info, err := cli.Info(ctx, moby.InfoOptions{})
-	if err != nil {
-		return commandView{}, fmt.Errorf("engine info: %w", engineError(cli, err))
-	}
-	for _, o := range info.Info.SecurityOptions {
-		if strings.Contains(o, "name=apparmor") {
-			v.securityOpt = append(v.securityOpt, "apparmor=unconfined")
-		}
+	if eng.AppArmor {
+		v.securityOpt = append(v.securityOpt, "apparmor=unconfined")
 	}
 	return v, nil
 }

@@ -79,6 +79,12 @@ func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
 	if v := c.Labels[LabelView]; v != "" {
 		detail["view"] = v
 	}
+	if v := c.Labels[LabelEngine]; v != "" {
+		detail["engine"] = v
+	}
+	if v := c.Labels[LabelStreamWhy]; v != "" {
+		detail["stream_why"] = v
+	}
 	if !alive {
 		detail["lost"] = fmt.Sprintf("container %s is %s", c.Name, c.State)
 		if c.State == container.StateRunning {
