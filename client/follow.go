@@ -26,9 +26,12 @@ type follower struct {
 	run          *runboxv1.RunRequest
 	streamOutput bool
 
-	// seen is set once a started event arrived: from then on the exec is
-	// known to exist, so the daemon forgetting it means it restarted.
-	seen bool
+	// seen is set once a started event arrived, at seenAt: from then on
+	// the exec is known to exist, so the daemon forgetting it means it
+	// restarted, or it let the exited exec go (retention, the budget of
+	// retained results) before its end was read; forgotten tells which.
+	seen   bool
+	seenAt time.Time
 	// opened is set once a stream was first asked for: the Run may have
 	// reached the daemon.
 	opened bool
@@ -70,7 +73,9 @@ func (f *follower) next() (*runboxv1.ExecEvent, error) {
 			ev := f.stream.Msg()
 			switch e := ev.GetEvent().(type) {
 			case *runboxv1.ExecEvent_Started:
-				f.seen = true
+				if !f.seen {
+					f.seen, f.seenAt = true, time.Now()
+				}
 			case *runboxv1.ExecEvent_Output:
 				if e.Output.GetSeq() <= f.lastSeq {
 					continue // already delivered before a reconnect
@@ -106,8 +111,7 @@ func (f *follower) retry(err error, brokeAt *time.Time, backoff *time.Duration) 
 	}
 	if !transient(err) {
 		if sentinel, _, _ := wire.FromConnectError(err); f.seen && sentinel == runbox.ErrExecNotFound {
-			return fmt.Errorf("%w: exec %s is gone from the daemon (did it restart?): %v",
-				runbox.ErrSandboxLost, f.id, err)
+			return f.forgotten(err)
 		}
 		return err
 	}
@@ -129,6 +133,35 @@ func (f *follower) retry(err error, brokeAt *time.Time, backoff *time.Duration) 
 	*backoff = min(*backoff*2, maxBackoff)
 	return nil
 }
+
+// forgotten is the error for an exec the daemon no longer knows although
+// this follower saw it start (notFound, the daemon's answer). A daemon
+// that started after that moment restarted, and the exec died with the
+// one before: runbox.ErrSandboxLost. A daemon up since before it let the
+// exited exec go (its retention, or the budget of retained results, passed
+// before its end was read): runbox.ErrExecNotFound, never a sandbox
+// reported lost while it answers. When Info fails too, the daemon is
+// lost.
+func (f *follower) forgotten(notFound error) error {
+	ctx, cancel := context.WithTimeout(f.ctx, forgottenInfoTimeout)
+	defer cancel()
+	resp, err := f.c.rpc.Info(ctx, connect.NewRequest(&runboxv1.InfoRequest{}))
+	if err != nil {
+		return fmt.Errorf("%w: exec %s is gone from the daemon, which does not answer Info either (%v): %v",
+			runbox.ErrSandboxLost, f.id, err, notFound)
+	}
+	up := time.UnixMilli(resp.Msg.GetStartedAtUnixMs())
+	if up.After(f.seenAt) {
+		return fmt.Errorf("%w: exec %s is gone: the daemon restarted at %s, after the exec started: %v",
+			runbox.ErrSandboxLost, f.id, up.UTC().Format(time.RFC3339), notFound)
+	}
+	return fmt.Errorf("%w: the daemon (up since %s) no longer keeps exec %s: it ended and its result passed the retention or the budget of retained results before it was read: %v",
+		runbox.ErrExecNotFound, up.UTC().Format(time.RFC3339), f.id, notFound)
+}
+
+// forgottenInfoTimeout bounds the Info call that tells a restarted daemon
+// from one that let an exec go.
+const forgottenInfoTimeout = 10 * time.Second
 
 // close releases the current stream, if any.
 func (f *follower) close() {
