@@ -41,6 +41,12 @@ var (
 	// ErrSpawn means the command could not be started (missing binary,
 	// bad working directory).
 	ErrSpawn = errors.New("cannot start command")
+	// ErrCommandNotFound is the ErrSpawn of an argv whose program does not
+	// exist (runbox exits 127 for it, as a shell does).
+	ErrCommandNotFound error = &spawnError{"cannot start command: command not found"}
+	// ErrCommandNotExecutable is the ErrSpawn of an argv whose program
+	// exists but cannot be executed (runbox exits 126, as a shell does).
+	ErrCommandNotExecutable error = &spawnError{"cannot start command: not executable"}
 	// ErrFileNotFound means a path in the sandbox (or, for a pull, on this
 	// machine) does not exist.
 	ErrFileNotFound = errors.New("file not found")
@@ -96,3 +102,12 @@ func (e *Error) Error() string {
 
 // Unwrap returns the cause.
 func (e *Error) Unwrap() error { return e.Err }
+
+// spawnError is an ErrSpawn that says more: errors.Is finds ErrSpawn in it.
+type spawnError struct{ msg string }
+
+// Error is the message, which starts with ErrSpawn's.
+func (e *spawnError) Error() string { return e.msg }
+
+// Unwrap is ErrSpawn.
+func (e *spawnError) Unwrap() error { return ErrSpawn }

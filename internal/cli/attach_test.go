@@ -42,7 +42,7 @@ func TestCancel(t *testing.T) {
 		t.Errorf("attach to a cancelled exec: %+v; want 143, cancelled", o)
 	}
 	// Cancelling an id that never started leaves a tombstone: it never runs.
-	must(t, "cancel", id, "later")
+	must(t, "cancel", "--tombstone", id, "later")
 	o = rb(t, "exec", "--id", "later", id, "--", "echo ran")
 	if o.code != 125 || o.stdout != "" || !contains(o.stderr, id, "later", "cancelled") {
 		t.Errorf("exec of a cancelled id: %+v; want 125, exec cancelled", o)

@@ -11,13 +11,19 @@ import (
 
 func (a *app) cancelCmd() *cobra.Command {
 	var grace time.Duration
+	var tombstone bool
 	c := &cobra.Command{
-		Use:   "cancel [--grace D] SANDBOX EXEC_ID",
+		Use:   "cancel [--grace D] [--tombstone] SANDBOX EXEC_ID",
 		Short: "Stop an exec and everything it started",
 		Long: `Stop an exec with the stop protocol: SIGTERM to every process it started, up to
 the grace period, then SIGKILL; returns once they are gone. Cancelling is
-idempotent, and cancelling an id that has not started yet means it never will
-(runbox says so on stderr). EXEC_ID may be a unique prefix of the id.
+idempotent. EXEC_ID may be a unique prefix of the id.
+
+An id the sandbox has never seen (mistyped, say) is an error, exit status 125:
+runboxd still leaves a tombstone for it, so that an exec started with that
+id later is refused. With --tombstone that is what was asked for (cancel an
+exec before it starts, racing its runbox exec --id): runbox says so on
+stderr and exits 0.
 
 An exec that has exited may have left processes running in the background
 (runbox ps counts them in PROCS); cancelling it stops them.`,
@@ -43,12 +49,16 @@ An exec that has exited may have left processes running in the background
 			if err != nil {
 				return fail("cancel", key, id, err)
 			}
-			if !known {
+			switch {
+			case !known && tombstone:
 				fmt.Fprintf(a.stderr, "runbox: sandbox %s has no exec %s: left a tombstone, so an exec started with that id will be refused\n", key, id)
+			case !known:
+				return fail("cancel", key, id, fmt.Errorf("%w (the sandbox never saw this id; a tombstone now refuses an exec started with it)", runbox.ErrExecNotFound))
 			}
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&tombstone, "tombstone", false, "an id the sandbox has not seen is no error: leave its tombstone on purpose, so an exec started with it is refused")
 	c.Flags().DurationVar(&grace, "grace", 0, "time between SIGTERM and SIGKILL (default: the exec's own; 0: SIGKILL at once)")
 	return c
 }

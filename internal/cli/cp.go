@@ -23,7 +23,9 @@ func (a *app) cpCmd() *cobra.Command {
 like docker cp. One of SRC and DST is SANDBOX:PATH, the other a local path
 (write ./a:b for a local path with a colon). When DST is an existing
 directory, SRC lands inside it under its own name; otherwise DST names the
-copy. Modes, mtimes and symlinks (as links, never followed) are preserved;
+copy. As with docker cp, nothing is created above DST: a DST whose directory
+does not exist, a DST ending in "/" that is not an existing directory, and a
+directory SRC onto an existing file are errors (exit status 125). Modes, mtimes and symlinks (as links, never followed) are preserved;
 nothing is written outside DST.
 
 A progress bar (bytes, total, percentage, rate, ETA) is drawn on stderr
@@ -36,11 +38,16 @@ unless --quiet.`,
 			if (src.sandbox == "") == (dst.sandbox == "") {
 				return fmt.Errorf("cp %s %s: exactly one of SRC and DST must be SANDBOX:PATH (see 'runbox cp --help')", args[0], args[1])
 			}
+			var srcKind pathKind
 			if dst.sandbox != "" {
 				// A missing local source is this machine's problem, not
 				// the sandbox's.
-				if _, err := os.Lstat(src.path); err != nil {
+				fi, err := os.Lstat(src.path)
+				if err != nil {
 					return fmt.Errorf("cp: local source: %w", err)
+				}
+				if fi.IsDir() {
+					srcKind = kindDir
 				}
 			}
 			_, cl, err := a.connect(c.Context(), key)
@@ -49,6 +56,23 @@ unless --quiet.`,
 			}
 			defer cl.Close()
 			ctx := c.Context()
+			if dst.sandbox != "" {
+				err = checkCopy(srcKind, dst.path, remoteStat(ctx, cl), remoteDir)
+			} else {
+				fi, serr := cl.Stat(ctx, src.path)
+				switch {
+				case serr != nil:
+					err = fmt.Errorf("source %s: %w", src.path, serr)
+				case fi.IsDir():
+					srcKind = kindDir
+				}
+				if err == nil {
+					err = checkCopy(srcKind, dst.path, localStat, localDir)
+				}
+			}
+			if err != nil {
+				return fail("cp", key, "", err)
+			}
 			bar := newProgress(a.stderr, !quiet && isTerminal(a.stderr), widthOf(a.stderr), "cp")
 			start := time.Now()
 			var st client.ArchiveStats
@@ -64,12 +88,13 @@ unless --quiet.`,
 				return fail("cp", key, "", err)
 			}
 			if !quiet {
-				fmt.Fprintf(a.stderr, "copied %d files, %d links, %d dirs (%s) to %s in %v\n",
-					st.Files, st.Links, st.Dirs, humanBytes(st.Bytes), args[1], time.Since(start).Round(time.Millisecond))
+				fmt.Fprintf(a.stderr, "copied %s, %s, %s (%s) to %s in %v\n",
+					plural(st.Files, "file"), plural(st.Links, "link"), plural(st.Dirs, "dir"),
+					humanBytes(st.Bytes), args[1], time.Since(start).Round(time.Millisecond))
 			}
 			if st.Stripped > 0 {
 				// Said even with --quiet: the copy differs from its source.
-				fmt.Fprintf(a.stderr, "runbox: cp: dropped the setuid/setgid bit of %d entries (runbox never creates them)\n", st.Stripped)
+				fmt.Fprintf(a.stderr, "runbox: cp: dropped the setuid/setgid bit of %s (runbox never creates them)\n", plural(st.Stripped, "entry"))
 			}
 			return nil
 		},

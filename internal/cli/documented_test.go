@@ -77,11 +77,12 @@ func TestShIsLoginShell(t *testing.T) {
 
 // TestLsWithoutDocker: with no Docker engine answering, ls still lists the
 // other providers' sandboxes, exits 0, and says on stderr that docker
-// sandboxes were not listed. (setHome points DOCKER_HOST at a socket that
-// does not exist.)
+// sandboxes were not listed. (DOCKER_HOST names a socket nothing listens
+// on: an engine that stopped.)
 func TestLsWithoutDocker(t *testing.T) {
-	setHome(t)
+	home := setHome(t)
 	id := up(t, "--name", "listed")
+	stoppedEngine(t, home) // one never started is no warning (TestLsQuietAndDockerNote)
 	o := rb(t, "ls")
 	if o.code != 0 || !regexp.MustCompile(`(?m)^`+id+`\s+listed\s+host\s+up\b`).MatchString(o.stdout) {
 		t.Errorf("ls without a docker engine: %+v; want %s listed, host, up", o, id)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -17,15 +18,18 @@ import (
 
 func (a *app) execCmd() *cobra.Command {
 	var f execFlags
+	var line commandLine
 	c := &cobra.Command{
-		Use:   "exec [flags] SANDBOX -- COMMAND...",
+		Use:   "exec [flags] SANDBOX COMMAND...",
 		Short: "Run a command in a sandbox",
 		Long: `Run a command in a sandbox and exit with its status.
 
 One COMMAND argument is a shell string, run by bash -c (sh -c where bash is
 absent): runbox exec sb -- 'make && ./a.out | head'. Several arguments are a
-program and its arguments, run directly without a shell: runbox exec sb -- ls -l /.
-Put "--" before COMMAND when it has flags of its own.
+program and its arguments, run directly without a shell: runbox exec sb ls -l /.
+As with docker exec, runbox's flags come before SANDBOX (or between SANDBOX
+and "--"); from COMMAND's first word on, every argument is the command's.
+"--" before COMMAND is accepted: runbox exec sb -- ls -l /.
 
 Output streams to this terminal as it arrives, stdout and stderr apart; with
 --json one JSON object is printed when the command ends instead. A timeout is
@@ -34,13 +38,12 @@ reported on stderr as "runbox: timed out after D".
 With -t the command runs on a pseudo-terminal the size of this one, resized
 with it; -t -i also types this process's stdin into it (raw mode when stdin
 is a terminal, restored on exit). runbox sh SANDBOX opens an interactive shell.`,
-		Args: func(c *cobra.Command, args []string) error {
-			_, _, err := splitCommand(c, args, 1)
+		Args: func(c *cobra.Command, args []string) (err error) {
+			line, err = splitCommand(c, args, 1)
 			return err
 		},
-		RunE: func(c *cobra.Command, args []string) error {
-			before, command, _ := splitCommand(c, args, 1)
-			key := before[0]
+		RunE: func(c *cobra.Command, _ []string) error {
+			key, command := line.before[0], line.command
 			if err := f.check(); err != nil {
 				return fail("exec", key, f.ID, err)
 			}
@@ -53,6 +56,7 @@ is a terminal, restored on exit). runbox sh SANDBOX opens an interactive shell.`
 		},
 	}
 	f.add(c.Flags())
+	c.Flags().SetInterspersed(false) // flags after SANDBOX are the command's
 	return c
 }
 
@@ -115,24 +119,52 @@ func (f *execFlags) check() error {
 	return f.Check()
 }
 
+// commandLine is a command's operands and the command that follows them,
+// as splitCommand found them.
+type commandLine struct {
+	before, command []string
+}
+
 // splitCommand splits args into n operands before the command and the
-// command itself. "--" ends the operands; without it the first n arguments
-// are the operands.
-func splitCommand(c *cobra.Command, args []string, n int) (before, command []string, err error) {
-	dash := c.ArgsLenAtDash()
-	if dash < 0 {
-		dash = min(n, len(args))
+// command itself, as docker exec and docker run do: c's flags are not
+// interspersed (SetInterspersed(false)), so flags parse up to the first
+// operand, and the command starts at the word after the n operands; from
+// there every argument is the command's, "-la" included. "--" is still
+// accepted before the command. Between the operands and the command,
+// arguments that start with "-" are c's own flags (runbox exec SB
+// --timeout 5s -- make), up to the first word that is not one.
+//
+// It parses those flags, so it is called once per invocation (from Args).
+func splitCommand(c *cobra.Command, args []string, n int) (commandLine, error) {
+	var cl commandLine
+	if dash := c.ArgsLenAtDash(); dash >= 0 {
+		cl.before, cl.command = args[:dash], args[dash:]
+	} else {
+		cl.before, cl.command = args[:min(n, len(args))], args[min(n, len(args)):]
+		if rest := cl.command; len(cl.before) == n && n > 0 && len(rest) > 0 && strings.HasPrefix(rest[0], "-") && rest[0] != "-" {
+			if rest[0] == "--" {
+				cl.command = rest[1:]
+			} else {
+				fs := c.Flags()
+				if err := fs.Parse(rest); err != nil {
+					return cl, c.FlagErrorFunc()(c, err)
+				}
+				if help, _ := fs.GetBool("help"); help {
+					return cl, pflag.ErrHelp
+				}
+				cl.command = fs.Args()
+			}
+		}
 	}
-	before, command = args[:dash], args[dash:]
 	switch {
-	case len(before) != n && n == 0:
-		return nil, nil, fmt.Errorf("%s: unexpected arguments before \"--\": %q (see '%s --help')", c.Name(), before, c.CommandPath())
-	case len(before) != n:
-		return nil, nil, fmt.Errorf("%s: expected SANDBOX -- COMMAND... (see '%s --help')", c.Name(), c.CommandPath())
-	case len(command) == 0:
-		return nil, nil, fmt.Errorf("%s: no command given after SANDBOX (see '%s --help')", c.Name(), c.CommandPath())
+	case len(cl.before) != n && n == 0:
+		return cl, fmt.Errorf("%s: unexpected arguments before \"--\": %q (see '%s --help')", c.Name(), cl.before, c.CommandPath())
+	case len(cl.before) != n:
+		return cl, fmt.Errorf("%s: expected SANDBOX COMMAND... (see '%s --help')", c.Name(), c.CommandPath())
+	case len(cl.command) == 0:
+		return cl, fmt.Errorf("%s: no command given after SANDBOX (see '%s --help')", c.Name(), c.CommandPath())
 	}
-	return before, command, nil
+	return cl, nil
 }
 
 // exec runs command in sb through cl as f says, and reports the result: the

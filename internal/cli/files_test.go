@@ -32,7 +32,7 @@ func TestCpAndSync(t *testing.T) {
 
 	target := id + ":" + remote + "-sync"
 	out := must(t, "sync", "--exclude", "*.log", filepath.Join(src, "dir"), target)
-	if !strings.HasPrefix(out, "1 files, 1 links, 1 dirs sent") {
+	if !strings.HasPrefix(out, "1 file, 1 link, 1 dir sent") {
 		t.Errorf("first sync printed %q", out)
 	}
 	if _, err := os.Stat(remote + "-sync/sub/b.log"); !os.IsNotExist(err) {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,7 +12,9 @@ func (a *app) inspectCmd() *cobra.Command {
 		Use:   "inspect SANDBOX",
 		Short: "Print a sandbox's record and its runboxd's state as JSON",
 		Long: `Print a sandbox as JSON: its provider record and, when its runboxd answers,
-the daemon's state (version, cgroup mode, exec counts, goroutines, open files).`,
+the daemon's state (version, cgroup mode, exec counts, goroutines, open files).
+A local sandbox's detail holds its limits: memory and tmp_size in bytes, pids,
+cpus and cpu_shares.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key := args[0]
@@ -41,11 +42,14 @@ the daemon's state (version, cgroup mode, exec counts, goroutines, open files).`
 					OpenFDs:    info.OpenFDs,
 				}
 			}
-			b, err := json.MarshalIndent(out, "", "  ")
-			if err != nil {
+			// Indented, and with "->" and "<" as they are (MarshalIndent
+			// would print \u003e).
+			enc := json.NewEncoder(a.stdout)
+			enc.SetIndent("", "  ")
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(out); err != nil {
 				return fail("inspect", key, "", err)
 			}
-			fmt.Fprintf(a.stdout, "%s\n", b)
 			return nil
 		},
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -13,21 +14,34 @@ import (
 )
 
 func (a *app) lsCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, quiet bool
 	c := &cobra.Command{
-		Use:   "ls [--json]",
+		Use:   "ls [--json | -q]",
 		Short: "List sandboxes",
 		Long: `List every sandbox of every provider: host sandboxes recorded under
 $RUNBOX_HOME, and docker sandboxes (containers labelled by runbox) on the
 engine DOCKER_HOST names. STATUS is "up" when the sandbox's runboxd answered
 within a second, "lost" otherwise (remove a lost sandbox with runbox rm -f).
-A provider that cannot be reached here is noted on stderr and skipped.`,
+A provider that cannot be reached here is noted on stderr and skipped, except
+a docker engine that was never started (its socket does not exist): it has
+no sandboxes to list. With a server (RUNBOX_HOST) only the server's sandboxes
+are listed, and a server that does not answer is an error. -q prints the ids
+alone, one a line (docker ps -q).`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
+			// Through a server, the server is the only place to list: a
+			// server that cannot be used is an error, not a warning.
+			srv, err := a.remoteServer()
+			if err != nil {
+				return fail("list", "", "", err)
+			}
 			var all []runbox.Sandbox
 			for _, p := range a.allProviders() {
 				sbs, err := p.List(c.Context())
-				if errors.Is(err, runbox.ErrProviderUnavailable) {
+				if errors.Is(err, runbox.ErrProviderUnavailable) && srv == nil {
+					if neverStarted(err) {
+						continue
+					}
 					fmt.Fprintf(a.stderr, "runbox: %s sandboxes not listed: %v\n", p.Name(), unavailableReason(err))
 					continue
 				}
@@ -35,6 +49,12 @@ A provider that cannot be reached here is noted on stderr and skipped.`,
 					return fail("list", "", "", err)
 				}
 				all = append(all, sbs...)
+			}
+			if quiet {
+				for _, sb := range all {
+					fmt.Fprintln(a.stdout, sb.ID)
+				}
+				return nil
 			}
 			if asJSON {
 				out := make([]sandboxJSON, 0, len(all))
@@ -52,7 +72,16 @@ A provider that cannot be reached here is noted on stderr and skipped.`,
 		},
 	}
 	c.Flags().BoolVar(&asJSON, "json", false, "print a JSON array")
+	c.Flags().BoolVarP(&quiet, "quiet", "q", false, "print only the sandbox ids, one a line")
+	c.MarkFlagsMutuallyExclusive("json", "quiet")
 	return c
+}
+
+// neverStarted reports whether err, a provider's ErrProviderUnavailable,
+// says its engine's unix socket does not exist: no engine was ever
+// started there, so it holds no sandbox to warn about.
+func neverStarted(err error) bool {
+	return errors.Is(err, syscall.ENOENT)
 }
 
 func status(sb runbox.Sandbox) string {

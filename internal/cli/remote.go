@@ -65,10 +65,27 @@ func (a *app) remoteServer() (*client.Server, error) {
 	}
 	s, err := client.NewServer(a.remote.host, a.remote.token)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("RUNBOX_HOST (or --host) %q: want http://HOST:PORT or https://HOST:PORT", a.remote.host)
 	}
 	a.remote.server = s
 	return s, nil
+}
+
+// explain adds to err, a failure of an invocation that went through a
+// server, which setting to look at: RUNBOX_HOST when the server did not
+// answer, RUNBOX_TOKEN when it refused the token. Other errors, and errors
+// of an invocation that used no server, are returned as they are.
+func (a *app) explain(err error) error {
+	if err == nil || a.remote.server == nil {
+		return err
+	}
+	switch {
+	case errors.Is(err, runbox.ErrUnauthenticated):
+		return fmt.Errorf("%w (the runbox serve at RUNBOX_HOST=%s refused RUNBOX_TOKEN: runbox token create makes one)", err, a.remote.host)
+	case errors.Is(err, runbox.ErrProviderUnavailable) && !errors.Is(err, runbox.ErrSandboxLost):
+		return fmt.Errorf("%w (is runbox serve running at RUNBOX_HOST=%s?)", err, a.remote.host)
+	}
+	return err
 }
 
 // remoteProvider is runbox.Provider through a server, creating sandboxes

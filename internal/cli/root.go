@@ -100,7 +100,7 @@ func Run(ctx context.Context, f Features, args []string, stdin io.Reader, stdout
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	return root.ExecuteContext(ctx)
+	return a.explain(root.ExecuteContext(ctx))
 }
 
 // envFromOS reads RUNBOX_HOME, RUNBOX_RUNBOXD and RUNBOX_PROVIDER.
@@ -144,7 +144,8 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.CompletionOptions.DisableDefaultCmd = true
+	// runbox completion bash|zsh|fish|powershell prints a completion script.
+	root.CompletionOptions.HiddenDefaultCmd = false
 	root.Version = buildinfo.Current() // --version prints what version does
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -156,6 +157,7 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.execCmd(),
 		a.shCmd(),
 		a.attachCmd(),
+		a.logsCmd(),
 		a.psCmd(),
 		a.cancelCmd(),
 		a.killCmd(),

@@ -40,7 +40,7 @@ func TestUsageErrors(t *testing.T) {
 		{"up", "--provider", "nosuch"},
 		{"up", "--memory", "lots"},
 		{"exec", "-t", "sb", "--", "true"},
-		{"run", "sb", "--", "true"},
+		{"run", "--no-such-flag", "--", "true"}, // ("run sb -- true" runs the program sb, as docker run)
 		{"rm"},
 		{"nosuch"},
 	} {

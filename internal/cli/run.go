@@ -17,19 +17,20 @@ const removeTimeout = 2 * time.Minute
 func (a *app) runCmd() *cobra.Command {
 	var uf upFlags
 	var ef execFlags
+	var line commandLine
 	c := &cobra.Command{
-		Use:   "run [up flags] [exec flags] -- COMMAND...",
+		Use:   "run [up flags] [exec flags] [--] COMMAND...",
 		Short: "Run a command in a throwaway sandbox: create, run, remove",
 		Long: `Create a sandbox, run one command in it, and remove the sandbox, even when the
 command or runbox failed. Exits with the command's status, or 125 when runbox
 itself failed. COMMAND is read as by "runbox exec": one argument is a shell
 string, several are an argv.`,
-		Args: func(c *cobra.Command, args []string) error {
-			_, _, err := splitCommand(c, args, 0)
+		Args: func(c *cobra.Command, args []string) (err error) {
+			line, err = splitCommand(c, args, 0)
 			return err
 		},
-		RunE: func(c *cobra.Command, args []string) error {
-			_, command, _ := splitCommand(c, args, 0)
+		RunE: func(c *cobra.Command, _ []string) error {
+			command := line.command
 			if err := ef.check(); err != nil {
 				return fail("run", "", ef.ID, err)
 			}
@@ -52,7 +53,8 @@ string, several are an argv.`,
 		},
 	}
 	uf.add(c.Flags(), a.env.Provider)
-	ef.addCommon(c.Flags()) // no --detach: the sandbox goes when the command ends
+	ef.addCommon(c.Flags())          // no --detach: the sandbox goes when the command ends
+	c.Flags().SetInterspersed(false) // flags after COMMAND's first word are the command's
 	return c
 }
 

@@ -62,11 +62,11 @@ under $RUNBOX_HOME/sync-cache.`,
 				return fail("sync", key, "", err)
 			}
 			if !quiet {
-				fmt.Fprintf(a.stdout, "%d files, %d links, %d dirs sent (%s), %d deleted, %d up to date\n",
-					st.Files, st.Links, st.Dirs, humanBytes(st.Bytes), st.Deleted, st.Skipped)
+				fmt.Fprintf(a.stdout, "%s, %s, %s sent (%s), %d deleted, %d up to date\n",
+					plural(st.Files, "file"), plural(st.Links, "link"), plural(st.Dirs, "dir"), humanBytes(st.Bytes), st.Deleted, st.Skipped)
 			}
 			if st.Stripped > 0 {
-				fmt.Fprintf(a.stderr, "runbox: sync: dropped the setuid/setgid bit of %d entries (runbox never creates them)\n", st.Stripped)
+				fmt.Fprintf(a.stderr, "runbox: sync: dropped the setuid/setgid bit of %s (runbox never creates them)\n", plural(st.Stripped, "entry"))
 			}
 			return nil
 		},

@@ -311,8 +311,8 @@ func TestAttachInterruptCancels(t *testing.T) {
 	}
 	signalled(t, cmd, syscall.SIGINT)
 	code, _ := waitExit(t, cmd, hangBound)
-	if code != 143 || !strings.Contains(stderr.String(), "cancelled") {
-		t.Errorf("attach after Ctrl-C: exit %d, stderr %q; want 143 (the exec's status), cancelled", code, stderr.String())
+	if code != 143 || !strings.Contains(stderr.String(), "cancelled") || strings.Contains(stderr.String(), "closed") {
+		t.Errorf("attach after Ctrl-C: exit %d, stderr %q; want 143 (the exec's status), cancelled, and no failed cancel", code, stderr.String())
 	}
 	if n := pollCount(t, m, 0, nil2); n != 0 {
 		t.Errorf("%d processes of the exec alive after attach's Ctrl-C", n)
@@ -336,8 +336,8 @@ func TestSmallTruths(t *testing.T) {
 	if h := runBin(t, "run", "--help"); strings.Contains(h.stdout, "--detach") {
 		t.Errorf("run --help offers --detach, which run cannot do")
 	}
-	if o := runBin(t, "cancel", id, "never-ran"); o.code != 0 || !strings.Contains(o.stderr, "tombstone") {
-		t.Errorf("cancel of an unknown id: %+v; want success and a note on stderr", o)
+	if o := runBin(t, "cancel", "--tombstone", id, "never-ran"); o.code != 0 || !strings.Contains(o.stderr, "tombstone") {
+		t.Errorf("cancel --tombstone of an unknown id: %+v; want success and a note on stderr", o)
 	}
 	must(t, "exec", "--detach", "--id", "prefix-job-1", id, "--", "sleep 60")
 	if o := runBin(t, "cancel", id, "prefix-j"); o.code != 0 || o.stderr != "" {
@@ -356,9 +356,10 @@ func TestSmallTruths(t *testing.T) {
 	if o := runBin(t, "cp", "a", "b"); o.code != 125 || strings.Contains(o.stderr, "spec") {
 		t.Errorf("cp usage error: %+v", o)
 	}
-	// setHome points DOCKER_HOST at nothing: ls says so in one short line.
-	if o := runBin(t, "ls"); o.code != 0 || strings.Count(o.stderr, "\n") != 1 || len(o.stderr) > 200 {
-		t.Errorf("ls without a docker engine: %+v; want one short line on stderr", o)
+	// setHome points DOCKER_HOST at a socket that does not exist: an
+	// engine never started there holds no sandbox, and ls says nothing.
+	if o := runBin(t, "ls"); o.code != 0 || o.stderr != "" {
+		t.Errorf("ls without a docker engine: %+v; want nothing on stderr", o)
 	}
 	t.Setenv("RUNBOX_PROVIDER", "nosuch")
 	if o := runBin(t, "up"); o.code != 125 || !strings.Contains(o.stderr, "RUNBOX_PROVIDER") {

@@ -47,7 +47,7 @@ or by the --name alias, which must be unique across every provider.`,
 type upFlags struct {
 	provider, image, name, workdir string
 	rootfs                         string
-	userns, hostRoot               bool
+	userns, hostRoot, mkdir        bool
 	memory, network                string
 	pids                           int64
 	cpus                           float64
@@ -66,6 +66,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.BoolVar(&f.hostRoot, "host-root", false, "local, as root: make the sandbox's root the host's root instead of an unprivileged host uid range (weaker: see docs/security.md)")
 	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
 	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace; an existing directory, no symbolic link in its path; docker: none)")
+	fs.BoolVar(&f.mkdir, "mkdir", false, "local and host: create the --workdir directory (as mkdir -p would, as you) when it does not exist; without it a missing workdir is an error")
 	f.flags = fs
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (local's default: min(4G, half the RAM); 0 or unlimited: none)")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit (local's default: 4096; 0: none)")
@@ -80,7 +81,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	p, err := a.provider(f.ssh.provider(f.provider))
 	if err != nil {
-		if f.provider == os.Getenv("RUNBOX_PROVIDER") {
+		if a.remote.host == "" && f.provider == os.Getenv("RUNBOX_PROVIDER") {
 			err = fmt.Errorf("$RUNBOX_PROVIDER: %w (set it to one of them, or unset it for %s)", err, defaultProvider)
 		}
 		return nil, runbox.SandboxSpec{}, err
@@ -120,6 +121,11 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	default:
 		if f.provider != dockerProvider { // docker also takes a named network
 			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
+		}
+	}
+	if f.mkdir {
+		if err := makeWorkdir(p, f.workdir, a.env.Home); err != nil {
+			return nil, runbox.SandboxSpec{}, err
 		}
 	}
 	return p, runbox.SandboxSpec{

@@ -1,6 +1,7 @@
 package execcli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -28,10 +29,25 @@ func ExitStatus(res runbox.Result) int {
 	return res.ExitCode
 }
 
+// ExitNotFound and ExitNotExecutable are the exit statuses of an argv
+// whose program does not exist or cannot be executed, as a shell has them.
+const (
+	ExitNotFound      = 127
+	ExitNotExecutable = 126
+)
+
 // ReportFailure prints runbox's own failure err on w as one line,
-// "runbox: <error>", and returns ExitStatusFailure.
+// "runbox: <error>", and returns ExitStatusFailure; for a command that
+// could not be started because its program is missing or not executable,
+// ExitNotFound or ExitNotExecutable, as a shell does.
 func ReportFailure(w io.Writer, err error) int {
 	fmt.Fprintln(w, "runbox: "+OneLine(err.Error()))
+	switch {
+	case errors.Is(err, runbox.ErrCommandNotFound):
+		return ExitNotFound
+	case errors.Is(err, runbox.ErrCommandNotExecutable):
+		return ExitNotExecutable
+	}
 	return ExitStatusFailure
 }
 

@@ -17,7 +17,7 @@ type execArgs struct {
 }
 
 // parseExec reads exec's arguments (after "exec") as runbox-full's flag
-// parser does, and reports whether the front runs the invocation itself:
+// parser does (flags up to COMMAND's first word, the rest the command's), and reports whether the front runs the invocation itself:
 // only flags execcli.Defs marks as the front's (a bool one only true), a
 // sandbox named by the form of an id, and a command. Anything else,
 // --help, an unknown flag or a bad value among them, is runbox-full's.
@@ -66,6 +66,12 @@ func parseExec(args []string) (execArgs, bool) {
 			}
 		default:
 			operands = append(operands, a)
+			if len(operands) == 2 {
+				// COMMAND's first word: from here every argument is
+				// the command's, as docker exec has it.
+				operands = append(operands, args[i+1:]...)
+				i = len(args)
+			}
 		}
 	}
 	if dash < 0 {

@@ -107,6 +107,22 @@ func (s *Supervisor) plainEnvList() ([]string, string) {
 	return list, env["PATH"]
 }
 
+// spawnFailure is the ErrSpawn that err, execve's failure on the
+// program at path, is: not found (ENOENT, ENOTDIR, or a refusal of a path
+// that does not exist, as Landlock's EACCES is) or not executable (EACCES,
+// ENOEXEC, EISDIR, EPERM) as a shell tells them (exit 127, 126), else
+// plain ErrSpawn.
+func spawnFailure(path string, err error) error {
+	_, serr := os.Stat(path)
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ENOTDIR), errors.Is(serr, fs.ErrNotExist):
+		return runbox.ErrCommandNotFound
+	case errors.Is(err, syscall.EACCES), errors.Is(err, syscall.ENOEXEC), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.EPERM):
+		return runbox.ErrCommandNotExecutable
+	}
+	return runbox.ErrSpawn
+}
+
 // lookPath finds file in the directories of pathList, like a shell does.
 func lookPath(file, pathList string) (string, error) {
 	if strings.Contains(file, "/") {
@@ -170,7 +186,7 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 		}
 	} else {
 		if path, err = lookPath(spec.Argv[0], envPath); err != nil {
-			return fmt.Errorf("%w: %w", runbox.ErrSpawn, err)
+			return fmt.Errorf("%w: %w", runbox.ErrCommandNotFound, err)
 		}
 		argv = spec.Argv
 	}
@@ -305,7 +321,7 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 				return fmt.Errorf("%w: working directory %s: %w", runbox.ErrSpawn, dir, serr)
 			}
 		}
-		return fmt.Errorf("%w: %s: %w", runbox.ErrSpawn, path, err)
+		return fmt.Errorf("%w: %s: %w", spawnFailure(path, err), path, err)
 	}
 
 	e.cont.leaderStarted(pid)

@@ -342,6 +342,9 @@ func TestEverySentinelHasATag(t *testing.T) {
 			}
 		}
 	}
+	// They travel under ErrSpawn's tag, told apart by refine
+	// (TestSpawnRefined).
+	tagged["ErrCommandNotFound"], tagged["ErrCommandNotExecutable"] = true, true
 	for _, decl := range f.Decls {
 		gd, ok := decl.(*ast.GenDecl)
 		if !ok || gd.Tok != token.VAR {
@@ -446,6 +449,20 @@ func TestRawAndTextBothSet(t *testing.T) {
 	} {
 		if _, err := SpecFromProto(p); !errors.Is(err, runbox.ErrInvalidSpec) {
 			t.Errorf("%s and %s_raw both set: %v; want ErrInvalidSpec", name, name, err)
+		}
+	}
+}
+
+// TestSpawnRefined: the ErrSpawn of a program that is missing or not
+// executable travels under the spawn tag every client knows, and comes
+// back as runbox.ErrCommandNotFound or runbox.ErrCommandNotExecutable,
+// still runbox.ErrSpawn.
+func TestSpawnRefined(t *testing.T) {
+	for _, want := range []error{runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable, runbox.ErrSpawn} {
+		sent := ToConnectError(fmt.Errorf("start exec x: %w: prog: boom", want))
+		got, _, tagged := FromConnectError(sent)
+		if !tagged || got != want || !errors.Is(got, runbox.ErrSpawn) {
+			t.Errorf("sent %v: got %v (tagged %v); want %v, an ErrSpawn", want, got, tagged, want)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package wire
 import (
 	"context"
 	"errors"
+	"strings"
 
 	"connectrpc.com/connect"
 
@@ -106,6 +107,23 @@ func ToConnectError(err error) error {
 	return ce
 }
 
+// refine returns the finer sentinel the daemon's message msg names
+// for a sentinel that has some (ErrSpawn: runbox.ErrCommandNotFound,
+// runbox.ErrCommandNotExecutable), else sentinel. They travel under
+// sentinel's tag, which every client (the SDKs too) knows, and are told
+// apart by the message, which holds their text followed by ": ".
+func refine(sentinel error, msg string) error {
+	if sentinel != runbox.ErrSpawn {
+		return sentinel
+	}
+	for _, fine := range []error{runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable} {
+		if strings.Contains(msg, fine.Error()+": ") {
+			return fine
+		}
+	}
+	return sentinel
+}
+
 // FromConnectError reads the ErrorKey tag of an error a call returned.
 // tagged reports whether the daemon sent one (so it answered: the error is
 // not a transport failure); sentinel is the matching runbox sentinel, or nil
@@ -122,7 +140,7 @@ func FromConnectError(err error) (sentinel error, msg string, tagged bool) {
 	}
 	for _, s := range sentinels {
 		if s.tag == tag {
-			return s.err, ce.Message(), true
+			return refine(s.err, ce.Message()), ce.Message(), true
 		}
 	}
 	return nil, ce.Message(), true

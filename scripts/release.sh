@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the release binaries: static runbox, runbox-full and runboxd
+# (CGO_ENABLED=0) for linux/amd64 and linux/arm64, each set in a directory
+# and a .tar.gz of it under dist/, with their SHA-256 sums in
+# dist/SHA256SUMS (check with: cd dist && sha256sum -c SHA256SUMS).
+#
+#   scripts/release.sh [VERSION]
+#
+# VERSION (default: git describe, else "dev") is what runbox version
+# prints. Keep runbox and runbox-full in one directory on PATH: runbox hands
+# what it does not run itself to runbox-full beside it. .ci/run runs this and
+# the amd64 binaries' quick start.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=${1:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+dist=dist
+rm -rf "$dist"
+mkdir -p "$dist"
+for arch in amd64 arm64; do
+	name="runbox-$version-linux-$arch"
+	CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+		-ldflags "-s -w -X github.com/runbox/runbox/internal/buildinfo.Stamp=$version" \
+		-o "$dist/$name/" ./cmd/runbox ./cmd/runbox-full ./cmd/runboxd
+	# A fixed order, owner and time: the same tree gives the same archive.
+	tar -C "$dist" --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 \
+		-cf - "$name" | gzip -n >"$dist/$name.tar.gz"
+done
+(cd "$dist" && sha256sum -- *.tar.gz */runbox */runbox-full */runboxd >SHA256SUMS)
+echo "$dist/:"
+cat "$dist/SHA256SUMS"
