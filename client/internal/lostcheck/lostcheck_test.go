@@ -1,4 +1,8 @@
-package client_test
+// Package lostcheck_test tests how the client tells a daemon that let an
+// exec go from one that restarted. Each test runs supervisors of its own,
+// one at a time: a supervisor reaps every child of its process (wait4(-1)),
+// so these cannot share a process with the client package's shared daemon.
+package lostcheck_test
 
 import (
 	"context"
@@ -153,4 +157,12 @@ func TestRestartedDaemonIsALostSandbox(t *testing.T) {
 		t.Fatalf("Wait after the daemon restarted: %v, want ErrSandboxLost", err)
 	}
 	t.Log(err)
+}
+
+// testCtx bounds a test's calls generously: a liveness bound, not a timing
+// assertion.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }
