@@ -191,17 +191,7 @@ func TestCLINoRootRefusesLimits(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch to an unprivileged user")
 	}
-	const nobody = 65534
-	dir := providertest.BuildForAnyUser(t)
-	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
-	for _, d := range []string{home, ws} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(d, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, home, ws := nobodyDirs(t)
 	for _, limit := range [][]string{{"--memory", "256M"}, {"--pids", "100"}, {"--cpus", "0.5"}} {
 		cmd := osexec.Command(filepath.Join(dir, "runbox"), append(append([]string{"run"}, limit...), "--", "echo ran")...)
 		cmd.Dir = ws

@@ -367,18 +367,7 @@ func TestRootless(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to switch to an unprivileged user: run the tests as root (CI does)")
 	}
-	const nobody = 65534
-	// Binaries and directories the unprivileged user can reach.
-	dir := providertest.BuildForAnyUser(t)
-	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
-	for _, d := range []string{home, ws} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(d, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, home, ws := nobodyDirs(t)
 	cmd := osexec.Command(filepath.Join(dir, "runbox"), "run", "--", "id -u; echo hi > /workspace/f")
 	cmd.Dir = ws
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "RUNBOX_HOME=" + home,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -131,4 +132,24 @@ func exec(t testing.TB, c *client.Client, command string, opts ...client.ExecOpt
 		t.Fatalf("%q: %v", command, err)
 	}
 	return res
+}
+
+// nobody is the unprivileged host user the rootless tests run the CLI as.
+const nobody = 65534
+
+// nobodyDirs builds the binaries where any user can run them (dir) and
+// makes a runbox home and a workspace in dir owned by nobody.
+func nobodyDirs(t *testing.T) (dir, home, ws string) {
+	t.Helper()
+	dir = providertest.BuildForAnyUser(t)
+	home, ws = filepath.Join(dir, "home"), filepath.Join(dir, "ws")
+	for _, d := range []string{home, ws} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, home, ws
 }

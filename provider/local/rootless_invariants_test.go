@@ -24,17 +24,7 @@ func TestRootlessInvariants(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to plant root-only files and switch to an unprivileged user: run the tests as root (CI does)")
 	}
-	const nobody = 65534
-	dir := providertest.BuildForAnyUser(t)
-	home, ws := filepath.Join(dir, "home"), filepath.Join(dir, "ws")
-	for _, d := range []string{home, ws} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chown(d, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir, home, ws := nobodyDirs(t)
 
 	// Rule 1: a root-only secret at a random place.
 	secretDir, err := os.MkdirTemp("/var/tmp", "rbroot")

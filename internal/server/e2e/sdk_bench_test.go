@@ -27,7 +27,7 @@ import (
 // time. A measurement, not a test: it runs with RUNBOX_BENCH_SDK=1.
 func TestSDKRoundTrip(t *testing.T) {
 	if os.Getenv("RUNBOX_BENCH_SDK") != "1" {
-		t.Skip("a benchmark: set RUNBOX_BENCH_SDK=1 to run it")
+		t.Skip("a benchmark, not a check: it reports round-trip medians, asserts no time and takes minutes, so the suite leaves it out; run it with RUNBOX_BENCH_SDK=1 go test -run '^TestSDKRoundTrip$' -v ./internal/server/e2e/")
 	}
 	python := pythonWithPytest(t)
 	sp := startServe(t)
