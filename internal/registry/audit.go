@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -148,6 +149,9 @@ func (s *Store) OpenExecs(ctx context.Context) ([]AuditRow, error) {
 // AuditFilter selects audit rows; empty fields match everything.
 type AuditFilter struct {
 	Tenant, Sandbox string
+	// Sandboxes, when not empty, keeps the rows of any of these sandbox
+	// ids (a name several tenants use); Sandbox is then ignored.
+	Sandboxes []string
 	// Limit keeps the newest Limit rows (0: all).
 	Limit int
 }
@@ -157,6 +161,16 @@ func (s *Store) Audit(ctx context.Context, f AuditFilter) ([]AuditRow, error) {
 	limit := f.Limit
 	if limit <= 0 {
 		limit = -1
+	}
+	if len(f.Sandboxes) > 0 {
+		args := []any{f.Tenant, f.Tenant}
+		for _, id := range f.Sandboxes {
+			args = append(args, id)
+		}
+		args = append(args, limit)
+		in := strings.TrimSuffix(strings.Repeat("?,", len(f.Sandboxes)), ",")
+		return s.queryAudit(ctx, `SELECT * FROM (SELECT `+auditCols+` FROM audit
+		WHERE (? = '' OR tenant = ?) AND sandbox IN (`+in+`) ORDER BY id DESC LIMIT ?) ORDER BY id`, args...)
 	}
 	return s.queryAudit(ctx, `SELECT * FROM (SELECT `+auditCols+` FROM audit
 		WHERE (? = '' OR tenant = ?) AND (? = '' OR sandbox = ?) ORDER BY id DESC LIMIT ?) ORDER BY id`,

@@ -34,7 +34,7 @@ func metricsOf(t *testing.T, ts *testServer, tok string) string {
 // be. On the code before the fix the error was dropped: no count, and the
 // workspace leaked for good.
 func TestFailedCleanupIsCountedAndRetried(t *testing.T) {
-	ts := startServer(t)
+	ts := startServer(t, func(c *serverConfig) { c.OperatorTenant = "a" }) // a's /metrics is server-wide
 	ctx := ctxT(t)
 	tok := ts.token(t, "a")
 	srv, _ := client.NewServer(ts.url, tok)

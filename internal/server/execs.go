@@ -165,7 +165,7 @@ func (s *Server) finishExec(key execKey, res *runboxv1.Result) {
 	case res.GetCancelled():
 		outcome = registry.OutcomeCancelled
 	}
-	s.metrics.execDone(outcome, res, t.timeout)
+	s.metrics.execDone(t.tenant, outcome, res, t.timeout)
 	row := s.rowOf(t)
 	if row == 0 {
 		return
@@ -192,7 +192,7 @@ func (s *Server) failExec(key execKey, outcome, detail string) {
 	if t == nil {
 		return
 	}
-	s.metrics.execs.WithLabelValues(outcome).Inc()
+	s.metrics.execEnded(t.tenant, outcome)
 	row := s.rowOf(t)
 	if row == 0 {
 		return

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -26,11 +27,15 @@ type metrics struct {
 	authFailures prometheus.Counter
 	reaped       *prometheus.CounterVec
 	unknown      prometheus.Gauge
+
+	mu          sync.Mutex
+	tenantExecs map[string]map[string]int // finished execs by tenant, then outcome
 }
 
 func newMetrics(s *Server) *metrics {
 	m := &metrics{
-		reg: prometheus.NewRegistry(),
+		tenantExecs: map[string]map[string]int{},
+		reg:         prometheus.NewRegistry(),
 		execs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "runbox_execs_total",
 			Help: "Execs run through the server, by outcome (exited, timed_out, cancelled, refused, lost).",
@@ -81,13 +86,40 @@ func newMetrics(s *Server) *metrics {
 	return m
 }
 
-func (m *metrics) handler() http.Handler {
-	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+// handler serves /metrics: the operator's tenant (Config.OperatorTenant)
+// gets the server-wide registry, any other tenant only its own figures
+// (tenantCollector), never another tenant's.
+func (m *metrics) handler(s *Server) http.Handler {
+	all := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := tenantOf(r.Context())
+		if s.cfg.OperatorTenant != "" && t.Name == s.cfg.OperatorTenant {
+			all.ServeHTTP(w, r)
+			return
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(&tenantCollector{s: s, tenant: t.Name})
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	})
 }
 
-// execDone counts a finished exec.
-func (m *metrics) execDone(outcome string, res *runboxv1.Result, timeout time.Duration) {
+// execEnded counts an ended exec of tenant by outcome, server-wide and
+// for the tenant.
+func (m *metrics) execEnded(tenant, outcome string) {
 	m.execs.WithLabelValues(outcome).Inc()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	byOutcome := m.tenantExecs[tenant]
+	if byOutcome == nil {
+		byOutcome = map[string]int{}
+		m.tenantExecs[tenant] = byOutcome
+	}
+	byOutcome[outcome]++
+}
+
+// execDone counts a finished exec of tenant.
+func (m *metrics) execDone(tenant, outcome string, res *runboxv1.Result, timeout time.Duration) {
+	m.execEnded(tenant, outcome)
 	d := time.Duration(res.GetDurationUs()) * time.Microsecond
 	m.execDuration.Observe(d.Seconds())
 	if res.GetTimedOut() && timeout > 0 && d >= timeout {
@@ -157,15 +189,21 @@ var sandboxesDesc = prometheus.NewDesc("runbox_sandboxes", "Registered sandboxes
 func (c *sandboxCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sandboxesDesc }
 
 func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
+	collectSandboxes(c.s, "", ch)
+}
+
+// collectSandboxes sends the registry's sandboxes of tenant ("": every
+// tenant) by provider and state.
+func collectSandboxes(s *Server, tenant string, ch chan<- prometheus.Metric) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	recs, err := c.s.store.ListSandboxes(ctx, "")
+	recs, err := s.store.ListSandboxes(ctx, tenant)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(sandboxesDesc, errors.Join(errors.New("read registry"), err))
 		return
 	}
 	counts := map[[2]string]int{}
-	for name := range c.s.cfg.Providers {
+	for name := range s.cfg.Providers {
 		counts[[2]string{name, registry.StateReady}] = 0
 		counts[[2]string{name, registry.StateLost}] = 0
 	}
@@ -175,4 +213,53 @@ func (c *sandboxCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(sandboxesDesc, prometheus.GaugeValue, float64(n), k[0], k[1])
 	}
+}
+
+var (
+	tenantExecsDesc = prometheus.NewDesc("runbox_execs_total",
+		"The tenant's execs run through the server, by outcome (exited, timed_out, cancelled, refused, lost).",
+		[]string{"outcome"}, nil)
+	tenantRunningDesc = prometheus.NewDesc("runbox_running_execs",
+		"The tenant's execs started through the server that have not ended.", nil, nil)
+)
+
+// tenantCollector is the /metrics of a tenant other than the operator:
+// its execs by outcome, its running execs and its sandboxes, nothing
+// server-wide.
+type tenantCollector struct {
+	s      *Server
+	tenant string
+}
+
+func (c *tenantCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tenantExecsDesc
+	ch <- tenantRunningDesc
+	ch <- sandboxesDesc
+}
+
+func (c *tenantCollector) Collect(ch chan<- prometheus.Metric) {
+	m := c.s.metrics
+	m.mu.Lock()
+	counts := map[string]int{}
+	for _, o := range []string{registry.OutcomeExited, registry.OutcomeTimedOut, registry.OutcomeCancelled,
+		registry.OutcomeRefused, registry.OutcomeLost} {
+		counts[o] = 0
+	}
+	for o, n := range m.tenantExecs[c.tenant] {
+		counts[o] = n
+	}
+	m.mu.Unlock()
+	for o, n := range counts {
+		ch <- prometheus.MustNewConstMetric(tenantExecsDesc, prometheus.CounterValue, float64(n), o)
+	}
+	c.s.mu.Lock()
+	running := 0
+	for _, t := range c.s.execs {
+		if t.tenant == c.tenant {
+			running++
+		}
+	}
+	c.s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(tenantRunningDesc, prometheus.GaugeValue, float64(running))
+	collectSandboxes(c.s, c.tenant, ch)
 }

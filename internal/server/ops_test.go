@@ -74,11 +74,11 @@ func TestGracefulShutdown(t *testing.T) {
 	ts.start(t) // for the cleanup
 }
 
-// TestMetrics: /metrics has the execs by outcome, their durations, the stop
+// TestMetrics: the operator's /metrics has the execs by outcome, their durations, the stop
 // latency of a timed-out exec, sandboxes by provider and state, and API
 // latency by procedure.
 func TestMetrics(t *testing.T) {
-	ts := startServer(t)
+	ts := startServer(t, func(c *serverConfig) { c.OperatorTenant = "a" })
 	ctx := ctxT(t)
 	tok := ts.token(t, "a")
 	srv, _ := client.NewServer(ts.url, tok)
@@ -120,5 +120,63 @@ func TestMetrics(t *testing.T) {
 	}
 	if v, _ := strconv.ParseFloat(m[1], 64); v <= 0 {
 		t.Errorf("stop latency %v", v)
+	}
+}
+
+// TestMetricsPerTenant: a tenant's /metrics shows only its own sandboxes
+// and execs (alice one sandbox and one exec, bob one sandbox and three),
+// the operator's the sum. Before the fix every tenant saw the server's
+// totals.
+func TestMetricsPerTenant(t *testing.T) {
+	ts := startServer(t, func(c *serverConfig) { c.OperatorTenant = "ops" })
+	ctx := ctxT(t)
+	scrape := func(tok string) string {
+		t.Helper()
+		req, _ := http.NewRequest("GET", ts.url+"/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("/metrics: %s: %s", resp.Status, body)
+		}
+		return string(body)
+	}
+	toks := map[string]string{}
+	for name, execs := range map[string]int{"alice": 1, "bob": 3} {
+		toks[name] = ts.token(t, name)
+		srv, _ := client.NewServer(ts.url, toks[name])
+		defer srv.Close()
+		sb, err := srv.Create(ctx, runbox.SandboxSpec{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range execs {
+			if _, _, err := srv.Run(ctx, sb.ID, runbox.ExecSpec{Command: "true"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		tok            string
+		execs, sandbox int
+	}{{toks["alice"], 1, 1}, {toks["bob"], 3, 1}, {ts.token(t, "ops"), 4, 2}} {
+		body := scrape(c.tok)
+		for _, want := range []string{
+			`runbox_execs_total{outcome="exited"} ` + strconv.Itoa(c.execs) + "\n",
+			`runbox_sandboxes{provider="host",state="ready"} ` + strconv.Itoa(c.sandbox) + "\n",
+			"runbox_running_execs 0\n",
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("tenant with %d execs: /metrics lacks %q:\n%s", c.execs, want, body)
+			}
+		}
+	}
+	if body := scrape(toks["alice"]); strings.Contains(body, "runbox_api_request_duration_seconds") ||
+		strings.Contains(body, "runbox_auth_failures_total") {
+		t.Errorf("a tenant's /metrics has server-wide figures:\n%s", body)
 	}
 }

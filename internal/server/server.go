@@ -76,6 +76,10 @@ type Config struct {
 	// AllowSharedNetworks lets docker sandboxes use the host's network or
 	// another container's (network "host", "container:X"); off, refused.
 	AllowSharedNetworks bool
+	// OperatorTenant names the tenant whose tokens see the server-wide
+	// /metrics; every other tenant's token sees only its own sandboxes
+	// and execs there. Empty: no tenant sees server-wide figures.
+	OperatorTenant string
 	// Quotas apply to tenants that have none of their own.
 	Quotas Quotas
 	// ReapInterval is how often the reaper looks for idle, expired and
@@ -232,7 +236,7 @@ func (s *Server) Handler() http.Handler {
 	api := http.NewServeMux()
 	api.Handle(runboxv1connect.NewSandboxServiceHandler(&sandboxService{s}, s.handlerOptions()))
 	s.sandboxAPI(api)
-	api.Handle("/metrics", s.metrics.handler())
+	api.Handle("/metrics", s.metrics.handler(s))
 	api.HandleFunc("/readyz", s.readyz)
 	if s.mcp != nil {
 		api.Handle("/mcp", s.mcp)

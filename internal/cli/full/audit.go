@@ -1,6 +1,7 @@
 package full
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"text/tabwriter"
@@ -34,7 +35,13 @@ delete, reap, lost, recreate). An exec still running has no end.
 				return fmt.Errorf("audit: %w", err)
 			}
 			defer store.Close()
-			rows, err := store.Audit(c.Context(), registry.AuditFilter{Tenant: tenant, Sandbox: sandbox, Limit: limit})
+			f := registry.AuditFilter{Tenant: tenant, Limit: limit}
+			if sandbox != "" {
+				if f.Sandboxes, err = auditSandboxIDs(c.Context(), store, tenant, sandbox); err != nil {
+					return fmt.Errorf("audit: %w", err)
+				}
+			}
+			rows, err := store.Audit(c.Context(), f)
 			if err != nil {
 				return fmt.Errorf("audit: %w", err)
 			}
@@ -73,10 +80,44 @@ delete, reap, lost, recreate). An exec still running has no end.
 	fs := c.Flags()
 	fs.StringVar(&db, "db", "", "the registry database (default $RUNBOX_HOME/runbox.db)")
 	fs.StringVar(&tenant, "tenant", "", "only this tenant's rows")
-	fs.StringVar(&sandbox, "sandbox", "", "only this sandbox's rows (its id)")
+	fs.StringVar(&sandbox, "sandbox", "", "only this sandbox's rows (its name or id; a removed sandbox: its id)")
 	fs.IntVar(&limit, "limit", 0, "only the newest N rows (0: all)")
 	fs.BoolVar(&asJSON, "json", false, "one JSON object per line")
 	return c
+}
+
+// auditSandboxIDs resolves audit --sandbox S to the sandbox ids audit rows
+// carry: S itself, and the ids of tenant's (every tenant's, for "")
+// registered sandboxes named S. A removed sandbox's rows keep only its id,
+// so an S that no registered sandbox and no audit row knows is an error
+// (registry.ErrNotFound) saying so, not an empty table.
+func auditSandboxIDs(ctx context.Context, store *registry.Store, tenant, s string) ([]string, error) {
+	recs, err := store.ListSandboxes(ctx, tenant)
+	if err != nil {
+		return nil, err
+	}
+	ids := []string{s}
+	for _, r := range recs {
+		if r.Name == s && r.ID != s {
+			ids = append(ids, r.ID)
+		}
+		if r.ID == s {
+			return ids, nil
+		}
+	}
+	if len(ids) > 1 {
+		return ids, nil
+	}
+	rows, err := store.Audit(ctx, registry.AuditFilter{Tenant: tenant, Sandbox: s, Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("--sandbox %q: %w: no registered sandbox has that name or id and no audit row has that id "+
+			"(a removed sandbox's rows keep only its id, not its name: find the id with runbox audit without --sandbox)",
+			s, registry.ErrNotFound)
+	}
+	return ids, nil
 }
 
 func dash(s string) string {

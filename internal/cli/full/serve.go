@@ -27,6 +27,7 @@ type serveFlags struct {
 	providers                   []string
 	workdirRoots                []string
 	workspaces                  string
+	operator                    string
 	maxSandboxes, maxExecs      int
 	reapInterval, shutdown      time.Duration
 	logLevel                    string
@@ -75,6 +76,7 @@ The API, with curl examples: docs/serve.md.`,
 	fs.StringSliceVar(&f.providers, "providers", []string{"local", "docker"}, "providers tenants may use, the first being the default (host has no isolation: add it knowingly)")
 	fs.StringSliceVar(&f.workdirRoots, "workdir-root", nil, "a directory under which a create may name its workdir (repeatable; default: none, every sandbox gets a fresh workspace)")
 	fs.StringVar(&f.workspaces, "workspaces", "", "where fresh workspaces are made (default $RUNBOX_HOME-workspaces)")
+	fs.StringVar(&f.operator, "operator-tenant", "", "the tenant whose tokens see server-wide /metrics (others see only their own sandboxes and execs)")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 0, "default per-tenant limit of sandboxes (0: none)")
 	fs.IntVar(&f.maxExecs, "max-execs", 0, "default per-tenant limit of concurrently running execs (0: none)")
 	fs.DurationVar(&f.reapInterval, "reap-interval", 10*time.Second, "how often idle, expired and lost sandboxes are looked for")
@@ -199,7 +201,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		Limits: limits, AllowSharedNetworks: f.sharedNetworks,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
-		IdleIgnoresBackground: f.idleIgnoresBg,
+		IdleIgnoresBackground: f.idleIgnoresBg, OperatorTenant: f.operator,
 	})
 	return srv.Serve(ctx, ln, server.ServeOptions{TLS: tlsConfig, ShutdownTimeout: f.shutdown,
 		IdleTimeout: f.idleTimeout, MaxConnsPerIP: f.maxConnsPerIP})

@@ -49,7 +49,7 @@ func TestLoad(t *testing.T) {
 	settle := func() (g, fds float64) {
 		// Let connections that just closed be noticed.
 		time.Sleep(200 * time.Millisecond)
-		return sp.metric(tok, "go_goroutines"), sp.metric(tok, "process_open_fds")
+		return sp.metric("go_goroutines"), sp.metric("process_open_fds")
 	}
 	g0, fd0 := settle()
 

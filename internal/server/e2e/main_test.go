@@ -90,6 +90,7 @@ type serveProc struct {
 	cmd    *exec.Cmd
 	log    *syncBuffer
 	exited chan struct{}
+	ops    string // a token of the operator's tenant, made on first use
 }
 
 type syncBuffer struct {
@@ -150,7 +151,7 @@ func (sp *serveProc) env() []string {
 func (sp *serveProc) start(extra ...string) {
 	t := sp.t
 	t.Helper()
-	args := append([]string{"serve", "--providers", "host", "--allow-host-provider", "--listen", sp.addr, "--db", sp.db, "--reap-interval", "200ms"}, extra...)
+	args := append([]string{"serve", "--providers", "host", "--allow-host-provider", "--listen", sp.addr, "--db", sp.db, "--reap-interval", "200ms", "--operator-tenant", "ops"}, extra...)
 	cmd := exec.Command(sp.bin, args...)
 	cmd.Env = sp.env()
 	pr, pw := io.Pipe()
@@ -233,9 +234,14 @@ func (sp *serveProc) server(tenant string) *client.Server {
 	return s
 }
 
-// metric reads one unlabelled metric's value from /metrics.
-func (sp *serveProc) metric(token, name string) float64 {
+// metric reads one unlabelled metric's value from the server-wide
+// /metrics of the operator's tenant (ops).
+func (sp *serveProc) metric(name string) float64 {
 	sp.t.Helper()
+	if sp.ops == "" {
+		sp.ops = sp.token("ops")
+	}
+	token := sp.ops
 	req, _ := http.NewRequest("GET", sp.url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)

@@ -127,7 +127,7 @@ func TestUnknownSandboxReported(t *testing.T) {
 	if err := json.Unmarshal(body, &ready); err != nil || !ready.Ready || len(ready.Unknown) != 1 || ready.Unknown[0].ID != stray.ID {
 		t.Fatalf("/readyz: %s", body)
 	}
-	if sp.metric(tok, "runbox_unknown_sandboxes") != 1 {
+	if sp.metric("runbox_unknown_sandboxes") != 1 {
 		t.Fatal("runbox_unknown_sandboxes is not 1")
 	}
 	// Not adopted: no tenant sees it; not deleted: it still answers.
