@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -91,5 +93,59 @@ func TestSharedWorkdirRefused(t *testing.T) {
 	_, c := create(t, p, runbox.SandboxSpec{Workdir: mkdir(0o755, -1)})
 	if res := exec(t, c, "touch /workspace/ok && echo ok"); strings.TrimSpace(string(res.Stdout)) != "ok" {
 		t.Errorf("a 0755 workdir of the caller's: %q %q", res.Stdout, res.Stderr)
+	}
+}
+
+// TestSharedWorkdirRefusedRootless: rootless too (`runbox run` as an
+// unprivileged user), a sticky 1777 working directory holding a service's
+// socket open to anyone is refused as the sandbox's workspace (exit 125,
+// the message naming why), and the command never talks to the service.
+// Before the rule, the sandbox connected and read the service's greeting.
+func TestSharedWorkdirRefusedRootless(t *testing.T) {
+	needLocal(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user: run the tests as root (CI does)")
+	}
+	dir, home, _ := nobodyDirs(t)
+	sticky := filepath.Join(dir, "shared-"+randomName(t))
+	if err := os.Mkdir(sticky, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sticky, "d-"+randomName(t)+".sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	greeting := "service-" + randomName(t)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(greeting + "\n"))
+			c.Close()
+		}
+	}()
+	cmd := osexec.Command(filepath.Join(dir, "runbox"), "run", "--",
+		"python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.recv(100).decode())' /workspace/"+filepath.Base(sock))
+	cmd.Dir = sticky
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "RUNBOX_HOME=" + home,
+		"RUNBOX_RUNBOXD=" + filepath.Join(dir, "runboxd"), "DOCKER_HOST=unix://" + filepath.Join(home, "no-docker.sock")}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if strings.Contains(string(out), greeting) {
+		t.Errorf("the rootless sandbox talked to the service listening in its shared workdir %s:\n%s", sticky, out)
+	}
+	var exit *osexec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 125 || !strings.Contains(string(out), "shared with other users") {
+		t.Errorf("runbox run in the sticky %s as uid %d: %v, want exit 125 saying it is shared:\n%s", sticky, nobody, err, out)
 	}
 }
