@@ -46,27 +46,7 @@ func TestSharedWorkdirRefused(t *testing.T) {
 		return d
 	}
 	sticky := mkdir(0o777|os.ModeSticky, -1)
-	sockName := "d-" + randomName(t) + ".sock"
-	ln, err := net.Listen("unix", filepath.Join(sticky, sockName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	// Open to anyone, as many services' sockets in /tmp are.
-	if err := os.Chmod(filepath.Join(sticky, sockName), 0o777); err != nil {
-		t.Fatal(err)
-	}
-	greeting := "service-" + randomName(t)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte(greeting + "\n"))
-			c.Close()
-		}
-	}()
+	sockName, greeting := listenService(t, sticky)
 	shared := []string{sticky, mkdir(0o777, -1)}
 	if os.Geteuid() == 0 {
 		shared = append(shared, mkdir(0o775, 1000+rand.IntN(50000)))
@@ -114,28 +94,9 @@ func TestSharedWorkdirRefusedRootless(t *testing.T) {
 	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(sticky, "d-"+randomName(t)+".sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	if err := os.Chmod(sock, 0o777); err != nil {
-		t.Fatal(err)
-	}
-	greeting := "service-" + randomName(t)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte(greeting + "\n"))
-			c.Close()
-		}
-	}()
+	sockName, greeting := listenService(t, sticky)
 	cmd := osexec.Command(filepath.Join(dir, "runbox"), "run", "--",
-		"python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.recv(100).decode())' /workspace/"+filepath.Base(sock))
+		"python3 -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print(s.recv(100).decode())' /workspace/"+sockName)
 	cmd.Dir = sticky
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "RUNBOX_HOME=" + home,
 		"RUNBOX_RUNBOXD=" + filepath.Join(dir, "runboxd"), "DOCKER_HOST=unix://" + filepath.Join(home, "no-docker.sock")}
@@ -148,4 +109,33 @@ func TestSharedWorkdirRefusedRootless(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 125 || !strings.Contains(string(out), "shared with other users") {
 		t.Errorf("runbox run in the sticky %s as uid %d: %v, want exit 125 saying it is shared:\n%s", sticky, nobody, err, out)
 	}
+}
+
+// listenService starts a unix socket listener of the test's, open to
+// anyone as many services' sockets in /tmp are, at a fresh name in dir; it
+// greets each connection with a fresh word. It returns the socket's name
+// and the greeting, and closes when t ends.
+func listenService(t *testing.T, dir string) (name, greeting string) {
+	t.Helper()
+	name = "d-" + randomName(t) + ".sock"
+	ln, err := net.Listen("unix", filepath.Join(dir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if err := os.Chmod(filepath.Join(dir, name), 0o777); err != nil {
+		t.Fatal(err)
+	}
+	greeting = "service-" + randomName(t)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte(greeting + "\n"))
+			c.Close()
+		}
+	}()
+	return name, greeting
 }
