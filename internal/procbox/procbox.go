@@ -69,6 +69,12 @@ const maxSocketPath = 107
 // ErrNameInUse means another sandbox already has the requested name.
 var ErrNameInUse = errors.New("sandbox name already in use")
 
+// ErrSharedWorkdir means a workdir is a directory other users or services
+// can write into (sticky like /tmp, world-writable, or group-writable by a
+// group other than the caller's own): what they leave there would be in
+// the sandbox. Errors wrapping it wrap runbox.ErrInvalidSpec as well.
+var ErrSharedWorkdir = errors.New("workdir is shared with other users")
+
 // Kind is what one provider adds to the shared machinery.
 type Kind struct {
 	// Name is the provider's name, recorded in every record it creates;
@@ -89,6 +95,10 @@ type Kind struct {
 	Cleanup func(rec Record, sbDir string) error
 	// Describe, if set, adds the provider's facts to a sandbox's Detail.
 	Describe func(rec Record, detail map[string]string)
+	// PrivateWorkdir refuses a workdir that other users can write into
+	// (ErrSharedWorkdir): whatever they leave there, their unix sockets
+	// above all, would be in the sandbox.
+	PrivateWorkdir bool
 }
 
 // Launch is what Kind.Launch is given.
@@ -200,8 +210,14 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 	if err := homes.Check(workdir, filepath.Dir(dir)); err != nil {
 		return fail("", err)
 	}
-	if _, err := resolveWorkdir(workdir); err != nil {
+	st, err := resolveWorkdir(workdir)
+	if err != nil {
 		return fail("", err)
+	}
+	if p.PrivateWorkdir {
+		if err := checkPrivate(workdir, st); err != nil {
+			return fail("", err)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fail("", fmt.Errorf("runbox home: %w", err))

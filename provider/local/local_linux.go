@@ -30,6 +30,12 @@ const (
 // namespaces a local sandbox needs. It wraps runbox.ErrProviderUnavailable.
 var ErrNoNamespaces = fmt.Errorf("%w: cannot create Linux namespaces", runbox.ErrProviderUnavailable)
 
+// ErrSharedWorkdir means Create refused a workdir that other users can
+// write into (sticky like /tmp, world-writable, or group-writable by a
+// group other than the caller's primary group): their unix sockets and
+// files would be in the sandbox. It wraps runbox.ErrInvalidSpec as well.
+var ErrSharedWorkdir = procbox.ErrSharedWorkdir
+
 // Provider creates local sandboxes. The zero value is ready to use.
 type Provider struct {
 	// Home is the runbox home directory holding sandbox records and state;
@@ -55,6 +61,8 @@ var kind = procbox.Kind{
 	EndsWithDaemon: true,
 	Cleanup:        cleanup,
 	Describe:       describe,
+	// A workspace other users write into holds their sockets.
+	PrivateWorkdir: true,
 }
 
 func (p *Provider) store() *procbox.Store {
