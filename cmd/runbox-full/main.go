@@ -1,5 +1,5 @@
 // Command runbox-full is the runbox command line with every provider and
-// command (docker, kubernetes, serve, token, audit, mcp). runbox hands it
+// command (docker, kubernetes, serve, token, audit, mcp, man). runbox hands it
 // every invocation but the execs it runs itself (internal/front); it can
 // also be called directly. See
 // internal/cli/full.

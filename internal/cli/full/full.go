@@ -1,7 +1,8 @@
 // Package full is the runbox CLI with every provider and command: the
 // core of package cli plus the providers that need an engine's or a
 // cluster's client (docker, kubernetes) and the commands built on a server,
-// a database or the MCP SDK (serve, token, audit, mcp). cmd/runbox-full
+// a database, the MCP SDK or cobra's man page generator (serve, token,
+// audit, mcp, man). cmd/runbox-full
 // runs it; the light runbox hands it what it does not link (see
 // cli.Features).
 package full
@@ -57,6 +58,7 @@ func Features() cli.Features {
 			func(x cli.App) *cobra.Command { return newApp(x).serveCmd() },
 			func(x cli.App) *cobra.Command { return newApp(x).tokenCmd() },
 			func(x cli.App) *cobra.Command { return newApp(x).auditCmd() },
+			func(x cli.App) *cobra.Command { return newApp(x).manCmd() },
 		},
 	}
 }

@@ -27,9 +27,20 @@ import pytest
 
 SDK_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REPO = os.path.dirname(os.path.dirname(SDK_DIR))
-sys.path.insert(0, SDK_DIR)
+# RUNBOX_SDK_INSTALLED=1 tests the runbox package pip installed (CI does,
+# with sdk/python/README.md's commands, from a directory outside this tree),
+# never the source beside these tests.
+INSTALLED = os.environ.get("RUNBOX_SDK_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, SDK_DIR)
 
 import runbox  # noqa: E402
+
+# PKG_DIR is the sys.path entry runbox is imported from: SDK_DIR, or the
+# site-packages it was installed into.
+PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(runbox.__file__)))
+if INSTALLED and PKG_DIR == SDK_DIR:
+    raise RuntimeError(f"RUNBOX_SDK_INSTALLED=1 but runbox is imported from the source tree ({runbox.__file__}): run pytest from another directory")
 
 # Generous: the test machine is shared and may be very busy.
 WAIT = 60.0

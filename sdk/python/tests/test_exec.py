@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import SDK_DIR, WAIT, Server, count_procs, kill_procs, marker, runboxd_pid, wait_for
+from conftest import PKG_DIR, WAIT, Server, count_procs, kill_procs, marker, runboxd_pid, wait_for
 
 import runbox
 
@@ -209,7 +209,7 @@ def test_keyboard_interrupt_cancels_the_exec(server: Server, sb: runbox.Sandbox)
     m = marker()
     exec_id = "py-interrupted-" + m.replace(".", "-")
     script = INTERRUPTED.format(
-        sdk=SDK_DIR, url=server.url, token=server.token(), sb=sb.id, head=m[:3], tail=m[3:], id=exec_id
+        sdk=PKG_DIR, url=server.url, token=server.token(), sb=sb.id, head=m[:3], tail=m[3:], id=exec_id
     )
     child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SDK_DIR
+from conftest import PKG_DIR, SDK_DIR
 
 # Run with -I (isolated: no PYTHON* variables, no user site) and -S (no
 # site module: no site-packages at all), so any import outside the standard
@@ -16,7 +16,7 @@ from conftest import SDK_DIR
 # library (or the package itself).
 CHECK = f"""
 import sys, sysconfig
-sys.path.insert(0, {SDK_DIR!r})
+sys.path.insert(0, {PKG_DIR!r})
 import runbox, runbox.errors, runbox.models, runbox.files, runbox.process, runbox.popen, runbox.local, runbox.aio
 assert "site" not in sys.modules
 stdlib = sysconfig.get_paths()["stdlib"]
@@ -24,7 +24,7 @@ names = getattr(sys, "stdlib_module_names", set())
 for name, mod in sorted(sys.modules.items()):
     f = getattr(mod, "__file__", None)
     top = name.split(".")[0]
-    ok = (top == "runbox" and f and f.startswith({SDK_DIR!r})) or top in names or top in sys.builtin_module_names \\
+    ok = (top == "runbox" and f and f.startswith({PKG_DIR!r})) or top in names or top in sys.builtin_module_names \\
         or f is None or f.startswith(stdlib)
     assert ok, (name, f)
 print("ok", runbox.__version__, len(runbox.__all__))
