@@ -142,3 +142,37 @@ func TestAuditExecRows(t *testing.T) {
 		t.Fatalf("all rows: %d", len(rows))
 	}
 }
+
+// TestRecreatedSandboxNotMarkedLostForItsPredecessor: a caller that saw the
+// old provider sandbox die marks the sandbox lost only if no recreate has
+// replaced it since; otherwise the next call would recreate it again and
+// wipe the fresh sandbox's workspace (seen as an SDK test's file vanishing
+// right after a recreate).
+func TestRecreatedSandboxNotMarkedLostForItsPredecessor(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	now := time.Now()
+	sb := Sandbox{ID: "sb1", Tenant: "a", Provider: "host", ProviderID: "old", Spec: "{}",
+		State: StateReady, Created: now, LastUsed: now}
+	if err := s.InsertSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if marked, err := s.MarkLost(ctx, "sb1", "old", "runboxd gone"); err != nil || !marked {
+		t.Fatalf("first mark = %v, %v; want marked", marked, err)
+	}
+	if marked, err := s.MarkLost(ctx, "sb1", "old", "again"); err != nil || marked {
+		t.Fatalf("second mark of a lost sandbox = %v, %v; want not marked", marked, err)
+	}
+	if err := s.Recreated(ctx, "sb1", "new"); err != nil {
+		t.Fatal(err)
+	}
+	if marked, err := s.MarkLost(ctx, "sb1", "old", "a late probe of the old one"); err != nil || marked {
+		t.Fatalf("mark for the predecessor = %v, %v; want not marked", marked, err)
+	}
+	if got, err := s.GetSandbox(ctx, "a", "sb1"); err != nil || got.State != StateReady || got.ProviderID != "new" {
+		t.Fatalf("after a late mark: %+v, %v; want ready on provider sandbox new", got, err)
+	}
+	if marked, err := s.MarkLost(ctx, "sb1", "new", "the new one died"); err != nil || !marked {
+		t.Fatalf("mark of the current one = %v, %v; want marked", marked, err)
+	}
+}

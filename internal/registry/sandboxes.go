@@ -125,13 +125,21 @@ func (s *Store) CountSandboxes(ctx context.Context, tenant string) (int, error) 
 	return n, err
 }
 
-// MarkLost records that a sandbox's runboxd is gone, and why.
-func (s *Store) MarkLost(ctx context.Context, id, reason string) error {
-	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, lost_reason = ? WHERE id = ?`, StateLost, reason, id)
+// MarkLost records that a sandbox's runboxd is gone, and why, if the
+// sandbox is still the provider's sandbox providerID and not yet lost. It
+// reports whether it marked it: a sandbox recreated since the caller read
+// it (a new provider id) is never marked lost for its predecessor's death.
+func (s *Store) MarkLost(ctx context.Context, id, providerID, reason string) (bool, error) {
+	res, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, lost_reason = ?
+		WHERE id = ? AND provider_id = ? AND state != ?`, StateLost, reason, id, providerID, StateLost)
 	if err != nil {
-		return fmt.Errorf("mark sandbox %s lost: %w", id, err)
+		return false, fmt.Errorf("mark sandbox %s lost: %w", id, err)
 	}
-	return nil
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, fmt.Errorf("mark sandbox %s lost: %w", id, err)
+	}
+	return n == 1, nil
 }
 
 // Recreated records that a lost sandbox was replaced by the provider's

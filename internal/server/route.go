@@ -215,18 +215,21 @@ func lostError(id, why string) error {
 }
 
 // markLost records that rec's runboxd is gone, once, with an audit row.
+// rec may be stale: if the sandbox was recreated since (another provider
+// sandbox now stands for it), its predecessor's death changes nothing,
+// neither its state nor its connection.
 func (s *Server) markLost(rec registry.Sandbox, why string) {
-	s.dropUpstream(rec.ID)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cur, err := s.store.GetSandbox(ctx, rec.Tenant, rec.ID)
-	if err != nil || cur.State == registry.StateLost {
-		return
-	}
-	if err := s.store.MarkLost(ctx, rec.ID, why); err != nil {
+	marked, err := s.store.MarkLost(ctx, rec.ID, rec.ProviderID, why)
+	if err != nil {
 		s.log.Error("mark sandbox lost", "sandbox", rec.ID, "err", err)
 		return
 	}
+	if !marked { // recreated, or marked by another call, meanwhile
+		return
+	}
+	s.dropUpstream(rec.ID)
 	s.log.Warn("sandbox lost", "sandbox", rec.ID, "tenant", rec.Tenant, "provider", rec.Provider, "reason", why)
 	if err := s.store.Lifecycle(ctx, rec.Tenant, rec.ID, registry.KindLost, why); err != nil {
 		s.log.Error("audit", "err", err)
