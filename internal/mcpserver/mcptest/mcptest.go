@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -23,8 +24,11 @@ func SessionCarriesOver(ctx context.Context, cs *mcp.ClientSession, i int) (sand
 	}
 	for _, st := range steps {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "exec", Arguments: map[string]any{"command": st.command}})
-		if err != nil || res.IsError {
-			return "", fmt.Errorf("session %d: %q: %v %v", i, st.command, err, res)
+		if err != nil {
+			return "", fmt.Errorf("session %d: %q: %w", i, st.command, err)
+		}
+		if res.IsError {
+			return "", fmt.Errorf("session %d: %q: tool error: %s", i, st.command, ResultText(res))
 		}
 		out, _ := res.StructuredContent.(map[string]any)
 		if code, _ := out["exit_code"].(float64); out["stdout"] != st.want || code != 0 || out["exit_code"] == nil {
@@ -63,4 +67,16 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.Header.Set("Runbox-Sandbox", b.sandbox)
 	}
 	return b.next.RoundTrip(r)
+}
+
+// ResultText is the text of every text item of a tool result, joined by
+// newlines: what a model reads.
+func ResultText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			parts = append(parts, tc.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
 }
