@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 )
 
 // The file tools write, read (with line numbers, offset and limit), edit,
@@ -39,7 +40,7 @@ func TestFileTools(t *testing.T) {
 	// Reads: the whole file, numbered in the text; a window by lines; an
 	// absolute path inside the workspace is the same file.
 	res := s.call(t, "file_read", map[string]any{"path": "src/main.txt"})
-	if txt := textOf(res); !strings.Contains(txt, "     2\tbeta\n") || !strings.Contains(txt, "     4\tbeta\n") {
+	if txt := mcptest.ResultText(res); !strings.Contains(txt, "     2\tbeta\n") || !strings.Contains(txt, "     4\tbeta\n") {
 		t.Errorf("numbered text: %q", txt)
 	}
 	r := decode[fileRead](t, res)
@@ -201,7 +202,7 @@ func TestFileWriteNeedsContent(t *testing.T) {
 	s := startStdio(t)
 	res, err := s.cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "file_write", Arguments: map[string]any{"path": "empty.txt"}})
 	if err == nil && !res.IsError {
-		t.Errorf("file_write without content succeeded: %s", textOf(res))
+		t.Errorf("file_write without content succeeded: %s", mcptest.ResultText(res))
 	}
 	if _, err := os.Stat(filepath.Join(s.workdir, "empty.txt")); !os.IsNotExist(err) {
 		t.Errorf("file_write without content made the file: %v", err)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 	"github.com/runbox/runbox/provider/local"
 )
 
@@ -28,7 +29,7 @@ func TestLocalProvider(t *testing.T) {
 	s := startStdioHome(t, home, workdir, "--provider", "local")
 	res := s.call(t, "exec", map[string]any{"command": "pwd"})
 	if res.IsError {
-		missing := textOf(res)
+		missing := mcptest.ResultText(res)
 		if os.Getenv("RUNBOX_REQUIRE_LOCAL") == "1" {
 			t.Fatalf("RUNBOX_REQUIRE_LOCAL=1 but: %s", missing)
 		}

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/host"
 )
@@ -204,7 +204,7 @@ func ok[T any](t *testing.T, cs *mcp.ClientSession, tool string, args map[string
 	t.Helper()
 	res := callTool(t, cs, tool, args)
 	if res.IsError {
-		t.Fatalf("%s %v: tool error: %s", tool, args, textOf(res))
+		t.Fatalf("%s %v: tool error: %s", tool, args, mcptest.ResultText(res))
 	}
 	return decode[T](t, res)
 }
@@ -215,9 +215,9 @@ func failing(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]a
 	t.Helper()
 	res := callTool(t, cs, tool, args)
 	if !res.IsError {
-		t.Fatalf("%s %v: succeeded, want a tool error: %s", tool, args, textOf(res))
+		t.Fatalf("%s %v: succeeded, want a tool error: %s", tool, args, mcptest.ResultText(res))
 	}
-	return textOf(res)
+	return mcptest.ResultText(res)
 }
 
 func decode[T any](t *testing.T, res *mcp.CallToolResult) T {
@@ -231,16 +231,6 @@ func decode[T any](t *testing.T, res *mcp.CallToolResult) T {
 		t.Fatalf("decode structured result %s: %v", b, err)
 	}
 	return out
-}
-
-func textOf(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
 }
 
 // execResult is the exec tool's structured result, as a client reads it.

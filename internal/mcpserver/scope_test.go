@@ -17,6 +17,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/mcpserver"
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
 )
@@ -41,11 +42,11 @@ func startLocal(t *testing.T, args ...string) *stdio {
 	s := startStdioHome(t, home, workdir, append([]string{"--provider", "local"}, args...)...)
 	res := s.call(t, "sandbox_list", nil)
 	if res.IsError {
-		t.Fatalf("sandbox_list: %s", textOf(res))
+		t.Fatalf("sandbox_list: %s", mcptest.ResultText(res))
 	}
 	probe := s.call(t, "exec", map[string]any{"command": "true"})
 	if probe.IsError {
-		why := textOf(probe)
+		why := mcptest.ResultText(probe)
 		if os.Getenv("RUNBOX_REQUIRE_LOCAL") == "1" {
 			t.Fatalf("RUNBOX_REQUIRE_LOCAL=1 but: %s", why)
 		}
@@ -325,7 +326,7 @@ func TestMCPLostSandboxRemovedAtEnd(t *testing.T) {
 	}
 	eventually(t, "exec finds the sandbox lost", func() bool {
 		res := s.call(t, "exec", map[string]any{"command": "true", "sandbox": made.ID})
-		return res.IsError && strings.Contains(textOf(res), "lost")
+		return res.IsError && strings.Contains(mcptest.ResultText(res), "lost")
 	})
 	type list struct {
 		Sandboxes []struct {

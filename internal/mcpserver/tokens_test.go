@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 )
 
 // The sizes a model pays for in its context, logged for docs/mcp.md's
@@ -38,6 +39,6 @@ func TestTokenSizes(t *testing.T) {
 		t.Logf("%-15s %5d bytes: description %d, input schema %d, output schema %d", tool.Name, len(all), len(tool.Description), len(in), len(out))
 	}
 	t.Logf("tools/list: %d bytes (%d tools); a typical exec result: %d bytes (text %d bytes)",
-		len(lb), len(list.Tools), len(rb), len(textOf(res)))
+		len(lb), len(list.Tools), len(rb), len(mcptest.ResultText(res)))
 	t.Logf("typical exec result: %s", rb)
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/runbox/runbox/internal/mcpserver/mcptest"
 )
 
 // runningResult is exec's result for a command still running when exec
@@ -30,10 +32,10 @@ func TestExecBoundedWait(t *testing.T) {
 	cmd := fmt.Sprintf("echo first; while [ ! -e %s ]; do sleep 0.05; done; echo second; exit 7", gate)
 	res := s.call(t, "exec", map[string]any{"command": cmd, "wait_seconds": 0.5})
 	if res.IsError {
-		t.Fatalf("exec: %s", textOf(res))
+		t.Fatalf("exec: %s", mcptest.ResultText(res))
 	}
 	r := decode[runningResult](t, res)
-	txt := textOf(res)
+	txt := mcptest.ResultText(res)
 	first, _, _ := strings.Cut(txt, "\n")
 	if r.State != "running" || r.ID == "" || r.Output != "first\n" || r.NextOffset != 6 {
 		t.Fatalf("still running: %+v\n%s", r, txt)
@@ -75,7 +77,7 @@ func TestExecLeftoversNamed(t *testing.T) {
 		ExitCode    int    `json:"exit_code"`
 		LeftRunning int    `json:"left_running"`
 	}](t, res)
-	txt := textOf(res)
+	txt := mcptest.ResultText(res)
 	if r.ExitCode != 0 || r.LeftRunning != 1 {
 		t.Fatalf("result: %+v\n%s", r, txt)
 	}
@@ -124,7 +126,7 @@ func TestExecOutputCutAtLines(t *testing.T) {
 	if h == 0 || len(tail) == 0 || r.Lines != int64(n-h-len(tail)) || int64(len(r.Stdout))+r.StdoutDrop != r.StdoutBytes {
 		t.Fatalf("kept %d+%d lines, %d left out (want %d); bytes %d+%d of %d", h, len(tail), r.Lines, n-h-len(tail), len(r.Stdout), r.StdoutDrop, r.StdoutBytes)
 	}
-	txt := textOf(res)
+	txt := mcptest.ResultText(res)
 	marker := fmt.Sprintf("[... %d bytes (%d lines) left out; file_read {\"path\":%q,\"offset\":%d} reads on from there ...]\n", r.StdoutDrop, r.Lines, r.StdoutSpill, h+1)
 	if !strings.Contains(txt, strconv.Itoa(h)+"\n"+marker+strconv.Itoa(h+int(r.Lines)+1)+"\n") {
 		t.Errorf("no marker %q between the kept lines in:\n%s...", marker, txt[:min(len(txt), 300)])

@@ -63,7 +63,7 @@ func toolOK(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 	t.Helper()
 	res := tool(t, cs, name, args)
 	if res.IsError {
-		t.Fatalf("%s %v: tool error: %s", name, args, toolText(res))
+		t.Fatalf("%s %v: tool error: %s", name, args, mcptest.ResultText(res))
 	}
 	b, _ := json.Marshal(res.StructuredContent)
 	var out map[string]any
@@ -79,19 +79,9 @@ func toolFails(t *testing.T, cs *mcp.ClientSession, name string, args map[string
 	t.Helper()
 	res := tool(t, cs, name, args)
 	if !res.IsError {
-		t.Fatalf("%s %v: succeeded, want a tool error: %s", name, args, toolText(res))
+		t.Fatalf("%s %v: succeeded, want a tool error: %s", name, args, mcptest.ResultText(res))
 	}
-	return toolText(res)
-}
-
-func toolText(res *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range res.Content {
-		if tc, ok := c.(*mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
+	return mcptest.ResultText(res)
 }
 
 // sandboxCount counts the sandboxes left, in the registry (every tenant)

@@ -69,14 +69,14 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// ResultText is the text of every text item of a tool result, joined by
-// newlines: what a model reads.
+// ResultText is the text of every text item of a tool result, one after
+// the other: what a model reads.
 func ResultText(res *mcp.CallToolResult) string {
-	var parts []string
+	var b strings.Builder
 	for _, c := range res.Content {
 		if tc, ok := c.(*mcp.TextContent); ok {
-			parts = append(parts, tc.Text)
+			b.WriteString(tc.Text)
 		}
 	}
-	return strings.Join(parts, "\n")
+	return b.String()
 }
