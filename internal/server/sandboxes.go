@@ -62,26 +62,11 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: tenant %s already has a sandbox named %q", tenant.Name, spec.Name))
 		}
 	}
-	// Count the sandboxes being created too, so that concurrent creates
-	// cannot overshoot the quota.
-	max := s.quotas(tenant).MaxSandboxes
-	have, err := s.store.CountSandboxes(ctx, tenant.Name)
+	admitted, err := s.admitCreate(ctx, tenant)
 	if err != nil {
-		return registry.Sandbox{}, apiError(err)
+		return registry.Sandbox{}, err
 	}
-	s.mu.Lock()
-	if max > 0 && have+s.creating[tenant.Name] >= max {
-		n := have + s.creating[tenant.Name]
-		s.mu.Unlock()
-		return registry.Sandbox{}, quota(tenant.Name, "max_sandboxes", n, max)
-	}
-	s.creating[tenant.Name]++
-	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.creating[tenant.Name]--
-		s.mu.Unlock()
-	}()
+	defer admitted.done()
 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
@@ -97,7 +82,7 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 		Spec: string(specJSON), Labels: spec.Labels, Workspace: workspace, State: registry.StateReady,
 		Created: now, LastUsed: now,
 	}
-	if err := s.store.InsertSandbox(cctx, rec); err != nil {
+	if err := admitted.insert(cctx, rec); err != nil {
 		if uerr := s.unprovision(cctx, spec.Provider, sb, workspace); uerr != nil {
 			s.log.Error("undo create", "sandbox", id, "err", uerr)
 		}
@@ -111,6 +96,61 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 	}
 	s.log.Info("sandbox created", "sandbox", id, "tenant", tenant.Name, "provider", spec.Provider, "provider_id", sb.ID)
 	return rec, nil
+}
+
+// admission is one create let in under its tenant's max_sandboxes: it
+// counts in creating until insert puts the sandbox in the registry or
+// done gives its place back.
+type admission struct {
+	s      *Server
+	tenant string
+	held   bool
+}
+
+// admitCreate lets a create of tenant in when the tenant's sandboxes, made
+// and being made, are below its max_sandboxes; over it, the quota error.
+// The count is exact: taken and checked under admitMu, which an insert
+// holds too, so a sandbox is never counted twice (made and still being
+// made) nor missed (made after the count, before the check).
+func (s *Server) admitCreate(ctx context.Context, tenant registry.Tenant) (*admission, error) {
+	s.admitMu.Lock()
+	defer s.admitMu.Unlock()
+	have, err := s.store.CountSandboxes(ctx, tenant.Name)
+	if err != nil {
+		return nil, apiError(err)
+	}
+	n := have + s.creating[tenant.Name]
+	if max := s.quotas(tenant).MaxSandboxes; max > 0 && n >= max {
+		return nil, quota(tenant.Name, "max_sandboxes", n, max)
+	}
+	s.creating[tenant.Name]++
+	return &admission{s: s, tenant: tenant.Name, held: true}, nil
+}
+
+// insert records rec in the registry and, when it is in, stops counting
+// it as being created, in one step under admitMu.
+func (a *admission) insert(ctx context.Context, rec registry.Sandbox) error {
+	a.s.admitMu.Lock()
+	defer a.s.admitMu.Unlock()
+	if err := a.s.store.InsertSandbox(ctx, rec); err != nil {
+		return err
+	}
+	a.releaseLocked()
+	return nil
+}
+
+// done gives the admission's place back if insert did not.
+func (a *admission) done() {
+	a.s.admitMu.Lock()
+	defer a.s.admitMu.Unlock()
+	a.releaseLocked()
+}
+
+func (a *admission) releaseLocked() {
+	if a.held {
+		a.s.creating[a.tenant]--
+		a.held = false
+	}
 }
 
 // hostDirectoryProvider is a provider whose sandboxes run in a directory

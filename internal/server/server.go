@@ -117,12 +117,16 @@ type Server struct {
 	upstreams map[string]*upstream   // by sandbox id
 	usage     map[string]*usage      // by sandbox id
 	execs     map[execKey]*execTrack // execs known to be running
-	creating  map[string]int         // sandboxes being created, by tenant
+	creating  map[string]int         // sandboxes being created, by tenant (admitMu)
 	unknown   []runbox.Sandbox       // found at start, not in the registry
 	conns     *capListener           // Serve's listener (nil before)
 
 	cleanups   cleanupQueue // failed cleanups, retried by the reaper
 	recreateMu sync.Mutex   // one recreate at a time
+	// admitMu makes a tenant's sandbox count exact for max_sandboxes: a
+	// create counts the registry and the creates in flight, and a made
+	// sandbox goes into the registry and out of creating, each under it.
+	admitMu sync.Mutex
 	started    bool         // Start has finished
 
 	// mcp serves /mcp (nil without Config.MCP); mcpPlaces are its tenants'

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
@@ -176,5 +179,53 @@ func TestQuotas(t *testing.T) {
 	}
 	if _, err := a.Create(ctx, runbox.SandboxSpec{}); err != nil {
 		t.Fatalf("with max_sandboxes 2: %v", err)
+	}
+}
+
+// TestQuotaConcurrentCreates: concurrent creates up to a tenant's
+// max_sandboxes all succeed, never refused for a sandbox counted twice
+// (once made and once still being made), and one more is refused. Each
+// round starts its creates after random delays so that one create's end
+// falls between another's count and its check.
+func TestQuotaConcurrentCreates(t *testing.T) {
+	const max = 4
+	ts := startServer(t, func(c *serverConfig) { c.Quotas.MaxSandboxes = max })
+	ctx := ctxT(t)
+	a := ts.tenant(t, "a")
+	for round := range 8 {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var made []runbox.Sandbox
+		var refused []error
+		for range max {
+			wg.Go(func() {
+				time.Sleep(time.Duration(rand.IntN(400)) * time.Millisecond)
+				sb, err := a.Create(ctx, runbox.SandboxSpec{})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					refused = append(refused, err)
+					return
+				}
+				made = append(made, sb)
+			})
+		}
+		wg.Wait()
+		for _, err := range refused {
+			t.Errorf("round %d: %d concurrent creates under max_sandboxes %d: %v", round, max, max, err)
+		}
+		if len(made) == max {
+			if _, err := a.Create(ctx, runbox.SandboxSpec{}); !errors.Is(err, runbox.ErrQuotaExceeded) {
+				t.Errorf("round %d: create past max_sandboxes %d: %v, want ErrQuotaExceeded", round, max, err)
+			}
+		}
+		for _, sb := range made {
+			if err := a.Remove(ctx, sb, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if t.Failed() {
+			return
+		}
 	}
 }
