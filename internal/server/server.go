@@ -127,7 +127,7 @@ type Server struct {
 	// create counts the registry and the creates in flight, and a made
 	// sandbox goes into the registry and out of creating, each under it.
 	admitMu sync.Mutex
-	started    bool         // Start has finished
+	started bool // Start has finished
 
 	// mcp serves /mcp (nil without Config.MCP); mcpPlaces are its tenants'
 	// views of the server, by tenant name; self is the in-process way
