@@ -93,8 +93,9 @@ func (s *Store) Lifecycle(ctx context.Context, tenant, sandbox, kind, detail str
 
 const (
 	openExecFindQuery   = `SELECT id FROM audit WHERE sandbox = ? AND exec_id = ? AND kind = 'exec' AND ended_ms = 0`
-	openExecInsertQuery = `INSERT INTO audit (tenant, sandbox, kind, exec_id, command, started_ms) VALUES (?, ?, 'exec', ?, ?, ?)`
-	finishExecQuery     = `UPDATE audit SET ended_ms = ?, exit_code = ?, signal = ?, timed_out = ?,
+	openExecInsertQuery = `INSERT INTO audit (tenant, sandbox, kind, exec_id, command, started_ms) VALUES (?, ?, 'exec', ?, ?, ?)
+		ON CONFLICT (sandbox, exec_id) WHERE kind = 'exec' AND ended_ms = 0 DO NOTHING RETURNING id`
+	finishExecQuery = `UPDATE audit SET ended_ms = ?, exit_code = ?, signal = ?, timed_out = ?,
 		cancelled = ?, killed = ?, stdout_bytes = ?, stderr_bytes = ?, outcome = ?, detail = ?
 		WHERE id = ? AND ended_ms = 0`
 )
@@ -102,26 +103,29 @@ const (
 // OpenExec returns the id of the unfinished row of exec in sandbox, or
 // starts one; created says which.
 func (s *Store) OpenExec(ctx context.Context, tenant, sandbox, execID, command string) (id int64, created bool, err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	// One statement, no transaction: the unique index on open exec rows
+	// makes a second open of the same exec insert nothing, and then the
+	// row that stopped it is the one to return. Should that row end
+	// between the two statements, the exec has no open row any more and
+	// the insert is tried again, as the old look-then-insert transaction
+	// would have done.
+	for range 3 {
+		err = s.openExecInsert.QueryRowContext(ctx, tenant, sandbox, execID, command, ms(time.Now())).Scan(&id)
+		if err == nil {
+			return id, true, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+		}
+		err = s.openExecFind.QueryRowContext(ctx, sandbox, execID).Scan(&id)
+		if err == nil {
+			return id, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return 0, false, fmt.Errorf("audit exec %s: find its open row: %w", execID, err)
+		}
 	}
-	defer tx.Rollback()
-	err = tx.StmtContext(ctx, s.openExecFind).QueryRowContext(ctx, sandbox, execID).Scan(&id)
-	if err == nil {
-		return id, false, nil
-	}
-	if !errors.Is(err, sql.ErrNoRows) {
-		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
-	}
-	res, err := tx.StmtContext(ctx, s.openExecInsert).ExecContext(ctx, tenant, sandbox, execID, command, ms(time.Now()))
-	if err != nil {
-		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
-	}
-	if id, err = res.LastInsertId(); err != nil {
-		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
-	}
-	return id, true, tx.Commit()
+	return 0, false, fmt.Errorf("audit exec %s: its open row kept ending while a second one was opened", execID)
 }
 
 // FinishExec ends an exec's row with its result; a row already ended is

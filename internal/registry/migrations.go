@@ -61,6 +61,15 @@ var migrations = []string{
 	CREATE INDEX audit_by_tenant ON audit (tenant, id);
 	CREATE INDEX audit_by_sandbox ON audit (sandbox, exec_id);
 	CREATE INDEX audit_open_execs ON audit (kind, ended_ms) WHERE ended_ms = 0;`,
+	// 2: at most one unfinished row per exec, kept by an index, so that
+	// opening an exec's row is one INSERT (ON CONFLICT DO NOTHING) rather
+	// than a transaction that looks before it inserts. Rows that already
+	// break the rule (none should: the transaction kept it) keep the oldest
+	// open and end the others as duplicates.
+	`UPDATE audit SET ended_ms = started_ms, outcome = 'lost', detail = 'duplicate of an open row of the same exec'
+		WHERE kind = 'exec' AND ended_ms = 0 AND id NOT IN (
+			SELECT MIN(id) FROM audit WHERE kind = 'exec' AND ended_ms = 0 GROUP BY sandbox, exec_id);
+	CREATE UNIQUE INDEX audit_open_exec_once ON audit (sandbox, exec_id) WHERE kind = 'exec' AND ended_ms = 0;`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -3,9 +3,13 @@ package registry
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -174,5 +178,84 @@ func TestRecreatedSandboxNotMarkedLostForItsPredecessor(t *testing.T) {
 	}
 	if marked, err := s.MarkLost(ctx, "sb1", "new", "the new one died"); err != nil || !marked {
 		t.Fatalf("mark of the current one = %v, %v; want marked", marked, err)
+	}
+}
+
+// TestOpenExecConcurrent: many opens of one exec at once, with finishes
+// racing them, never leave two open rows for it; every open returns an
+// open row (or a fresh one after the last ended), and exactly the
+// creators' rows exist.
+func TestOpenExecConcurrent(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	for round := range 50 {
+		exec := fmt.Sprintf("e%d", round)
+		var wg sync.WaitGroup
+		var created atomic.Int32
+		for i := range 12 {
+			wg.Go(func() {
+				id, made, err := s.OpenExec(ctx, "a", "sb1", exec, "true")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if made {
+					created.Add(1)
+				}
+				if i%4 == 0 {
+					s.FinishExec(ctx, id, ExecResult{Outcome: OutcomeExited})
+				}
+			})
+		}
+		wg.Wait()
+		rows, err := s.Audit(ctx, AuditFilter{Sandbox: "sb1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		open, mine := 0, 0
+		for _, r := range rows {
+			if r.ExecID != exec {
+				continue
+			}
+			mine++
+			if r.Ended.IsZero() {
+				open++
+			}
+		}
+		if open > 1 || mine != int(created.Load()) {
+			t.Fatalf("round %d: %d rows (%d open) for %d creating opens", round, mine, open, created.Load())
+		}
+	}
+}
+
+// TestMigrationEndsDuplicateOpenRows: a version-1 database holding two
+// open rows of one exec opens at the current version with the older row
+// open and the other ended as a duplicate.
+func TestMigrationEndsDuplicateOpenRows(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "runbox.db")
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, migrations[0]+`; PRAGMA user_version = 1;
+		INSERT INTO audit (tenant, sandbox, kind, exec_id, started_ms) VALUES ('a', 'sb1', 'exec', 'e1', 1), ('a', 'sb1', 'exec', 'e1', 2)`); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.Version(ctx); v != SchemaVersion {
+		t.Fatalf("version %d, want %d", v, SchemaVersion)
+	}
+	open, _ := s.OpenExecs(ctx)
+	if len(open) != 1 || open[0].ID != 1 {
+		t.Fatalf("open rows after migration: %+v", open)
+	}
+	if id, created, err := s.OpenExec(ctx, "a", "sb1", "e1", ""); err != nil || created || id != 1 {
+		t.Fatalf("OpenExec after migration = %d, %v, %v; want the older row", id, created, err)
 	}
 }
