@@ -49,7 +49,19 @@ type Server struct {
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed once a Shutdown RPC has stopped every exec
+
+	extra []route // served besides the API (Also)
 }
+
+// route is a handler at a path prefix.
+type route struct {
+	path string
+	h    http.Handler
+}
+
+// Also serves h at path besides the API (a private-network sandbox's
+// EgressService); call it before Handler or Serve.
+func (s *Server) Also(path string, h http.Handler) { s.extra = append(s.extra, route{path, h}) }
 
 var _ runboxv1connect.RunboxServiceHandler = (*Server)(nil)
 
@@ -69,6 +81,9 @@ func (s *Server) Handler() http.Handler {
 	limit := connect.WithReadMaxBytes(runbox.MaxMessageBytes)
 	mux.Handle(runboxv1connect.NewRunboxServiceHandler(s, limit))
 	mux.Handle(runboxv1connect.NewFilesServiceHandler(newFilesServer(s), limit))
+	for _, r := range s.extra {
+		mux.Handle(r.path, r.h)
+	}
 	return mux
 }
 
