@@ -37,6 +37,10 @@ func listenEgress() (func(*daemon.Server, *slog.Logger), error) {
 	return func(srv *daemon.Server, log *slog.Logger) {
 		p := egress.NewProxy(log)
 		srv.Also(p.Handler())
+		go func() {
+			<-srv.Stopping()
+			p.Close()
+		}()
 		go p.ServeHTTPProxy(httpLn)
 		go p.ServeSOCKS(socksLn)
 	}, nil

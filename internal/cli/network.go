@@ -1,9 +1,13 @@
 package cli
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/runbox/runbox"
@@ -36,4 +40,66 @@ func (f *egressFlags) policy() (runbox.EgressPolicy, error) {
 		p.Resolve[name] = addr
 	}
 	return p, nil
+}
+
+// egressProvider is a provider whose sandboxes' egress policy can change
+// at runtime (local).
+type egressProvider interface {
+	Egress(ctx context.Context, sb runbox.Sandbox) (runbox.EgressPolicy, error)
+	SetEgress(ctx context.Context, sb runbox.Sandbox, p runbox.EgressPolicy) error
+}
+
+func (a *app) networkCmd() *cobra.Command {
+	var f egressFlags
+	var replace bool
+	c := &cobra.Command{
+		Use:   "network SANDBOX [--allow D,...] [--allow-cidr C,...] [--deny D|C,...] [--resolve NAME=ADDR,...] [--replace]",
+		Short: "Show or change what a private-network sandbox may reach",
+		Long: `Print the egress policy of a sandbox made with --network private, as JSON,
+after adding the rules given (or, with --replace, after replacing the policy
+with them). A change applies to every connection opened from then on;
+connections already open go on.`,
+		Args: exactArgs(1, "SANDBOX"),
+		RunE: func(c *cobra.Command, args []string) error {
+			key := args[0]
+			p, sb, err := a.find(c.Context(), key)
+			if err != nil {
+				return fail("network", key, "", err)
+			}
+			ep, ok := p.(egressProvider)
+			if !ok {
+				return fail("network", key, "", fmt.Errorf("%w: the %s provider cannot change a sandbox's egress policy", errors.ErrUnsupported, p.Name()))
+			}
+			add, err := f.policy()
+			if err != nil {
+				return fail("network", key, "", err)
+			}
+			pol := add
+			if !replace {
+				if pol, err = ep.Egress(c.Context(), sb); err != nil {
+					return fail("network", key, "", err)
+				}
+				pol.Allow = append(pol.Allow, add.Allow...)
+				pol.AllowCIDR = append(pol.AllowCIDR, add.AllowCIDR...)
+				pol.Deny = append(pol.Deny, add.Deny...)
+				for k, v := range add.Resolve {
+					if pol.Resolve == nil {
+						pol.Resolve = map[string]string{}
+					}
+					pol.Resolve[k] = v
+				}
+			}
+			if replace || !add.Empty() {
+				if err := ep.SetEgress(c.Context(), sb, pol); err != nil {
+					return fail("network", key, "", err)
+				}
+			}
+			enc := json.NewEncoder(a.stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(pol)
+		},
+	}
+	f.add(c.Flags())
+	c.Flags().BoolVar(&replace, "replace", false, "replace the policy with the rules given instead of adding them (no rule: refuse everything)")
+	return c
 }

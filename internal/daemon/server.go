@@ -50,7 +50,8 @@ type Server struct {
 	stopOnce sync.Once
 	stop     chan struct{} // closed once a Shutdown RPC has stopped every exec
 
-	extra []route // served besides the API (Also)
+	extra    []route       // served besides the API (Also)
+	stopping chan struct{} // closed once Serve starts stopping
 }
 
 // route is a handler at a path prefix.
@@ -70,8 +71,13 @@ func NewServer(sup *supervisor.Supervisor, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{sup: sup, log: log, stop: make(chan struct{})}
+	return &Server{sup: sup, log: log, stop: make(chan struct{}), stopping: make(chan struct{})}
 }
+
+// Stopping is closed once Serve starts stopping: handlers of long-lived
+// streams served through Also end theirs then, as Serve waits for every
+// handler to return.
+func (s *Server) Stopping() <-chan struct{} { return s.stopping }
 
 // Handler returns the HTTP handler serving the API.
 func (s *Server) Handler() http.Handler {
@@ -131,6 +137,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.log.Info("stopping", "reason", "shutdown requested")
 	}
 
+	close(s.stopping)
 	// Refuse new calls (GOAWAY, close the listener) while the execs stop; a
 	// stream already open gets its exit event before its connection closes.
 	httpDone := make(chan error, 1)

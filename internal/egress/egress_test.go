@@ -31,6 +31,8 @@ type rig struct {
 	httpProxy, socks string
 	policy           atomic.Pointer[Policy]
 	logs             *syncBuf
+	proxy            *Proxy
+	served           chan struct{} // closed once Host.Serve returned
 }
 
 type syncBuf struct {
@@ -51,6 +53,7 @@ func newRig(t *testing.T, resolver Resolver) *rig {
 	r := &rig{logs: &syncBuf{}}
 	r.policy.Store(&Policy{})
 	p := NewProxy(nil)
+	r.proxy = p
 	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -87,6 +90,7 @@ func newRig(t *testing.T, resolver Resolver) *rig {
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	served := make(chan struct{})
+	r.served = served
 	go func() {
 		defer close(served)
 		h.Serve(ctx, func() { close(ready) })
@@ -282,5 +286,30 @@ func TestProxyWithoutHostSide(t *testing.T) {
 	code, body := get(t, proxiedClient(ln.Addr().String(), nil), "http://allowed.test/")
 	if code != http.StatusServiceUnavailable || !strings.Contains(body, "no host side") {
 		t.Fatalf("without a host side: %d %q", code, body)
+	}
+}
+
+// TestProxyCloseEndsStreams: Close ends Listen and every Carry in
+// progress, so a stopping daemon is not held by an idle connection.
+func TestProxyCloseEndsStreams(t *testing.T) {
+	b := backend(t, false)
+	r := newRig(t, testNames)
+	r.policy.Store(&Policy{Allow: []string{"allowed.test"}, AllowCIDR: []string{"127.0.0.2/32"}})
+	var p int
+	fmt.Sscan(port(t, b), &p)
+	code, conn := socksDial(t, r.socks, "allowed.test", p)
+	defer conn.Close()
+	if code != socksSucceeded {
+		t.Fatalf("reply %d", code)
+	}
+	r.proxy.Close()
+	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("an idle carried connection after Close: %v, want EOF", err)
+	}
+	select {
+	case <-r.served:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the host side's Listen did not end after Close")
 	}
 }

@@ -62,7 +62,15 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	waiting map[uint64]*pending // offered, not yet carried
+
+	closeOnce sync.Once
+	closed    chan struct{} // Close was called
 }
+
+// Close ends Listen and Carry calls, cutting the connections they carry,
+// so a stopping daemon is not held by them. The listeners are the
+// caller's.
+func (p *Proxy) Close() { p.closeOnce.Do(func() { close(p.closed) }) }
 
 var _ runboxv1connect.EgressServiceHandler = (*Proxy)(nil)
 
@@ -84,7 +92,7 @@ func NewProxy(log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{log: log, offered: make(chan *pending), waiting: map[uint64]*pending{}}
+	return &Proxy{log: log, offered: make(chan *pending), waiting: map[uint64]*pending{}, closed: make(chan struct{})}
 }
 
 // Handler returns the EgressService's path and handler.
@@ -317,6 +325,8 @@ func (p *Proxy) Listen(ctx context.Context, _ *connect.Request[runboxv1.EgressLi
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-p.closed:
+			return nil
 		case pc := <-p.offered:
 			err := stream.Send(&runboxv1.EgressListenResponse{Id: pc.id, Host: pc.host, Port: uint32(pc.port), Via: pc.via})
 			if err != nil {
@@ -341,6 +351,18 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 	}
 	close(pc.taken)
 	defer pc.conn.Close()
+	carried := make(chan struct{})
+	defer close(carried)
+	go func() {
+		// Unblocks the copies below when the daemon stops or the host side goes.
+		select {
+		case <-p.closed:
+		case <-ctx.Done():
+		case <-carried:
+			return
+		}
+		pc.conn.Close()
+	}()
 	if r := first.GetRefusal(); r != "" {
 		p.refuse(pc, http.StatusForbidden, r)
 		return nil
@@ -393,6 +415,8 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 	select {
 	case <-remoteDone:
 	case <-ctx.Done():
+		pc.conn.Close()
+	case <-p.closed:
 		pc.conn.Close()
 	}
 	return nil

@@ -200,3 +200,40 @@ func describe(rec procbox.Record, detail map[string]string) {
 	detail["workspace"] = jail.WorkspacePath
 	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), layersDir, upperDir) // the socket is in the state dir
 }
+
+// ErrNotPrivate means an egress policy was asked of a sandbox that is not
+// on the private network. It wraps runbox.ErrInvalidSpec.
+var ErrNotPrivate = fmt.Errorf("%w: the sandbox is not on the private network (runbox up --network private)", runbox.ErrInvalidSpec)
+
+// Egress returns the egress policy in force in sb, a private-network
+// sandbox.
+func (p *Provider) Egress(ctx context.Context, sb runbox.Sandbox) (runbox.EgressPolicy, error) {
+	path, err := policyPath(sb)
+	if err != nil {
+		return runbox.EgressPolicy{}, err
+	}
+	pol, err := egress.ReadPolicy(path)
+	return runbox.EgressPolicy(pol), err
+}
+
+// SetEgress replaces the egress policy of sb, a private-network sandbox;
+// it applies to every connection opened from then on (the host side reads
+// it for each one). Connections already carried are not cut.
+func (p *Provider) SetEgress(ctx context.Context, sb runbox.Sandbox, pol runbox.EgressPolicy) error {
+	path, err := policyPath(sb)
+	if err != nil {
+		return err
+	}
+	if err := egress.WritePolicy(path, egress.Policy(pol)); err != nil {
+		return fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
+	}
+	return nil
+}
+
+// policyPath is where the host side of sb's egress reads its policy.
+func policyPath(sb runbox.Sandbox) (string, error) {
+	if sb.Detail["network"] != NetworkPrivate || sb.Detail["socket"] == "" {
+		return "", ErrNotPrivate
+	}
+	return filepath.Join(filepath.Dir(sb.Detail["socket"]), egress.PolicyFile), nil
+}
