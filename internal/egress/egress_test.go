@@ -48,7 +48,7 @@ func (s *syncBuf) Write(p []byte) (int, error) {
 
 func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func newRig(t *testing.T, resolver Resolver) *rig {
+func newRig(t testing.TB, resolver Resolver) *rig {
 	t.Helper()
 	r := &rig{logs: &syncBuf{}}
 	r.policy.Store(&Policy{})
@@ -75,7 +75,8 @@ func newRig(t *testing.T, resolver Resolver) *rig {
 	protocols.SetUnencryptedHTTP2(true)
 	mux := http.NewServeMux()
 	mux.Handle(p.Handler())
-	srv := &http.Server{Handler: mux, Protocols: &protocols}
+	// As runboxd's server (internal/daemon): large frames.
+	srv := &http.Server{Handler: mux, Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20}}
 	go srv.Serve(dln)
 
 	h := &Host{
@@ -111,7 +112,7 @@ func newRig(t *testing.T, resolver Resolver) *rig {
 }
 
 // backend serves "hello NAME from HOST" on 127.0.0.2.
-func backend(t *testing.T, tlsToo bool) *httptest.Server {
+func backend(t testing.TB, tlsToo bool) *httptest.Server {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.2:0")
 	if err != nil {

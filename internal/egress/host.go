@@ -18,6 +18,7 @@ import (
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/daemon/wire"
 )
 
 // dialTimeout bounds the host side's dial of an allowed destination.
@@ -61,7 +62,9 @@ func (h *Host) client() (runboxv1connect.EgressServiceClient, func()) {
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return h.Dial(ctx)
 		},
-		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second},
+		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second,
+			// Bulk data in large frames, as runboxd's own server reads them.
+			MaxReadFrameSize: wire.MaxFrameBytes},
 	}
 	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd"), t.CloseIdleConnections
 }

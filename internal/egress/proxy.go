@@ -48,8 +48,9 @@ const (
 	// hostSideWait is how long a connection waits for the host side to
 	// take it before the command is told no host side is connected.
 	hostSideWait = 10 * time.Second
-	// chunk is the most bytes one Carry message holds.
-	chunk = 32 << 10
+	// chunk is the most bytes one Carry message holds: bulk transfers
+	// cost per message, so large (runbox.MaxMessageBytes bounds them).
+	chunk = 256 << 10
 )
 
 // Proxy is runboxd's half of egress: HTTP and SOCKS5 proxy listeners on
