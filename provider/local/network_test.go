@@ -162,3 +162,49 @@ func TestNetworkPrivateIsolation(t *testing.T) {
 		t.Errorf("the egress host side (pid %d) outlived its sandbox", pid)
 	}
 }
+
+// TestCLINetworkPrivate: runbox up --network private --allow ... through
+// the CLI; runbox network adds a rule the next connection gets; an
+// allowlist without --network private, and a malformed rule, are refused
+// with exit 125 before anything is made.
+func TestCLINetworkPrivate(t *testing.T) {
+	rb := localCLI(t)
+	port := hostServer(t, "127.0.0.2:0")
+	id := upLocal(t, rb, "--network", "private", "--allow", "pkg.test,late.test", "--resolve", "pkg.test=127.0.0.2,late.test=127.0.0.2")
+	curl := func(name string) (int, string) {
+		code, out, errs := rb("exec", id, "--", fmt.Sprintf("curl -sS --max-time 20 -w ' %%{http_code}' http://%s:%d/p", name, port))
+		if code != 0 {
+			t.Fatalf("curl %s: exit %d, %q %q", name, code, out, errs)
+		}
+		return code, out
+	}
+	// Allowed by name, but its address is loopback and no range allows it.
+	if _, out := curl("pkg.test"); !strings.Contains(out, "127.0.0.2, a loopback") || !strings.HasSuffix(out, " 403") {
+		t.Errorf("before --allow-cidr: %q", out)
+	}
+	if code, out, errs := rb("network", id, "--allow-cidr", "127.0.0.2/32"); code != 0 || !strings.Contains(out, `"127.0.0.2/32"`) {
+		t.Fatalf("runbox network: exit %d, %q %q", code, out, errs)
+	}
+	if _, out := curl("pkg.test"); out != fmt.Sprintf("host says pkg.test:%d/p 200", port) {
+		t.Errorf("after runbox network --allow-cidr: %q", out)
+	}
+	if code, _, errs := rb("network", id, "--replace", "--allow", "late.test", "--allow-cidr", "127.0.0.2"); code != 0 {
+		t.Fatalf("runbox network --replace: exit %d, %q", code, errs)
+	}
+	if _, out := curl("pkg.test"); !strings.Contains(out, "pkg.test is not in the --allow list") {
+		t.Errorf("after --replace (pkg.test dropped, its --resolve too): %q", out)
+	}
+	for _, args := range [][]string{
+		{"up", "--workdir", t.TempDir(), "--allow", "pkg.test"},
+		{"up", "--workdir", t.TempDir(), "--network", "private", "--allow", "a.*.test"},
+		{"up", "--workdir", t.TempDir(), "--network", "private", "--allow-cidr", "10.0.0.0/40"},
+	} {
+		if code, _, errs := rb(args...); code != 125 || errs == "" {
+			t.Errorf("%q: exit %d, %q; want 125 with a reason", args, code, errs)
+		}
+	}
+	host := upLocal(t, rb)
+	if code, _, errs := rb("network", host, "--allow", "x.test"); code != 125 || !strings.Contains(errs, "not on the private network") {
+		t.Errorf("runbox network on a host-network sandbox: exit %d, %q", code, errs)
+	}
+}
