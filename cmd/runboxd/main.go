@@ -39,6 +39,7 @@ import (
 	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/supervisor"
@@ -224,6 +225,9 @@ func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr
 	}
 	log.Info("serving", "socket", ln.Addr().String(), "authenticated", !auth.insecure, "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
 	srv := daemon.NewServer(sup, log)
+	// Port forwarding reaches the sandbox's loopback for a caller that
+	// holds the secret (and so could run any command there anyway).
+	srv.Also(egress.Forwarder{Stop: srv.Stopping()}.Handler())
 	for _, f := range also {
 		f(srv, log)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
-	"github.com/runbox/runbox/internal/daemon/wire"
 )
 
 // dialTimeout bounds the host side's dial of an allowed destination.
@@ -55,17 +54,7 @@ func (h *Host) resolver() Resolver {
 }
 
 func (h *Host) client() (runboxv1connect.EgressServiceClient, func()) {
-	var protocols http.Protocols
-	protocols.SetUnencryptedHTTP2(true)
-	t := &http.Transport{
-		Protocols: &protocols,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return h.Dial(ctx)
-		},
-		HTTP2: &http.HTTP2Config{SendPingTimeout: 30 * time.Second, PingTimeout: 15 * time.Second,
-			// Bulk data in large frames, as runboxd's own server reads them.
-			MaxReadFrameSize: wire.MaxFrameBytes},
-	}
+	t := h2cTransport(h.Dial)
 	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd"), t.CloseIdleConnections
 }
 

@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -206,5 +207,60 @@ func TestCLINetworkPrivate(t *testing.T) {
 	host := upLocal(t, rb)
 	if code, _, errs := rb("network", host, "--allow", "x.test"); code != 125 || !strings.Contains(errs, "not on the private network") {
 		t.Errorf("runbox network on a host-network sandbox: exit %d, %q", code, errs)
+	}
+}
+
+// TestPortForwardPrivate: a server on a private sandbox's loopback, not
+// reachable from the host directly, is reached through port forwarding
+// over the sandbox's own channel (what runbox port-forward does); a port
+// nothing listens on is refused, not hung.
+func TestPortForwardPrivate(t *testing.T) {
+	p := newProvider(t)
+	sb, c := create(t, p, runbox.SandboxSpec{Network: local.NetworkPrivate})
+	token := fmt.Sprintf("tok-%d", time.Now().UnixNano())
+	ln0, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln0.Addr().(*net.TCPAddr).Port
+	ln0.Close()
+	run(t, c, fmt.Sprintf(`echo %s > /workspace/index.txt; cd /workspace; python3 -m http.server %d --bind 127.0.0.1 >/dev/null 2>&1 &
+for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", %d))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1`, token, port, port))
+	if conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), 2*time.Second); err == nil {
+		conn.Close()
+		t.Fatal("the sandbox's loopback server was reached from the host without forwarding")
+	}
+	fc, closeIdle := egress.NewForwardClient(p.Dialer(sb))
+	defer closeIdle()
+	forward := func(remote int) string {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			egress.ForwardConn(t.Context(), fc, remote, conn)
+		}()
+		defer func() { ln.Close(); <-done }()
+		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := hc.Get("http://" + ln.Addr().String() + "/index.txt")
+		if err != nil {
+			return "error: " + err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.TrimSpace(string(b))
+	}
+	if got := forward(port); got != token {
+		t.Errorf("through port forwarding: %q, want %q", got, token)
+	}
+	if got := forward(port + 1); !strings.HasPrefix(got, "error:") {
+		t.Errorf("a port nothing listens on: %q, want an error", got)
 	}
 }

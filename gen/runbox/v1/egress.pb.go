@@ -255,6 +255,111 @@ func (x *EgressCarryResponse) GetCloseWrite() bool {
 	return false
 }
 
+type ForwardRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// port is set on the first message only.
+	Port          uint32 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardRequest) Reset() {
+	*x = ForwardRequest{}
+	mi := &file_runbox_v1_egress_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardRequest) ProtoMessage() {}
+
+func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_egress_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
+func (*ForwardRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_egress_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ForwardRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ForwardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	CloseWrite    bool                   `protobuf:"varint,2,opt,name=close_write,json=closeWrite,proto3" json:"close_write,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardResponse) Reset() {
+	*x = ForwardResponse{}
+	mi := &file_runbox_v1_egress_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardResponse) ProtoMessage() {}
+
+func (x *ForwardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_egress_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardResponse.ProtoReflect.Descriptor instead.
+func (*ForwardResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_egress_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *ForwardResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ForwardResponse) GetCloseWrite() bool {
+	if x != nil {
+		return x.CloseWrite
+	}
+	return false
+}
+
 var File_runbox_v1_egress_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_egress_proto_rawDesc = "" +
@@ -273,10 +378,19 @@ const file_runbox_v1_egress_proto_rawDesc = "" +
 	"\x13EgressCarryResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
 	"\vclose_write\x18\x02 \x01(\bR\n" +
+	"closeWrite\"8\n" +
+	"\x0eForwardRequest\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"F\n" +
+	"\x0fForwardResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
+	"\vclose_write\x18\x02 \x01(\bR\n" +
 	"closeWrite2\xa8\x01\n" +
 	"\rEgressService\x12K\n" +
 	"\x06Listen\x12\x1e.runbox.v1.EgressListenRequest\x1a\x1f.runbox.v1.EgressListenResponse0\x01\x12J\n" +
-	"\x05Carry\x12\x1d.runbox.v1.EgressCarryRequest\x1a\x1e.runbox.v1.EgressCarryResponse(\x010\x01B1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\x05Carry\x12\x1d.runbox.v1.EgressCarryRequest\x1a\x1e.runbox.v1.EgressCarryResponse(\x010\x012V\n" +
+	"\x0eForwardService\x12D\n" +
+	"\aForward\x12\x19.runbox.v1.ForwardRequest\x1a\x1a.runbox.v1.ForwardResponse(\x010\x01B1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_egress_proto_rawDescOnce sync.Once
@@ -290,20 +404,24 @@ func file_runbox_v1_egress_proto_rawDescGZIP() []byte {
 	return file_runbox_v1_egress_proto_rawDescData
 }
 
-var file_runbox_v1_egress_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_runbox_v1_egress_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_runbox_v1_egress_proto_goTypes = []any{
 	(*EgressListenRequest)(nil),  // 0: runbox.v1.EgressListenRequest
 	(*EgressListenResponse)(nil), // 1: runbox.v1.EgressListenResponse
 	(*EgressCarryRequest)(nil),   // 2: runbox.v1.EgressCarryRequest
 	(*EgressCarryResponse)(nil),  // 3: runbox.v1.EgressCarryResponse
+	(*ForwardRequest)(nil),       // 4: runbox.v1.ForwardRequest
+	(*ForwardResponse)(nil),      // 5: runbox.v1.ForwardResponse
 }
 var file_runbox_v1_egress_proto_depIdxs = []int32{
 	0, // 0: runbox.v1.EgressService.Listen:input_type -> runbox.v1.EgressListenRequest
 	2, // 1: runbox.v1.EgressService.Carry:input_type -> runbox.v1.EgressCarryRequest
-	1, // 2: runbox.v1.EgressService.Listen:output_type -> runbox.v1.EgressListenResponse
-	3, // 3: runbox.v1.EgressService.Carry:output_type -> runbox.v1.EgressCarryResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
+	4, // 2: runbox.v1.ForwardService.Forward:input_type -> runbox.v1.ForwardRequest
+	1, // 3: runbox.v1.EgressService.Listen:output_type -> runbox.v1.EgressListenResponse
+	3, // 4: runbox.v1.EgressService.Carry:output_type -> runbox.v1.EgressCarryResponse
+	5, // 5: runbox.v1.ForwardService.Forward:output_type -> runbox.v1.ForwardResponse
+	3, // [3:6] is the sub-list for method output_type
+	0, // [0:3] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -320,9 +438,9 @@ func file_runbox_v1_egress_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_egress_proto_rawDesc), len(file_runbox_v1_egress_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_runbox_v1_egress_proto_goTypes,
 		DependencyIndexes: file_runbox_v1_egress_proto_depIdxs,

@@ -28,6 +28,8 @@ const _ = connect.IsAtLeastVersion1_13_0
 const (
 	// EgressServiceName is the fully-qualified name of the EgressService service.
 	EgressServiceName = "runbox.v1.EgressService"
+	// ForwardServiceName is the fully-qualified name of the ForwardService service.
+	ForwardServiceName = "runbox.v1.ForwardService"
 )
 
 // These constants are the fully-qualified names of the RPCs defined in this package. They're
@@ -42,6 +44,8 @@ const (
 	EgressServiceListenProcedure = "/runbox.v1.EgressService/Listen"
 	// EgressServiceCarryProcedure is the fully-qualified name of the EgressService's Carry RPC.
 	EgressServiceCarryProcedure = "/runbox.v1.EgressService/Carry"
+	// ForwardServiceForwardProcedure is the fully-qualified name of the ForwardService's Forward RPC.
+	ForwardServiceForwardProcedure = "/runbox.v1.ForwardService/Forward"
 )
 
 // EgressServiceClient is a client for the runbox.v1.EgressService service.
@@ -150,4 +154,82 @@ func (UnimplementedEgressServiceHandler) Listen(context.Context, *connect.Reques
 
 func (UnimplementedEgressServiceHandler) Carry(context.Context, *connect.BidiStream[v1.EgressCarryRequest, v1.EgressCarryResponse]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.EgressService.Carry is not implemented"))
+}
+
+// ForwardServiceClient is a client for the runbox.v1.ForwardService service.
+type ForwardServiceClient interface {
+	// Forward is one connection: the first request names the port, runboxd
+	// connects to 127.0.0.1:port in the sandbox, then data flows both ways.
+	// The end of the request stream half-closes the caller's side;
+	// close_write in a response half-closes the server's.
+	Forward(context.Context) *connect.BidiStreamForClient[v1.ForwardRequest, v1.ForwardResponse]
+}
+
+// NewForwardServiceClient constructs a client for the runbox.v1.ForwardService service. By default,
+// it uses the Connect protocol with the binary Protobuf Codec, asks for gzipped responses, and
+// sends uncompressed requests. To use the gRPC or gRPC-Web protocols, supply the connect.WithGRPC()
+// or connect.WithGRPCWeb() options.
+//
+// The URL supplied here should be the base URL for the Connect or gRPC server (for example,
+// http://api.acme.com or https://acme.com/grpc).
+func NewForwardServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...connect.ClientOption) ForwardServiceClient {
+	baseURL = strings.TrimRight(baseURL, "/")
+	forwardServiceMethods := v1.File_runbox_v1_egress_proto.Services().ByName("ForwardService").Methods()
+	return &forwardServiceClient{
+		forward: connect.NewClient[v1.ForwardRequest, v1.ForwardResponse](
+			httpClient,
+			baseURL+ForwardServiceForwardProcedure,
+			connect.WithSchema(forwardServiceMethods.ByName("Forward")),
+			connect.WithClientOptions(opts...),
+		),
+	}
+}
+
+// forwardServiceClient implements ForwardServiceClient.
+type forwardServiceClient struct {
+	forward *connect.Client[v1.ForwardRequest, v1.ForwardResponse]
+}
+
+// Forward calls runbox.v1.ForwardService.Forward.
+func (c *forwardServiceClient) Forward(ctx context.Context) *connect.BidiStreamForClient[v1.ForwardRequest, v1.ForwardResponse] {
+	return c.forward.CallBidiStream(ctx)
+}
+
+// ForwardServiceHandler is an implementation of the runbox.v1.ForwardService service.
+type ForwardServiceHandler interface {
+	// Forward is one connection: the first request names the port, runboxd
+	// connects to 127.0.0.1:port in the sandbox, then data flows both ways.
+	// The end of the request stream half-closes the caller's side;
+	// close_write in a response half-closes the server's.
+	Forward(context.Context, *connect.BidiStream[v1.ForwardRequest, v1.ForwardResponse]) error
+}
+
+// NewForwardServiceHandler builds an HTTP handler from the service implementation. It returns the
+// path on which to mount the handler and the handler itself.
+//
+// By default, handlers support the Connect, gRPC, and gRPC-Web protocols with the binary Protobuf
+// and JSON codecs. They also support gzip compression.
+func NewForwardServiceHandler(svc ForwardServiceHandler, opts ...connect.HandlerOption) (string, http.Handler) {
+	forwardServiceMethods := v1.File_runbox_v1_egress_proto.Services().ByName("ForwardService").Methods()
+	forwardServiceForwardHandler := connect.NewBidiStreamHandler(
+		ForwardServiceForwardProcedure,
+		svc.Forward,
+		connect.WithSchema(forwardServiceMethods.ByName("Forward")),
+		connect.WithHandlerOptions(opts...),
+	)
+	return "/runbox.v1.ForwardService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case ForwardServiceForwardProcedure:
+			forwardServiceForwardHandler.ServeHTTP(w, r)
+		default:
+			http.NotFound(w, r)
+		}
+	})
+}
+
+// UnimplementedForwardServiceHandler returns CodeUnimplemented from all methods.
+type UnimplementedForwardServiceHandler struct{}
+
+func (UnimplementedForwardServiceHandler) Forward(context.Context, *connect.BidiStream[v1.ForwardRequest, v1.ForwardResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.ForwardService.Forward is not implemented"))
 }

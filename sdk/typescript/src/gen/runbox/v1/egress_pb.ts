@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file runbox/v1/egress.proto.
  */
 export const file_runbox_v1_egress: GenFile = /*@__PURE__*/
-  fileDesc("ChZydW5ib3gvdjEvZWdyZXNzLnByb3RvEglydW5ib3gudjEiFQoTRWdyZXNzTGlzdGVuUmVxdWVzdCJLChRFZ3Jlc3NMaXN0ZW5SZXNwb25zZRIKCgJpZBgBIAEoBBIMCgRob3N0GAIgASgJEgwKBHBvcnQYAyABKA0SCwoDdmlhGAQgASgJIj8KEkVncmVzc0NhcnJ5UmVxdWVzdBIKCgJpZBgBIAEoBBIPCgdyZWZ1c2FsGAIgASgJEgwKBGRhdGEYAyABKAwiOAoTRWdyZXNzQ2FycnlSZXNwb25zZRIMCgRkYXRhGAEgASgMEhMKC2Nsb3NlX3dyaXRlGAIgASgIMqgBCg1FZ3Jlc3NTZXJ2aWNlEksKBkxpc3RlbhIeLnJ1bmJveC52MS5FZ3Jlc3NMaXN0ZW5SZXF1ZXN0Gh8ucnVuYm94LnYxLkVncmVzc0xpc3RlblJlc3BvbnNlMAESSgoFQ2FycnkSHS5ydW5ib3gudjEuRWdyZXNzQ2FycnlSZXF1ZXN0Gh4ucnVuYm94LnYxLkVncmVzc0NhcnJ5UmVzcG9uc2UoATABQjFaL2dpdGh1Yi5jb20vcnVuYm94L3J1bmJveC9nZW4vcnVuYm94L3YxO3J1bmJveHYxYgZwcm90bzM");
+  fileDesc("ChZydW5ib3gvdjEvZWdyZXNzLnByb3RvEglydW5ib3gudjEiFQoTRWdyZXNzTGlzdGVuUmVxdWVzdCJLChRFZ3Jlc3NMaXN0ZW5SZXNwb25zZRIKCgJpZBgBIAEoBBIMCgRob3N0GAIgASgJEgwKBHBvcnQYAyABKA0SCwoDdmlhGAQgASgJIj8KEkVncmVzc0NhcnJ5UmVxdWVzdBIKCgJpZBgBIAEoBBIPCgdyZWZ1c2FsGAIgASgJEgwKBGRhdGEYAyABKAwiOAoTRWdyZXNzQ2FycnlSZXNwb25zZRIMCgRkYXRhGAEgASgMEhMKC2Nsb3NlX3dyaXRlGAIgASgIIiwKDkZvcndhcmRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEZGF0YRgCIAEoDCI0Cg9Gb3J3YXJkUmVzcG9uc2USDAoEZGF0YRgBIAEoDBITCgtjbG9zZV93cml0ZRgCIAEoCDKoAQoNRWdyZXNzU2VydmljZRJLCgZMaXN0ZW4SHi5ydW5ib3gudjEuRWdyZXNzTGlzdGVuUmVxdWVzdBofLnJ1bmJveC52MS5FZ3Jlc3NMaXN0ZW5SZXNwb25zZTABEkoKBUNhcnJ5Eh0ucnVuYm94LnYxLkVncmVzc0NhcnJ5UmVxdWVzdBoeLnJ1bmJveC52MS5FZ3Jlc3NDYXJyeVJlc3BvbnNlKAEwATJWCg5Gb3J3YXJkU2VydmljZRJECgdGb3J3YXJkEhkucnVuYm94LnYxLkZvcndhcmRSZXF1ZXN0GhoucnVuYm94LnYxLkZvcndhcmRSZXNwb25zZSgBMAFCMVovZ2l0aHViLmNvbS9ydW5ib3gvcnVuYm94L2dlbi9ydW5ib3gvdjE7cnVuYm94djFiBnByb3RvMw");
 
 /**
  * @generated from message runbox.v1.EgressListenRequest
@@ -133,6 +133,52 @@ export const EgressCarryResponseSchema: GenMessage<EgressCarryResponse> = /*@__P
   messageDesc(file_runbox_v1_egress, 3);
 
 /**
+ * @generated from message runbox.v1.ForwardRequest
+ */
+export type ForwardRequest = Message<"runbox.v1.ForwardRequest"> & {
+  /**
+   * port is set on the first message only.
+   *
+   * @generated from field: uint32 port = 1;
+   */
+  port: number;
+
+  /**
+   * @generated from field: bytes data = 2;
+   */
+  data: Uint8Array;
+};
+
+/**
+ * Describes the message runbox.v1.ForwardRequest.
+ * Use `create(ForwardRequestSchema)` to create a new message.
+ */
+export const ForwardRequestSchema: GenMessage<ForwardRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_egress, 4);
+
+/**
+ * @generated from message runbox.v1.ForwardResponse
+ */
+export type ForwardResponse = Message<"runbox.v1.ForwardResponse"> & {
+  /**
+   * @generated from field: bytes data = 1;
+   */
+  data: Uint8Array;
+
+  /**
+   * @generated from field: bool close_write = 2;
+   */
+  closeWrite: boolean;
+};
+
+/**
+ * Describes the message runbox.v1.ForwardResponse.
+ * Use `create(ForwardResponseSchema)` to create a new message.
+ */
+export const ForwardResponseSchema: GenMessage<ForwardResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_egress, 5);
+
+/**
  * @generated from service runbox.v1.EgressService
  */
 export const EgressService: GenService<{
@@ -162,4 +208,28 @@ export const EgressService: GenService<{
   },
 }> = /*@__PURE__*/
   serviceDesc(file_runbox_v1_egress, 0);
+
+/**
+ * ForwardService carries connections from the caller's machine to a TCP
+ * port on the sandbox's own loopback (runbox port-forward): the way in to a
+ * server in a private-network sandbox, over runbox's own channel.
+ *
+ * @generated from service runbox.v1.ForwardService
+ */
+export const ForwardService: GenService<{
+  /**
+   * Forward is one connection: the first request names the port, runboxd
+   * connects to 127.0.0.1:port in the sandbox, then data flows both ways.
+   * The end of the request stream half-closes the caller's side;
+   * close_write in a response half-closes the server's.
+   *
+   * @generated from rpc runbox.v1.ForwardService.Forward
+   */
+  forward: {
+    methodKind: "bidi_streaming";
+    input: typeof ForwardRequestSchema;
+    output: typeof ForwardResponseSchema;
+  },
+}> = /*@__PURE__*/
+  serviceDesc(file_runbox_v1_egress, 1);
 
