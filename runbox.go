@@ -331,6 +331,31 @@ type SandboxSpec struct {
 	Network string
 	// DaemonArgs are extra flags for runboxd serve (e.g. "--cgroup=off").
 	DaemonArgs []string
+	// Egress is what the commands of a sandbox on the "private" network may
+	// reach through its egress proxy; the zero value reaches nothing.
+	Egress EgressPolicy
+}
+
+// EgressPolicy is the allowlist of a private-network sandbox, decided on
+// the host side by the name a command asks for (docs/security.md).
+type EgressPolicy struct {
+	// Allow lists names: "example.com", "*.example.com" (names under it),
+	// or "*" (every name).
+	Allow []string `json:"allow,omitempty"`
+	// AllowCIDR lists address ranges that may be dialled although they are
+	// not public (loopback, private, link-local, metadata), and that may
+	// be asked for by address.
+	AllowCIDR []string `json:"allow_cidr,omitempty"`
+	// Deny lists names (as Allow) and address ranges refused whatever
+	// Allow says.
+	Deny []string `json:"deny,omitempty"`
+	// Resolve pins names to addresses on the host side, as curl --resolve.
+	Resolve map[string]string `json:"resolve,omitempty"`
+}
+
+// Empty reports whether the policy has no rule.
+func (p EgressPolicy) Empty() bool {
+	return len(p.Allow) == 0 && len(p.AllowCIDR) == 0 && len(p.Deny) == 0 && len(p.Resolve) == 0
 }
 
 // Sandbox is a sandbox as its provider records it.

@@ -108,6 +108,7 @@ func (s *Server) CreateSandbox(ctx context.Context, spec runbox.SandboxSpec, o S
 		Provider: o.Provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
 		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, Network: spec.Network, Labels: o.Labels,
 		IdleTtlMs: wiretime.DurationToMs(o.IdleTTL), MaxLifetimeMs: wiretime.DurationToMs(o.MaxLifetime), Recreate: o.Recreate,
+		Egress: egressToWire(spec.Egress),
 	}}))
 	if err != nil {
 		return runbox.Sandbox{}, s.error("create", spec.Name, ctx, err)
@@ -219,4 +220,12 @@ func (s *Server) sandbox(p *runboxv1.Sandbox) runbox.Sandbox {
 		ID: p.GetId(), Name: p.GetName(), Provider: p.GetProvider(),
 		Created: time.UnixMilli(p.GetCreatedAtUnixMs()), Alive: state == "ready", Detail: detail,
 	}
+}
+
+// egressToWire converts an egress policy for the server (nil when empty).
+func egressToWire(p runbox.EgressPolicy) *runboxv1.EgressPolicy {
+	if p.Empty() {
+		return nil
+	}
+	return &runboxv1.EgressPolicy{Allow: p.Allow, AllowCidr: p.AllowCIDR, Deny: p.Deny, Resolve: p.Resolve}
 }

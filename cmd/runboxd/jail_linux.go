@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
@@ -123,7 +124,16 @@ func jailServe(args []string, stderr io.Writer) error {
 			return fmt.Errorf("jail: %w", err)
 		}
 	}
-	return serveOn(context.Background(), cfg, authConfig{sum: jc.AuthSHA256}, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil })
+	var also []func(*daemon.Server, *slog.Logger)
+	if jc.Egress {
+		offer, err := listenEgress()
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		also = append(also, offer)
+	}
+	return serveOn(context.Background(), cfg, authConfig{sum: jc.AuthSHA256}, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil }, also...)
 }
 
 // oomKills reads the oom_kill counter of a memory.oom_control file.

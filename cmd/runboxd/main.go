@@ -8,6 +8,7 @@
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]
 //	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
 //	runboxd proxy --socket PATH
+//	runboxd egress --state-dir D --socket PATH --pid N   (host side of egress, on the host)
 //	runboxd install DEST
 //	runboxd version
 //
@@ -38,6 +39,7 @@ import (
 	"github.com/runbox/runbox/internal/cmdview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/supervisor"
@@ -78,6 +80,7 @@ const usage = `usage:
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd fuse-root --server PATH --upper NAME --work NAME --idmap MAP   (a local sandbox's root server; descriptors 3-5)
   runboxd proxy --socket PATH
+  runboxd egress --state-dir D --socket PATH --pid N   (host side of a private-network sandbox's egress proxy)
   runboxd install DEST    (copy this binary to DEST: a kubernetes sandbox's init container)
   runboxd version`
 
@@ -95,6 +98,8 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return fuseRoot(args[1:], stderr)
 	case "proxy":
 		return proxy(args[1:], stdin, stdout, stderr)
+	case "egress":
+		return egressHost(args[1:], stderr)
 	case "install":
 		return install(args[1:], stdout)
 	case "version":
@@ -189,7 +194,7 @@ func authFlags(fs *flag.FlagSet) *authConfig {
 // serveOn starts the supervisor, opens the listener and serves until ctx ends
 // or a Shutdown RPC arrives. Every connection is authenticated with auth,
 // whatever opened the listener, so serve, jail and container modes all are.
-func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error)) error {
+func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error), also ...func(*daemon.Server, *slog.Logger)) error {
 	cfg.Version = versionString()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	var sum [sha256.Size]byte
@@ -219,7 +224,14 @@ func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr
 		ln = daemonauth.Listen(ln, sum, log)
 	}
 	log.Info("serving", "socket", ln.Addr().String(), "authenticated", !auth.insecure, "cgroup", sup.Mode(), "version", cfg.Version, "pid", os.Getpid())
-	if err := daemon.NewServer(sup, log).Serve(ctx, ln); err != nil {
+	srv := daemon.NewServer(sup, log)
+	// Port forwarding reaches the sandbox's loopback for a caller that
+	// holds the secret (and so could run any command there anyway).
+	srv.Also(egress.Forwarder{Stop: srv.Stopping()}.Handler())
+	for _, f := range also {
+		f(srv, log)
+	}
+	if err := srv.Serve(ctx, ln); err != nil {
 		return err
 	}
 	log.Info("stopped")

@@ -49,6 +49,7 @@ type upFlags struct {
 	rootfs                         string
 	userns, hostRoot, mkdir        bool
 	memory, network                string
+	egress                         egressFlags // network.go
 	pids                           int64
 	cpus                           float64
 	ssh                            sshFlags
@@ -74,7 +75,8 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	f.ssh.add(fs)
 	f.server.add(fs)
 	f.kube.add(fs)
-	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
+	fs.StringVar(&f.network, "network", "", "network: none (loopback only), private (local: loopback only, plus an egress proxy that reaches what --allow allows), or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
+	f.egress.add(fs)
 }
 
 // upSpec returns the provider and sandbox spec the flags ask for.
@@ -117,11 +119,18 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--host-root is for the local provider, not %s", p.Name())
 	}
 	switch f.network {
-	case "", "none", "host":
+	case "", "none", "host", "private":
 	default:
 		if f.provider != dockerProvider { // docker also takes a named network
-			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
+			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none, private or host", f.network)
 		}
+	}
+	eg, err := f.egress.policy()
+	if err != nil {
+		return nil, runbox.SandboxSpec{}, err
+	}
+	if !eg.Empty() && f.network != "private" {
+		return nil, runbox.SandboxSpec{}, fmt.Errorf("--allow, --allow-cidr, --deny and --resolve need --network private")
 	}
 	if f.mkdir {
 		if err := makeWorkdir(p, f.workdir, a.env.Home); err != nil {
@@ -139,6 +148,7 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		Pids:     pids,
 		CPUs:     f.cpus,
 		Network:  f.network,
+		Egress:   eg,
 	}, nil
 }
 

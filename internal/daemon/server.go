@@ -49,7 +49,20 @@ type Server struct {
 
 	stopOnce sync.Once
 	stop     chan struct{} // closed once a Shutdown RPC has stopped every exec
+
+	extra    []route       // served besides the API (Also)
+	stopping chan struct{} // closed once Serve starts stopping
 }
+
+// route is a handler at a path prefix.
+type route struct {
+	path string
+	h    http.Handler
+}
+
+// Also serves h at path besides the API (a private-network sandbox's
+// EgressService); call it before Handler or Serve.
+func (s *Server) Also(path string, h http.Handler) { s.extra = append(s.extra, route{path, h}) }
 
 var _ runboxv1connect.RunboxServiceHandler = (*Server)(nil)
 
@@ -58,8 +71,13 @@ func NewServer(sup *supervisor.Supervisor, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{sup: sup, log: log, stop: make(chan struct{})}
+	return &Server{sup: sup, log: log, stop: make(chan struct{}), stopping: make(chan struct{})}
 }
+
+// Stopping is closed once Serve starts stopping: handlers of long-lived
+// streams served through Also end theirs then, as Serve waits for every
+// handler to return.
+func (s *Server) Stopping() <-chan struct{} { return s.stopping }
 
 // Handler returns the HTTP handler serving the API.
 func (s *Server) Handler() http.Handler {
@@ -69,6 +87,9 @@ func (s *Server) Handler() http.Handler {
 	limit := connect.WithReadMaxBytes(runbox.MaxMessageBytes)
 	mux.Handle(runboxv1connect.NewRunboxServiceHandler(s, limit))
 	mux.Handle(runboxv1connect.NewFilesServiceHandler(newFilesServer(s), limit))
+	for _, r := range s.extra {
+		mux.Handle(r.path, r.h)
+	}
 	return mux
 }
 
@@ -116,6 +137,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		s.log.Info("stopping", "reason", "shutdown requested")
 	}
 
+	close(s.stopping)
 	// Refuse new calls (GOAWAY, close the listener) while the execs stop; a
 	// stream already open gets its exit event before its connection closes.
 	httpDone := make(chan error, 1)

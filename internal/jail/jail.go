@@ -76,6 +76,9 @@ type Config struct {
 	// NetworkNone brings up loopback in the sandbox's own, otherwise empty,
 	// network namespace.
 	NetworkNone bool `json:"network_none,omitempty"`
+	// Egress, with NetworkNone, makes runboxd offer its egress proxy on
+	// the sandbox's loopback (internal/egress), carried by the host side.
+	Egress bool `json:"egress,omitempty"`
 	// Mask lists host directories that must not be visible in the sandbox
 	// (the runbox home, with every sandbox's state): each gets an empty
 	// read-only tmpfs over it, at its own path and, when it lies inside

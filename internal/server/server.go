@@ -23,6 +23,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -76,6 +77,10 @@ type Config struct {
 	// AllowSharedNetworks lets docker sandboxes use the host's network or
 	// another container's (network "host", "container:X"); off, refused.
 	AllowSharedNetworks bool
+	// EgressCIDRs are the address ranges a tenant's private-network
+	// sandbox may open with its egress policy's allow_cidr (loopback,
+	// private and metadata ranges stay closed otherwise); none by default.
+	EgressCIDRs []netip.Prefix
 	// OperatorTenant names the tenant whose tokens see the server-wide
 	// /metrics; every other tenant's token sees only its own sandboxes
 	// and execs there. Empty: no tenant sees server-wide figures.

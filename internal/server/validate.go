@@ -3,6 +3,9 @@ package server
 import (
 	"errors"
 	"fmt"
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/egress"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -76,9 +79,12 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 		if (spec.Network == "host" || strings.HasPrefix(spec.Network, "container:")) && !s.cfg.AllowSharedNetworks {
 			return invalid("spec.network", "%q: docker's host and container: networks are not allowed by this server (--allow-shared-networks)", spec.Network)
 		}
-	case spec.Network == "", spec.Network == "none", spec.Network == "host":
+	case spec.Network == "", spec.Network == "none", spec.Network == "host", spec.Network == "private":
 	default:
-		return invalid("spec.network", "%q: want none or host", spec.Network)
+		return invalid("spec.network", "%q: want none, private or host", spec.Network)
+	}
+	if err := s.checkEgress(spec); err != nil {
+		return err
 	}
 	if spec.Workdir != "" {
 		if !filepath.IsAbs(spec.Workdir) {
@@ -186,4 +192,38 @@ func checkExecDurations(field string, spec *runboxv1.ExecSpec) error {
 		return invalid(field+".id", "not valid UTF-8")
 	}
 	return nil
+}
+
+// checkEgress refuses a malformed egress policy, one without the private
+// network, and allow_cidr ranges outside the operator's --allow-egress-cidr.
+func (s *Server) checkEgress(spec *runboxv1.SandboxSpec) error {
+	eg := egressPolicy(spec.GetEgress())
+	if eg.Empty() {
+		return nil
+	}
+	if spec.Network != "private" {
+		return invalid("spec.egress", "an egress policy needs network private, not %q", spec.Network)
+	}
+	if err := egress.Policy(eg).Check(); err != nil {
+		return invalid("spec.egress", "%v", err)
+	}
+	for _, c := range eg.AllowCIDR {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			a, aerr := netip.ParseAddr(c)
+			if aerr != nil {
+				return invalid("spec.egress.allow_cidr", "%q: %v", c, err)
+			}
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+		if !slices.ContainsFunc(s.cfg.EgressCIDRs, func(o netip.Prefix) bool { return o.Bits() <= p.Bits() && o.Contains(p.Addr()) }) {
+			return invalid("spec.egress.allow_cidr", "%q is not within a range this server allows (--allow-egress-cidr)", c)
+		}
+	}
+	return nil
+}
+
+// egressPolicy converts the wire form of an egress policy.
+func egressPolicy(e *runboxv1.EgressPolicy) runbox.EgressPolicy {
+	return runbox.EgressPolicy{Allow: e.GetAllow(), AllowCIDR: e.GetAllowCidr(), Deny: e.GetDeny(), Resolve: e.GetResolve()}
 }

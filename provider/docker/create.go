@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -310,6 +311,11 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	}
 	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 || math.IsNaN(spec.CPUs) || math.IsInf(spec.CPUs, 0) {
 		return fmt.Errorf("negative or invalid resource limit (memory %d, pids %d, cpus %v)", spec.Memory, spec.Pids, spec.CPUs)
+	}
+	if spec.Network == "private" || !spec.Egress.Empty() {
+		// Not a docker network's name here: silently reaching nothing, or
+		// everything, would both betray an allowlist.
+		return fmt.Errorf("network private and its egress allowlist are the local provider's for now (docker's --network none reaches nothing; see docs/providers.md#network): %w", errors.ErrUnsupported)
 	}
 	return nil
 }

@@ -141,7 +141,7 @@ func TestCLIOutOfMemory(t *testing.T) {
 
 // TestCLINetworkHost: a local sandbox uses the host's network by default and
 // with --network host: a listener on the host's loopback is reachable from
-// inside. --network NET other than none or host is refused, before anything
+// inside. --network NET other than none, private or host is refused, before anything
 // is made.
 func TestCLINetworkHost(t *testing.T) {
 	rb := localCLI(t)
@@ -170,8 +170,8 @@ func TestCLINetworkHost(t *testing.T) {
 			t.Errorf("up %q: reading the host's loopback listener from inside: exit %d, %q, %q; want %q", args, code, out, errs, token)
 		}
 	}
-	if code, _, errs := rb("up", "--network", "bridge"); code != cli.ExitStatusFailure || !strings.Contains(errs, "none or host") {
-		t.Errorf("up --network bridge (local): exit %d, stderr %q; want 125 naming none and host", code, errs)
+	if code, _, errs := rb("up", "--network", "bridge"); code != cli.ExitStatusFailure || !strings.Contains(errs, "none, private or host") {
+		t.Errorf("up --network bridge (local): exit %d, stderr %q; want 125 naming none, private and host", code, errs)
 	}
 }
 

@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
@@ -176,7 +178,8 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		CloseFDs:      []int{binaryFD},
 		UserNS:        ids.userns,
 		Hostname:      hostname(rec),
-		NetworkNone:   network == NetworkNone,
+		NetworkNone:   network == NetworkNone || network == NetworkPrivate,
+		Egress:        network == NetworkPrivate,
 		Mask:          []string{l.Home},
 		PrivateDir:    inLayers("private"),
 		Env:           jail.DefaultEnv,
@@ -197,6 +200,12 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		}
 	}
 	cfg.TmpSize = tmpSize
+	if network == NetworkPrivate {
+		cfg.Env = append(slices.Clip(cfg.Env), egress.Env...)
+		if err := egress.WritePolicy(filepath.Join(l.Dir, egress.PolicyFile), egress.Policy(spec.Egress)); err != nil {
+			return fail(err)
+		}
+	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
 		return fail(fmt.Errorf("jail config: %w", err))
@@ -233,7 +242,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS |
 			syscall.CLONE_NEWIPC | syscall.CLONE_NEWCGROUP,
 	}
-	if network == NetworkNone {
+	if cfg.NetworkNone {
 		attr.Cloneflags |= syscall.CLONE_NEWNET
 	}
 	if ids.userns {
@@ -328,7 +337,26 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		}
 		rec.Extra["fuse_server_pid"] = strconv.Itoa(pid)
 	}
+	if cfg.Egress {
+		pid, err := startEgressHost(rec.Runboxd, l.Dir, rec.Socket, proc.Pid, l.Log)
+		if err != nil {
+			return stopped(err)
+		}
+		rec.Extra["egress_pid"] = strconv.Itoa(pid)
+	}
 	return proc, nil
+}
+
+// startEgressHost starts the host side of a private-network sandbox's
+// egress (runboxd egress), as the caller, on the host's network. It reads
+// the policy in the state directory for every connection and exits when
+// the sandbox's runboxd (pid) does.
+func startEgressHost(runboxd, stateDir, socket string, pid int, log *os.File) (int, error) {
+	d, err := procbox.SpawnDetached(runboxd, []string{"egress", "--state-dir", stateDir, "--socket", socket, "--pid", strconv.Itoa(pid)}, "/", log)
+	if err != nil {
+		return 0, fmt.Errorf("start the egress host side: %w", err)
+	}
+	return d.Pid, nil
 }
 
 // serveRoot starts the FUSE server of a sandbox's root once its jail has

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/procbox"
 )
@@ -24,6 +25,10 @@ const WorkspacePath = jail.WorkspacePath
 const (
 	NetworkHost = "host" // the host's network (the default)
 	NetworkNone = "none" // a network namespace of its own with only loopback
+	// NetworkPrivate is NetworkNone plus runboxd's egress proxy on that
+	// loopback, carried to a host-side process that allows what
+	// SandboxSpec.Egress allows (internal/egress).
+	NetworkPrivate = "private"
 )
 
 // ErrNoNamespaces means the kernel (or a policy) refuses to make the
@@ -83,7 +88,8 @@ func (p *Provider) RunsInHostDirectory() bool { return true }
 // workspace is spec.Workdir (an existing directory, its path free of
 // symbolic links), else the caller's working
 // directory; spec.Rootfs replaces the host's root; Memory, Pids and CPUs
-// are cgroup limits; Network is "host" (default) or "none". Image is
+// are cgroup limits; Network is "host" (default), "none" or "private"
+// (with spec.Egress). Image is
 // refused: use Rootfs, or the docker provider.
 func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
 	return p.store().Create(ctx, spec)
@@ -126,9 +132,15 @@ func checkSpec(spec runbox.SandboxSpec) error {
 		return fmt.Errorf("the local provider has no images: give a root filesystem directory (--rootfs), or use --provider docker: %w", errors.ErrUnsupported)
 	}
 	switch spec.Network {
-	case "", NetworkHost, NetworkNone:
+	case "", NetworkHost, NetworkNone, NetworkPrivate:
 	default:
-		return fmt.Errorf("network %q: the local provider has host and none: %w", spec.Network, errors.ErrUnsupported)
+		return fmt.Errorf("network %q: the local provider has host, none and private: %w", spec.Network, errors.ErrUnsupported)
+	}
+	if !spec.Egress.Empty() && spec.Network != NetworkPrivate {
+		return fmt.Errorf("an egress allowlist (--allow, --allow-cidr, --deny, --resolve) needs --network private, not %q: %w", spec.Network, runbox.ErrInvalidSpec)
+	}
+	if err := egress.Policy(spec.Egress).Check(); err != nil {
+		return fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
 	}
 	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) {
 		return fmt.Errorf("negative resource limit (local.Unlimited, -1, asks for none): %w", runbox.ErrInvalidSpec)
@@ -180,11 +192,48 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size"} {
+	for _, k := range []string{"network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
 	}
 	detail["workspace"] = jail.WorkspacePath
 	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), layersDir, upperDir) // the socket is in the state dir
+}
+
+// ErrNotPrivate means an egress policy was asked of a sandbox that is not
+// on the private network. It wraps runbox.ErrInvalidSpec.
+var ErrNotPrivate = fmt.Errorf("%w: the sandbox is not on the private network (runbox up --network private)", runbox.ErrInvalidSpec)
+
+// Egress returns the egress policy in force in sb, a private-network
+// sandbox.
+func (p *Provider) Egress(ctx context.Context, sb runbox.Sandbox) (runbox.EgressPolicy, error) {
+	path, err := policyPath(sb)
+	if err != nil {
+		return runbox.EgressPolicy{}, err
+	}
+	pol, err := egress.ReadPolicy(path)
+	return runbox.EgressPolicy(pol), err
+}
+
+// SetEgress replaces the egress policy of sb, a private-network sandbox;
+// it applies to every connection opened from then on (the host side reads
+// it for each one). Connections already carried are not cut.
+func (p *Provider) SetEgress(ctx context.Context, sb runbox.Sandbox, pol runbox.EgressPolicy) error {
+	path, err := policyPath(sb)
+	if err != nil {
+		return err
+	}
+	if err := egress.WritePolicy(path, egress.Policy(pol)); err != nil {
+		return fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
+	}
+	return nil
+}
+
+// policyPath is where the host side of sb's egress reads its policy.
+func policyPath(sb runbox.Sandbox) (string, error) {
+	if sb.Detail["network"] != NetworkPrivate || sb.Detail["socket"] == "" {
+		return "", ErrNotPrivate
+	}
+	return filepath.Join(filepath.Dir(sb.Detail["socket"]), egress.PolicyFile), nil
 }

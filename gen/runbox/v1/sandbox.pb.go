@@ -107,7 +107,10 @@ type SandboxSpec struct {
 	MaxLifetimeMs int64 `protobuf:"varint,11,opt,name=max_lifetime_ms,json=maxLifetimeMs,proto3" json:"max_lifetime_ms,omitempty"`
 	// recreate: when the sandbox is found lost, the next call that uses it
 	// creates a fresh one with this spec under the same id, and says so.
-	Recreate      bool `protobuf:"varint,12,opt,name=recreate,proto3" json:"recreate,omitempty"`
+	Recreate bool `protobuf:"varint,12,opt,name=recreate,proto3" json:"recreate,omitempty"`
+	// egress is the allowlist of a sandbox on the "private" network
+	// (numbered after its issue, 33, to stay clear of fields added beside it).
+	Egress        *EgressPolicy `protobuf:"bytes,33,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -226,6 +229,89 @@ func (x *SandboxSpec) GetRecreate() bool {
 	return false
 }
 
+func (x *SandboxSpec) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+// EgressPolicy is what a private-network sandbox may reach through its
+// egress proxy (docs/security.md); empty reaches nothing.
+type EgressPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// allow: names ("example.com"), "*.example.com" (names under it), "*".
+	Allow []string `protobuf:"bytes,1,rep,name=allow,proto3" json:"allow,omitempty"`
+	// allow_cidr: address ranges that may be dialled although not public, or
+	// asked for by address; the server allows only ranges within its
+	// operator's --allow-egress-cidr.
+	AllowCidr []string `protobuf:"bytes,2,rep,name=allow_cidr,json=allowCidr,proto3" json:"allow_cidr,omitempty"`
+	// deny: names (as allow) and ranges refused whatever allow says.
+	Deny []string `protobuf:"bytes,3,rep,name=deny,proto3" json:"deny,omitempty"`
+	// resolve pins names to addresses on the host side (as curl --resolve).
+	Resolve       map[string]string `protobuf:"bytes,4,rep,name=resolve,proto3" json:"resolve,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EgressPolicy) Reset() {
+	*x = EgressPolicy{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EgressPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EgressPolicy) ProtoMessage() {}
+
+func (x *EgressPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EgressPolicy.ProtoReflect.Descriptor instead.
+func (*EgressPolicy) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *EgressPolicy) GetAllow() []string {
+	if x != nil {
+		return x.Allow
+	}
+	return nil
+}
+
+func (x *EgressPolicy) GetAllowCidr() []string {
+	if x != nil {
+		return x.AllowCidr
+	}
+	return nil
+}
+
+func (x *EgressPolicy) GetDeny() []string {
+	if x != nil {
+		return x.Deny
+	}
+	return nil
+}
+
+func (x *EgressPolicy) GetResolve() map[string]string {
+	if x != nil {
+		return x.Resolve
+	}
+	return nil
+}
+
 type Sandbox struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// id is the server's id for the sandbox (stable across a recreate).
@@ -249,7 +335,7 @@ type Sandbox struct {
 
 func (x *Sandbox) Reset() {
 	*x = Sandbox{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[1]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +347,7 @@ func (x *Sandbox) String() string {
 func (*Sandbox) ProtoMessage() {}
 
 func (x *Sandbox) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[1]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +360,7 @@ func (x *Sandbox) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Sandbox.ProtoReflect.Descriptor instead.
 func (*Sandbox) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Sandbox) GetId() string {
@@ -363,7 +449,7 @@ type CreateSandboxRequest struct {
 
 func (x *CreateSandboxRequest) Reset() {
 	*x = CreateSandboxRequest{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -375,7 +461,7 @@ func (x *CreateSandboxRequest) String() string {
 func (*CreateSandboxRequest) ProtoMessage() {}
 
 func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -388,7 +474,7 @@ func (x *CreateSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxRequest.ProtoReflect.Descriptor instead.
 func (*CreateSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CreateSandboxRequest) GetSpec() *SandboxSpec {
@@ -407,7 +493,7 @@ type CreateSandboxResponse struct {
 
 func (x *CreateSandboxResponse) Reset() {
 	*x = CreateSandboxResponse{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -419,7 +505,7 @@ func (x *CreateSandboxResponse) String() string {
 func (*CreateSandboxResponse) ProtoMessage() {}
 
 func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -432,7 +518,7 @@ func (x *CreateSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSandboxResponse.ProtoReflect.Descriptor instead.
 func (*CreateSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateSandboxResponse) GetSandbox() *Sandbox {
@@ -452,7 +538,7 @@ type GetSandboxRequest struct {
 
 func (x *GetSandboxRequest) Reset() {
 	*x = GetSandboxRequest{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -464,7 +550,7 @@ func (x *GetSandboxRequest) String() string {
 func (*GetSandboxRequest) ProtoMessage() {}
 
 func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -477,7 +563,7 @@ func (x *GetSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxRequest.ProtoReflect.Descriptor instead.
 func (*GetSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetSandboxRequest) GetId() string {
@@ -496,7 +582,7 @@ type GetSandboxResponse struct {
 
 func (x *GetSandboxResponse) Reset() {
 	*x = GetSandboxResponse{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -508,7 +594,7 @@ func (x *GetSandboxResponse) String() string {
 func (*GetSandboxResponse) ProtoMessage() {}
 
 func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -521,7 +607,7 @@ func (x *GetSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSandboxResponse.ProtoReflect.Descriptor instead.
 func (*GetSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetSandboxResponse) GetSandbox() *Sandbox {
@@ -541,7 +627,7 @@ type ListSandboxesRequest struct {
 
 func (x *ListSandboxesRequest) Reset() {
 	*x = ListSandboxesRequest{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -553,7 +639,7 @@ func (x *ListSandboxesRequest) String() string {
 func (*ListSandboxesRequest) ProtoMessage() {}
 
 func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -566,7 +652,7 @@ func (x *ListSandboxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesRequest.ProtoReflect.Descriptor instead.
 func (*ListSandboxesRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListSandboxesRequest) GetLabels() map[string]string {
@@ -585,7 +671,7 @@ type ListSandboxesResponse struct {
 
 func (x *ListSandboxesResponse) Reset() {
 	*x = ListSandboxesResponse{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +683,7 @@ func (x *ListSandboxesResponse) String() string {
 func (*ListSandboxesResponse) ProtoMessage() {}
 
 func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +696,7 @@ func (x *ListSandboxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSandboxesResponse.ProtoReflect.Descriptor instead.
 func (*ListSandboxesResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListSandboxesResponse) GetSandboxes() []*Sandbox {
@@ -631,7 +717,7 @@ type DeleteSandboxRequest struct {
 
 func (x *DeleteSandboxRequest) Reset() {
 	*x = DeleteSandboxRequest{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +729,7 @@ func (x *DeleteSandboxRequest) String() string {
 func (*DeleteSandboxRequest) ProtoMessage() {}
 
 func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +742,7 @@ func (x *DeleteSandboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *DeleteSandboxRequest) GetId() string {
@@ -681,7 +767,7 @@ type DeleteSandboxResponse struct {
 
 func (x *DeleteSandboxResponse) Reset() {
 	*x = DeleteSandboxResponse{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +779,7 @@ func (x *DeleteSandboxResponse) String() string {
 func (*DeleteSandboxResponse) ProtoMessage() {}
 
 func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +792,7 @@ func (x *DeleteSandboxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSandboxResponse.ProtoReflect.Descriptor instead.
 func (*DeleteSandboxResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 type RunCommandRequest struct {
@@ -721,7 +807,7 @@ type RunCommandRequest struct {
 
 func (x *RunCommandRequest) Reset() {
 	*x = RunCommandRequest{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +819,7 @@ func (x *RunCommandRequest) String() string {
 func (*RunCommandRequest) ProtoMessage() {}
 
 func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +832,7 @@ func (x *RunCommandRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandRequest.ProtoReflect.Descriptor instead.
 func (*RunCommandRequest) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RunCommandRequest) GetSandboxId() string {
@@ -775,7 +861,7 @@ type RunCommandResponse struct {
 
 func (x *RunCommandResponse) Reset() {
 	*x = RunCommandResponse{}
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +873,7 @@ func (x *RunCommandResponse) String() string {
 func (*RunCommandResponse) ProtoMessage() {}
 
 func (x *RunCommandResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +886,7 @@ func (x *RunCommandResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunCommandResponse.ProtoReflect.Descriptor instead.
 func (*RunCommandResponse) Descriptor() ([]byte, []int) {
-	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RunCommandResponse) GetResult() *Result {
@@ -821,7 +907,7 @@ var File_runbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17runbox/v1/sandbox.proto\x12\trunbox.v1\x1a\x16runbox/v1/runbox.proto\"\xad\x03\n" +
+	"\x17runbox/v1/sandbox.proto\x12\trunbox.v1\x1a\x16runbox/v1/runbox.proto\"\xde\x03\n" +
 	"\vSandboxSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -835,8 +921,18 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\vidle_ttl_ms\x18\n" +
 	" \x01(\x03R\tidleTtlMs\x12&\n" +
 	"\x0fmax_lifetime_ms\x18\v \x01(\x03R\rmaxLifetimeMs\x12\x1a\n" +
-	"\brecreate\x18\f \x01(\bR\brecreate\x1a9\n" +
+	"\brecreate\x18\f \x01(\bR\brecreate\x12/\n" +
+	"\x06egress\x18! \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x01\n" +
+	"\fEgressPolicy\x12\x14\n" +
+	"\x05allow\x18\x01 \x03(\tR\x05allow\x12\x1d\n" +
+	"\n" +
+	"allow_cidr\x18\x02 \x03(\tR\tallowCidr\x12\x12\n" +
+	"\x04deny\x18\x03 \x03(\tR\x04deny\x12>\n" +
+	"\aresolve\x18\x04 \x03(\v2$.runbox.v1.EgressPolicy.ResolveEntryR\aresolve\x1a:\n" +
+	"\fResolveEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x03\n" +
 	"\aSandbox\x12\x0e\n" +
@@ -904,52 +1000,56 @@ func file_runbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_runbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_runbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_runbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),             // 0: runbox.v1.SandboxState
 	(*SandboxSpec)(nil),           // 1: runbox.v1.SandboxSpec
-	(*Sandbox)(nil),               // 2: runbox.v1.Sandbox
-	(*CreateSandboxRequest)(nil),  // 3: runbox.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil), // 4: runbox.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),     // 5: runbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),    // 6: runbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),  // 7: runbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil), // 8: runbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),  // 9: runbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil), // 10: runbox.v1.DeleteSandboxResponse
-	(*RunCommandRequest)(nil),     // 11: runbox.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),    // 12: runbox.v1.RunCommandResponse
-	nil,                           // 13: runbox.v1.SandboxSpec.LabelsEntry
-	nil,                           // 14: runbox.v1.ListSandboxesRequest.LabelsEntry
-	(*ExecSpec)(nil),              // 15: runbox.v1.ExecSpec
-	(*Result)(nil),                // 16: runbox.v1.Result
+	(*EgressPolicy)(nil),          // 2: runbox.v1.EgressPolicy
+	(*Sandbox)(nil),               // 3: runbox.v1.Sandbox
+	(*CreateSandboxRequest)(nil),  // 4: runbox.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil), // 5: runbox.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),     // 6: runbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),    // 7: runbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),  // 8: runbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil), // 9: runbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),  // 10: runbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil), // 11: runbox.v1.DeleteSandboxResponse
+	(*RunCommandRequest)(nil),     // 12: runbox.v1.RunCommandRequest
+	(*RunCommandResponse)(nil),    // 13: runbox.v1.RunCommandResponse
+	nil,                           // 14: runbox.v1.SandboxSpec.LabelsEntry
+	nil,                           // 15: runbox.v1.EgressPolicy.ResolveEntry
+	nil,                           // 16: runbox.v1.ListSandboxesRequest.LabelsEntry
+	(*ExecSpec)(nil),              // 17: runbox.v1.ExecSpec
+	(*Result)(nil),                // 18: runbox.v1.Result
 }
 var file_runbox_v1_sandbox_proto_depIdxs = []int32{
-	13, // 0: runbox.v1.SandboxSpec.labels:type_name -> runbox.v1.SandboxSpec.LabelsEntry
-	1,  // 1: runbox.v1.Sandbox.spec:type_name -> runbox.v1.SandboxSpec
-	0,  // 2: runbox.v1.Sandbox.state:type_name -> runbox.v1.SandboxState
-	1,  // 3: runbox.v1.CreateSandboxRequest.spec:type_name -> runbox.v1.SandboxSpec
-	2,  // 4: runbox.v1.CreateSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
-	2,  // 5: runbox.v1.GetSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
-	14, // 6: runbox.v1.ListSandboxesRequest.labels:type_name -> runbox.v1.ListSandboxesRequest.LabelsEntry
-	2,  // 7: runbox.v1.ListSandboxesResponse.sandboxes:type_name -> runbox.v1.Sandbox
-	15, // 8: runbox.v1.RunCommandRequest.spec:type_name -> runbox.v1.ExecSpec
-	16, // 9: runbox.v1.RunCommandResponse.result:type_name -> runbox.v1.Result
-	3,  // 10: runbox.v1.SandboxService.Create:input_type -> runbox.v1.CreateSandboxRequest
-	5,  // 11: runbox.v1.SandboxService.Get:input_type -> runbox.v1.GetSandboxRequest
-	7,  // 12: runbox.v1.SandboxService.List:input_type -> runbox.v1.ListSandboxesRequest
-	9,  // 13: runbox.v1.SandboxService.Delete:input_type -> runbox.v1.DeleteSandboxRequest
-	11, // 14: runbox.v1.SandboxService.Run:input_type -> runbox.v1.RunCommandRequest
-	4,  // 15: runbox.v1.SandboxService.Create:output_type -> runbox.v1.CreateSandboxResponse
-	6,  // 16: runbox.v1.SandboxService.Get:output_type -> runbox.v1.GetSandboxResponse
-	8,  // 17: runbox.v1.SandboxService.List:output_type -> runbox.v1.ListSandboxesResponse
-	10, // 18: runbox.v1.SandboxService.Delete:output_type -> runbox.v1.DeleteSandboxResponse
-	12, // 19: runbox.v1.SandboxService.Run:output_type -> runbox.v1.RunCommandResponse
-	15, // [15:20] is the sub-list for method output_type
-	10, // [10:15] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	14, // 0: runbox.v1.SandboxSpec.labels:type_name -> runbox.v1.SandboxSpec.LabelsEntry
+	2,  // 1: runbox.v1.SandboxSpec.egress:type_name -> runbox.v1.EgressPolicy
+	15, // 2: runbox.v1.EgressPolicy.resolve:type_name -> runbox.v1.EgressPolicy.ResolveEntry
+	1,  // 3: runbox.v1.Sandbox.spec:type_name -> runbox.v1.SandboxSpec
+	0,  // 4: runbox.v1.Sandbox.state:type_name -> runbox.v1.SandboxState
+	1,  // 5: runbox.v1.CreateSandboxRequest.spec:type_name -> runbox.v1.SandboxSpec
+	3,  // 6: runbox.v1.CreateSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
+	3,  // 7: runbox.v1.GetSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
+	16, // 8: runbox.v1.ListSandboxesRequest.labels:type_name -> runbox.v1.ListSandboxesRequest.LabelsEntry
+	3,  // 9: runbox.v1.ListSandboxesResponse.sandboxes:type_name -> runbox.v1.Sandbox
+	17, // 10: runbox.v1.RunCommandRequest.spec:type_name -> runbox.v1.ExecSpec
+	18, // 11: runbox.v1.RunCommandResponse.result:type_name -> runbox.v1.Result
+	4,  // 12: runbox.v1.SandboxService.Create:input_type -> runbox.v1.CreateSandboxRequest
+	6,  // 13: runbox.v1.SandboxService.Get:input_type -> runbox.v1.GetSandboxRequest
+	8,  // 14: runbox.v1.SandboxService.List:input_type -> runbox.v1.ListSandboxesRequest
+	10, // 15: runbox.v1.SandboxService.Delete:input_type -> runbox.v1.DeleteSandboxRequest
+	12, // 16: runbox.v1.SandboxService.Run:input_type -> runbox.v1.RunCommandRequest
+	5,  // 17: runbox.v1.SandboxService.Create:output_type -> runbox.v1.CreateSandboxResponse
+	7,  // 18: runbox.v1.SandboxService.Get:output_type -> runbox.v1.GetSandboxResponse
+	9,  // 19: runbox.v1.SandboxService.List:output_type -> runbox.v1.ListSandboxesResponse
+	11, // 20: runbox.v1.SandboxService.Delete:output_type -> runbox.v1.DeleteSandboxResponse
+	13, // 21: runbox.v1.SandboxService.Run:output_type -> runbox.v1.RunCommandResponse
+	17, // [17:22] is the sub-list for method output_type
+	12, // [12:17] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_sandbox_proto_init() }
@@ -964,7 +1064,7 @@ func file_runbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_sandbox_proto_rawDesc), len(file_runbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

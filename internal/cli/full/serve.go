@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,6 +35,7 @@ type serveFlags struct {
 	mcp, mcpAnyHost             bool
 	mcpIdle                     time.Duration
 	allowHost, sharedNetworks   bool
+	egressCIDRs                 []string
 	maxMemory, defMemory        int64
 	maxPids, defPids            int64
 	maxCPUs, defCPUs            float64
@@ -88,6 +90,7 @@ The API, with curl examples: docs/serve.md.`,
 	fs.BoolVar(&f.mcpAnyHost, "mcp-any-host", false, "accept /mcp requests that arrive on a loopback address with a non-loopback Host header (a reverse proxy on this machine); off: DNS-rebinding protection")
 	fs.BoolVar(&f.allowHost, "allow-host-provider", false, "let --providers name host (no isolation: a tenant's command runs as this server's user)")
 	fs.BoolVar(&f.sharedNetworks, "allow-shared-networks", false, "let docker sandboxes use network host or container:X (they see the host's or another container's traffic)")
+	fs.StringSliceVar(&f.egressCIDRs, "allow-egress-cidr", nil, "address ranges a tenant's private-network sandbox may open with allow_cidr (by default none: loopback, private and metadata addresses stay closed)")
 	fs.Int64Var(&f.maxMemory, "max-memory", 8<<30, "ceiling on a sandbox's memory in bytes (0: none)")
 	fs.Int64Var(&f.defMemory, "default-memory", 2<<30, "memory in bytes of a sandbox that asks for none")
 	fs.Int64Var(&f.maxPids, "max-pids", 4096, "ceiling on a sandbox's processes (0: none)")
@@ -180,6 +183,14 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		}
 		tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	}
+	var egressCIDRs []netip.Prefix
+	for _, c := range f.egressCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("serve: --allow-egress-cidr %q: want a range such as 10.1.0.0/16", c)
+		}
+		egressCIDRs = append(egressCIDRs, p.Masked())
+	}
 	store, err := registry.Open(ctx, a.dbPath(f.db))
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -198,7 +209,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	srv := server.New(server.Config{
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],
 		Home: a.env.Home, WorkspaceDir: workspaces, WorkdirRoots: roots,
-		Limits: limits, AllowSharedNetworks: f.sharedNetworks,
+		Limits: limits, AllowSharedNetworks: f.sharedNetworks, EgressCIDRs: egressCIDRs,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
 		IdleIgnoresBackground: f.idleIgnoresBg, OperatorTenant: f.operator,

@@ -1,0 +1,205 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+)
+
+// dialTimeout bounds the host side's dial of an allowed destination.
+const dialTimeout = 10 * time.Second
+
+// Host is the host side of egress: it takes the connections a sandbox's
+// runboxd offers (EgressService.Listen), decides on each by the policy,
+// dials the allowed ones itself, and splices bytes both ways over Carry.
+type Host struct {
+	// Dial opens an authenticated stream to the sandbox's runboxd.
+	Dial runbox.Dialer
+	// Policy returns the policy in force; it is called for every
+	// connection, so a changed policy applies to the next one.
+	Policy func() (Policy, error)
+	// Resolver looks names up; nil means net.DefaultResolver.
+	Resolver Resolver
+	// Log gets a line per refusal (level WARN) and per carried connection
+	// (DEBUG); nil discards.
+	Log *slog.Logger
+}
+
+func (h *Host) log() *slog.Logger {
+	if h.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return h.Log
+}
+
+func (h *Host) resolver() Resolver {
+	if h.Resolver == nil {
+		return net.DefaultResolver
+	}
+	return h.Resolver
+}
+
+func (h *Host) client() (runboxv1connect.EgressServiceClient, func()) {
+	t := h2cTransport(h.Dial)
+	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd"), t.CloseIdleConnections
+}
+
+// Serve listens for the sandbox's connections and carries them until ctx
+// ends or the Listen stream breaks (runboxd stopped, or the connection
+// failed); the caller decides whether to call it again. ready, when not
+// nil, is called once runboxd has accepted the Listen call. Connections
+// being carried when it returns go on until they end or ctx does.
+func (h *Host) Serve(ctx context.Context, ready func()) error {
+	c, closeIdle := h.client()
+	defer closeIdle()
+	stream, err := c.Listen(ctx, connect.NewRequest(&runboxv1.EgressListenRequest{}))
+	if err != nil {
+		return fmt.Errorf("egress listen: %w", err)
+	}
+	defer stream.Close()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for stream.Receive() {
+		msg := stream.Msg()
+		if msg.GetId() == 0 { // runboxd's hello
+			if ready != nil {
+				ready()
+				ready = nil
+			}
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.carry(ctx, c, msg)
+		}()
+	}
+	if err := stream.Err(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("egress listen: %w", err)
+	}
+	return ctx.Err()
+}
+
+// carry decides on one connection and, allowed, splices it.
+func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse) {
+	log := h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia())
+	remote, refusal := h.open(ctx, msg)
+	if refusal != "" {
+		log.Warn("egress refused", "rule", refusal)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream := c.Carry(ctx)
+	defer stream.CloseResponse()
+	if err := stream.Send(&runboxv1.EgressCarryRequest{Id: msg.GetId(), Refusal: refusal}); err != nil {
+		if remote != nil {
+			remote.Close()
+		}
+		log.Debug("egress carry", "err", err)
+		return
+	}
+	if remote == nil {
+		stream.CloseRequest()
+		for {
+			if _, err := stream.Receive(); err != nil {
+				return
+			}
+		}
+	}
+	defer remote.Close()
+	log.Debug("egress carrying", "remote", remote.RemoteAddr().String())
+	done := make(chan struct{})
+	go func() {
+		// The remote's bytes to the command.
+		defer close(done)
+		buf := make([]byte, chunk)
+		for {
+			n, err := remote.Read(buf)
+			if n > 0 {
+				if serr := stream.Send(&runboxv1.EgressCarryRequest{Data: buf[:n]}); serr != nil {
+					remote.Close()
+					return
+				}
+			}
+			if err != nil {
+				stream.CloseRequest()
+				return
+			}
+		}
+	}()
+	for {
+		resp, err := stream.Receive()
+		if err != nil {
+			remote.Close() // the command's side is gone
+			break
+		}
+		if len(resp.GetData()) > 0 {
+			if _, err := remote.Write(resp.GetData()); err != nil {
+				remote.Close()
+				break
+			}
+		}
+		if resp.GetCloseWrite() {
+			closeWrite(remote)
+		}
+	}
+	<-done
+}
+
+// open applies the policy and dials; it returns the connection, or the
+// refusal the command is told.
+func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (net.Conn, string) {
+	p, err := h.Policy()
+	if err != nil {
+		return nil, fmt.Sprintf("runbox egress: no policy could be read, so every connection is refused: %v", err)
+	}
+	addrs, err := p.Decide(ctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
+	if err != nil {
+		var r *Refusal
+		if errors.As(err, &r) {
+			return nil, r.Error()
+		}
+		return nil, "runbox egress: " + err.Error()
+	}
+	var d net.Dialer
+	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	var last error
+	for _, a := range addrs {
+		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(int(msg.GetPort()))))
+		if err == nil {
+			return conn, ""
+		}
+		last = err
+	}
+	return nil, fmt.Sprintf("runbox egress: %s allowed, but the host could not connect to %v: %v",
+		net.JoinHostPort(msg.GetHost(), strconv.Itoa(int(msg.GetPort()))), addrs, last)
+}
+
+// StaticResolver maps names to addresses, for tests; a name it lacks is
+// not found.
+type StaticResolver map[string][]netip.Addr
+
+// LookupNetIP returns the addresses of host.
+func (s StaticResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := s[host]; ok {
+		return a, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+}
+
+var _ io.Writer = (*streamWriter)(nil)
