@@ -17,6 +17,7 @@ import (
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/landlock"
+	"github.com/runbox/runbox/internal/layerchmod"
 	"github.com/runbox/runbox/internal/seccomp"
 	"github.com/runbox/runbox/internal/supervisor"
 )
@@ -100,12 +101,20 @@ func jailServe(args []string, stderr io.Writer) error {
 	}
 	// Commands, not runboxd: no setuid or setgid bit on any file they make
 	// (security rule 4); runboxd strips them from the modes it applies.
+	// In a user namespace (the sandbox's root is an unprivileged host
+	// id), a chmod with those bits on a file of the sandbox's own root
+	// layer is applied for them by layerchmod (packages such as sudo
+	// install); anywhere else, and with --host-root, it is refused.
 	//
 	// And none of them connects to an abstract unix socket of the host's
 	// (a sandbox on the host's network shares its namespace) or signals
 	// anything outside the sandbox's Landlock domain (security rule 6).
+	loadPrivilegeFilter := seccomp.LoadPrivilegeFilter
+	if jc.UserNS {
+		loadPrivilegeFilter = layerPrivilegeFilter(stderr)
+	}
 	cfg.SpawnSetup = func(string) error {
-		if err := seccomp.LoadPrivilegeFilter(); err != nil {
+		if err := loadPrivilegeFilter(); err != nil {
 			return err
 		}
 		err := landlock.ScopeOut()
@@ -124,6 +133,30 @@ func jailServe(args []string, stderr io.Writer) error {
 		}
 	}
 	return serveOn(context.Background(), cfg, authConfig{sum: jc.AuthSHA256}, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil })
+}
+
+// layerPrivilegeFilter starts the server of setuid and setgid chmods on
+// the sandbox's root layer ("/" after the pivot; never the workspace) and
+// returns the spawn thread's filter loader, which hands it the filter's
+// listener. The server's thread exists before the filter, so it never
+// carries it. Where the server cannot start, commands get the plain
+// refusal (seccomp.LoadPrivilegeFilter), and the log says why.
+func layerPrivilegeFilter(stderr io.Writer) func() error {
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "runboxd: "+format+"\n", args...) }
+	srv, err := layerchmod.Start(layerchmod.Config{Layer: "/", Apart: []string{jail.WorkspacePath}, Proc: "/proc", Logf: logf})
+	if err != nil {
+		logf("%v: a setuid or setgid chmod is refused everywhere", err)
+		return seccomp.LoadPrivilegeFilter
+	}
+	return func() error {
+		l, err := seccomp.LoadLayerPrivilegeFilter()
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		srv.Serve(l)
+		return nil
+	}
 }
 
 // oomKills reads the oom_kill counter of a memory.oom_control file.
