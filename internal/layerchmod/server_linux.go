@@ -60,7 +60,7 @@ type mountID struct {
 // then gives it a listener. Start it before the filter is loaded: the
 // thread then never carries the filter whose calls it answers.
 func Start(cfg Config) (*Server, error) {
-	s := &Server{cfg: cfg, listen: make(chan *seccomp.Listener, 1), quit: make(chan struct{}), done: make(chan struct{})}
+	s := &Server{cfg: cfg, listen: make(chan *seccomp.Listener, 1), quit: make(chan struct{}), done: make(chan struct{}), proc: -1}
 	ready := make(chan error, 1)
 	go s.run(ready)
 	if err := <-ready; err != nil {
@@ -104,6 +104,11 @@ func (s *Server) Close() {
 func (s *Server) run(ready chan<- error) {
 	defer close(s.done)
 	runtime.LockOSThread()
+	defer func() {
+		if s.proc >= 0 {
+			unix.Close(s.proc)
+		}
+	}()
 	if err := s.setup(); err != nil {
 		ready <- err
 		return
