@@ -158,7 +158,7 @@ func TestDpkgInstallsSetuid(t *testing.T) {
 	_, c := create(t, p, runbox.SandboxSpec{})
 	name := "rbsuid" + strings.ToLower(rand.Text()[:8])
 	script := strings.ReplaceAll(`set -e
-mkdir -p /opt/PKG-build && cd /opt/PKG-build && mkdir -p PKG/DEBIAN PKG/usr/local/bin PKG/usr/local/share/PKG
+mkdir -p /usr/local/src/PKG-build && cd /usr/local/src/PKG-build && mkdir -p PKG/DEBIAN PKG/usr/local/bin PKG/usr/local/share/PKG
 printf 'Package: PKG\nVersion: 1.0\nArchitecture: all\nMaintainer: runbox <t@example.invalid>\nDescription: a setuid test\n' >PKG/DEBIAN/control
 cp /bin/true PKG/usr/local/bin/PKG && chmod 4755 PKG/usr/local/bin/PKG && chmod 2755 PKG/usr/local/share/PKG
 dpkg-deb --root-owner-group --build PKG PKG.deb >/dev/null
