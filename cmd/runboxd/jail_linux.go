@@ -101,16 +101,21 @@ func jailServe(args []string, stderr io.Writer) error {
 	}
 	// Commands, not runboxd: no setuid or setgid bit on any file they make
 	// (security rule 4); runboxd strips them from the modes it applies.
-	// In a user namespace (the sandbox's root is an unprivileged host
-	// id), a chmod with those bits on a file of the sandbox's own root
-	// layer is applied for them by layerchmod (packages such as sudo
-	// install); anywhere else, and with --host-root, it is refused.
+	// As root with a range of unprivileged host ids (a layers tree), the
+	// sandbox's root is one overlay mount whose upper layer is kept under
+	// those ids in a directory closed to other host users: a chmod with
+	// those bits on a file of it is applied for them by layerchmod
+	// (packages such as sudo install); anywhere else it is refused. With
+	// --host-root (no user namespace: the upper layer's files would be
+	// host root's), and rootless (the root is a tmpfs with an overlay per
+	// host directory, none of them the root's mount), it is refused
+	// everywhere.
 	//
 	// And none of them connects to an abstract unix socket of the host's
 	// (a sandbox on the host's network shares its namespace) or signals
 	// anything outside the sandbox's Landlock domain (security rule 6).
 	loadPrivilegeFilter := seccomp.LoadPrivilegeFilter
-	if jc.UserNS {
+	if jc.UserNS && jc.LayersTree {
 		loadPrivilegeFilter = layerPrivilegeFilter(stderr)
 	}
 	cfg.SpawnSetup = func(string) error {
