@@ -18,6 +18,7 @@ import (
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/landlock"
+	"github.com/runbox/runbox/internal/layerchmod"
 	"github.com/runbox/runbox/internal/seccomp"
 	"github.com/runbox/runbox/internal/supervisor"
 )
@@ -101,12 +102,25 @@ func jailServe(args []string, stderr io.Writer) error {
 	}
 	// Commands, not runboxd: no setuid or setgid bit on any file they make
 	// (security rule 4); runboxd strips them from the modes it applies.
+	// As root with a range of unprivileged host ids (a layers tree), the
+	// sandbox's root is one overlay mount whose upper layer is kept under
+	// those ids in a directory closed to other host users: a chmod with
+	// those bits on a file of it is applied for them by layerchmod
+	// (packages such as sudo install); anywhere else it is refused. With
+	// --host-root (no user namespace: the upper layer's files would be
+	// host root's), and rootless (the root is a tmpfs with an overlay per
+	// host directory, none of them the root's mount), it is refused
+	// everywhere.
 	//
 	// And none of them connects to an abstract unix socket of the host's
 	// (a sandbox on the host's network shares its namespace) or signals
 	// anything outside the sandbox's Landlock domain (security rule 6).
+	loadPrivilegeFilter := seccomp.LoadPrivilegeFilter
+	if jc.UserNS && jc.LayersTree {
+		loadPrivilegeFilter = layerPrivilegeFilter(stderr)
+	}
 	cfg.SpawnSetup = func(string) error {
-		if err := seccomp.LoadPrivilegeFilter(); err != nil {
+		if err := loadPrivilegeFilter(); err != nil {
 			return err
 		}
 		err := landlock.ScopeOut()
@@ -134,6 +148,30 @@ func jailServe(args []string, stderr io.Writer) error {
 		also = append(also, offer)
 	}
 	return serveOn(context.Background(), cfg, authConfig{sum: jc.AuthSHA256}, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil }, also...)
+}
+
+// layerPrivilegeFilter starts the server of setuid and setgid chmods on
+// the sandbox's root layer ("/" after the pivot; never the workspace) and
+// returns the spawn thread's filter loader, which hands it the filter's
+// listener. The server's thread exists before the filter, so it never
+// carries it. Where the server cannot start, commands get the plain
+// refusal (seccomp.LoadPrivilegeFilter), and the log says why.
+func layerPrivilegeFilter(stderr io.Writer) func() error {
+	logf := func(format string, args ...any) { fmt.Fprintf(stderr, "runboxd: "+format+"\n", args...) }
+	srv, err := layerchmod.Start(layerchmod.Config{Layer: "/", Apart: []string{jail.WorkspacePath}, Proc: "/proc", Logf: logf})
+	if err != nil {
+		logf("%v: a setuid or setgid chmod is refused everywhere", err)
+		return seccomp.LoadPrivilegeFilter
+	}
+	return func() error {
+		l, err := seccomp.LoadLayerPrivilegeFilter()
+		if err != nil {
+			srv.Close()
+			return err
+		}
+		srv.Serve(l)
+		return nil
+	}
 }
 
 // oomKills reads the oom_kill counter of a memory.oom_control file.

@@ -15,9 +15,14 @@ var deniedArch = []uintptr{
 	unix.SYS_NFSSERVCTL, unix.SYS__SYSCTL, unix.SYS_SYSFS, unix.SYS_USELIB, unix.SYS_USTAT,
 }
 
-// privilegeRulesArch are the amd64-only calls that set a mode.
-var privilegeRulesArch = []ModeRule{
+// chmodRulesArch are the amd64-only calls of the chmod family.
+var chmodRulesArch = []ModeRule{
 	{Nr: unix.SYS_CHMOD, ModeArg: 1, Mask: privilegeBits},
+}
+
+// createRulesArch are the amd64-only calls that give a file they make a
+// mode.
+var createRulesArch = []ModeRule{
 	{Nr: unix.SYS_OPEN, ModeArg: 2, Mask: privilegeBits, FlagsArg: 1, FlagsMask: creates},
 	{Nr: unix.SYS_CREAT, ModeArg: 1, Mask: privilegeBits},
 	{Nr: unix.SYS_MKNOD, ModeArg: 1, Mask: privilegeBits},

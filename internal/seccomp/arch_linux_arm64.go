@@ -10,6 +10,6 @@ const (
 // deniedArch are the arm64-only calls refused besides deniedCommon (none).
 var deniedArch []uintptr
 
-// privilegeRulesArch are the arm64-only calls that set a mode (none: arm64
-// has only the *at forms).
-var privilegeRulesArch []ModeRule
+// chmodRulesArch and createRulesArch are the arm64-only calls that set a
+// mode (none: arm64 has only the *at forms).
+var chmodRulesArch, createRulesArch []ModeRule

@@ -13,13 +13,17 @@ const privilegeBits = unix.S_ISUID | unix.S_ISGID
 // directory open does not create, and its mode argument is garbage).
 const creates = unix.O_CREAT | (unix.O_TMPFILE &^ unix.O_DIRECTORY)
 
-// privilegeRulesCommon are the calls on every architecture that set a
-// file's mode: the chmod family always, open and the mknod and mkdir
-// families when they create.
-var privilegeRulesCommon = []ModeRule{
+// chmodRulesCommon are the chmod family on every architecture: the calls
+// that change an existing file's mode.
+var chmodRulesCommon = []ModeRule{
 	{Nr: unix.SYS_FCHMOD, ModeArg: 1, Mask: privilegeBits},
 	{Nr: unix.SYS_FCHMODAT, ModeArg: 2, Mask: privilegeBits},
 	{Nr: unix.SYS_FCHMODAT2, ModeArg: 2, Mask: privilegeBits},
+}
+
+// createRulesCommon are the calls on every architecture that give a file
+// they make a mode: open when it creates, the mknod and mkdir families.
+var createRulesCommon = []ModeRule{
 	{Nr: unix.SYS_OPENAT, ModeArg: 3, Mask: privilegeBits, FlagsArg: 2, FlagsMask: creates},
 	{Nr: unix.SYS_MKNODAT, ModeArg: 2, Mask: privilegeBits},
 	{Nr: unix.SYS_MKDIRAT, ModeArg: 2, Mask: privilegeBits},
@@ -33,11 +37,46 @@ var privilegeRulesCommon = []ModeRule{
 func PrivilegeRules() Rules {
 	return Rules{
 		NoSys:    []uintptr{unix.SYS_OPENAT2},
-		DenyMode: append(append([]ModeRule(nil), privilegeRulesCommon...), privilegeRulesArch...),
+		DenyMode: concat(chmodRulesCommon, chmodRulesArch, createRulesCommon, createRulesArch),
 	}
+}
+
+// LayerPrivilegeRules are PrivilegeRules, except that the chmod family
+// with a setuid or setgid bit goes to the filter's listener, which applies
+// the mode itself where the file lies on the sandbox's own root layer and
+// refuses it anywhere else (internal/layerchmod). Creating calls with
+// those bits stay refused: package managers create a file plainly and
+// chmod it afterwards (dpkg: open(O_CREAT, 0), then fchmod(04755)).
+func LayerPrivilegeRules() Rules {
+	return Rules{
+		NoSys:      []uintptr{unix.SYS_OPENAT2},
+		DenyMode:   concat(createRulesCommon, createRulesArch),
+		NotifyMode: concat(chmodRulesCommon, chmodRulesArch),
+	}
+}
+
+func concat(lists ...[]ModeRule) []ModeRule {
+	var all []ModeRule
+	for _, l := range lists {
+		all = append(all, l...)
+	}
+	return all
 }
 
 // LoadPrivilegeFilter installs PrivilegeRules on the calling thread only
 // (the spawn thread, so every command inherits it). The thread needs
 // no_new_privs or CAP_SYS_ADMIN.
 func LoadPrivilegeFilter() error { return Load(PrivilegeRules().Program(), 0) }
+
+// LoadLayerPrivilegeFilter installs LayerPrivilegeRules on the calling
+// thread only, and returns the filter's listener: until something serves
+// it (layerchmod.Server), a notified call waits. The listener is
+// close-on-exec. Only one filter with a listener may be in a thread's
+// stack: a command that installs one of its own gets EBUSY.
+func LoadLayerPrivilegeFilter() (*Listener, error) {
+	fd, err := load(LayerPrivilegeRules().Program(), unix.SECCOMP_FILTER_FLAG_NEW_LISTENER)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{fd: int(fd)}, nil
+}

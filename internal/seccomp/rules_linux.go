@@ -22,6 +22,12 @@ type Rules struct {
 	// DenyMode refuse a call with EPERM when the mode it applies has any
 	// of a rule's bits (setuid and setgid: PrivilegeRules).
 	DenyMode []ModeRule
+	// NotifyMode hand a call to the filter's listener (user notification)
+	// when the mode it applies has any of a rule's bits: the listener
+	// answers for the kernel (the chmod family with setuid or setgid:
+	// LayerPrivilegeRules and internal/layerchmod). A DenyMode rule on the
+	// same call number comes first and wins.
+	NotifyMode []ModeRule
 }
 
 // ModeRule refuses call Nr when its argument ModeArg has a bit of Mask and,
@@ -66,6 +72,7 @@ func (r Rules) Program() []unix.SockFilter {
 	)
 	deny := stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(DeniedErrno))
 	noSys := stmt(ret, unix.SECCOMP_RET_ERRNO|uint32(unix.ENOSYS))
+	notify := stmt(ret, unix.SECCOMP_RET_USER_NOTIF)
 	allow := stmt(ret, unix.SECCOMP_RET_ALLOW)
 	kill := stmt(ret, unix.SECCOMP_RET_KILL_PROCESS)
 
@@ -95,16 +102,16 @@ func (r Rules) Program() []unix.SockFilter {
 			allow,
 		)
 	}
-	for _, m := range r.DenyMode {
+	modeBlock := func(m ModeRule, action unix.SockFilter) {
 		if m.FlagsMask == 0 {
 			prog = append(prog,
 				jump(jeq, uint32(m.Nr), 0, 4),
 				stmt(ld, offArg(m.ModeArg)),
 				jump(jset, m.Mask, 0, 1),
-				deny,
+				action,
 				allow,
 			)
-			continue
+			return
 		}
 		prog = append(prog,
 			jump(jeq, uint32(m.Nr), 0, 6),
@@ -112,9 +119,15 @@ func (r Rules) Program() []unix.SockFilter {
 			jump(jset, m.FlagsMask, 0, 3),
 			stmt(ld, offArg(m.ModeArg)),
 			jump(jset, m.Mask, 0, 1),
-			deny,
+			action,
 			allow,
 		)
+	}
+	for _, m := range r.DenyMode {
+		modeBlock(m, deny)
+	}
+	for _, m := range r.NotifyMode {
+		modeBlock(m, notify)
 	}
 	return append(prog, allow)
 }
@@ -123,11 +136,9 @@ func (r Rules) Program() []unix.SockFilter {
 // SECCOMP_FILTER_FLAG_TSYNC in flags on every thread of the process. The
 // thread needs no_new_privs or CAP_SYS_ADMIN.
 func Load(prog []unix.SockFilter, flags uintptr) error {
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		flags, uintptr(unsafe.Pointer(&fprog)))
-	if errno != 0 {
-		return fmt.Errorf("seccomp: install filter: %w", errno)
+	r, err := load(prog, flags)
+	if err != nil {
+		return err
 	}
 	if r != 0 {
 		// With TSYNC, a positive return is the id of a thread that could
@@ -135,4 +146,16 @@ func Load(prog []unix.SockFilter, flags uintptr) error {
 		return fmt.Errorf("seccomp: thread %d could not take the filter", r)
 	}
 	return nil
+}
+
+// load is the seccomp(SECCOMP_SET_MODE_FILTER) call: its result is a
+// thread id under TSYNC, a listener descriptor under NEW_LISTENER.
+func load(prog []unix.SockFilter, flags uintptr) (uintptr, error) {
+	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		flags, uintptr(unsafe.Pointer(&fprog)))
+	if errno != 0 {
+		return 0, fmt.Errorf("seccomp: install filter: %w", errno)
+	}
+	return r, nil
 }

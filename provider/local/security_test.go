@@ -326,7 +326,8 @@ func TestHomeUnderWorkdirIsHidden(t *testing.T) {
 // TestAgentWorkloadsUnderMapping: what agents do in a sandbox still works
 // with its root mapped to an unprivileged host uid: a package installed
 // with apt-get (from the host's package lists, so no update is needed;
-// RUNBOX_TEST_APT=1 makes it required, CI sets it), a Python package
+// RUNBOX_TEST_APT=1 makes it required, CI sets it) and one that ships a
+// setuid file (sudo, as root: layerchmod), a Python package
 // installed into the overlay with pip, git in the workspace, and a system
 // user made with useradd.
 func TestAgentWorkloadsUnderMapping(t *testing.T) {
@@ -341,6 +342,24 @@ func TestAgentWorkloadsUnderMapping(t *testing.T) {
 			client.WithTimeout(5*time.Minute))
 		if res.ExitCode != 0 {
 			t.Errorf("apt-get install in the sandbox: exit %d\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	})
+	t.Run("apt-get setuid", func(t *testing.T) {
+		if os.Getenv("RUNBOX_TEST_APT") != "1" {
+			t.Skip("RUNBOX_TEST_APT=1 is not set: this case runs apt-get install sudo in a sandbox and needs Debian's archive reachable; run `apt-get update`, then `RUNBOX_TEST_APT=1 go test -run 'TestAgentWorkloadsUnderMapping/apt-get' ./provider/local/` (.ci/run sets it)")
+		}
+		if os.Geteuid() != 0 {
+			t.Skip("needs root: a rootless sandbox's root does not own the host's /usr/bin; run the tests as root (CI does)")
+		}
+		if _, err := os.Stat("/usr/bin/sudo"); err == nil {
+			t.Skip("sudo is installed on this machine, whose root the sandbox sees: apt-get would install nothing; TestDpkgInstallsSetuid covers the same without it")
+		}
+		// sudo ships /usr/bin/sudo 4755: before layerchmod, dpkg stopped
+		// on EPERM setting its mode.
+		res := exec(t, c, "apt-get install -y -q sudo >/tmp/apt-sudo.log 2>&1 || { tail -20 /tmp/apt-sudo.log; exit 1; }; stat -c '%a %U' /usr/bin/sudo",
+			client.WithTimeout(5*time.Minute))
+		if res.ExitCode != 0 || string(res.Stdout) != "4755 root\n" {
+			t.Errorf("apt-get install sudo in the sandbox: exit %d, %q, want \"4755 root\"\n%s", res.ExitCode, res.Stdout, res.Stderr)
 		}
 	})
 	t.Run("pip", func(t *testing.T) {
