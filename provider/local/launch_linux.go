@@ -89,7 +89,22 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			return nil, err
 		}
 	}
+	rootless := ids.userns && ids.size == 1
+	disk, err := diskBound(spec, l.Home, rootless)
+	if err != nil {
+		return nil, err
+	}
 	layers := filepath.Join(l.Dir, layersDir)
+	if err := os.Mkdir(layers, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	if disk > 0 {
+		// Everything the sandbox writes outside its workspace lies in
+		// the layers: their own bounded filesystem holds them all.
+		if err := mountDisk(l.Dir, layers, disk); err != nil {
+			return nil, err
+		}
+	}
 	var mountPoints []string
 	if fuseRoot {
 		mountPoints = []string{SpillDir}
@@ -105,7 +120,6 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		inLayers = func(name string) string { return filepath.Join(jail.LayersPath, name) }
 	}
 
-	rootless := ids.userns && ids.size == 1
 	var tmpSize int64
 	var shares uint64
 	if !rootless { // rootless, there are no cgroups to hold limits
@@ -149,6 +163,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	}
 	if tmpSize > 0 {
 		rec.Extra["tmp_size"] = strconv.FormatInt(tmpSize, 10)
+	}
+	if disk > 0 {
+		rec.Extra["disk"] = strconv.FormatInt(disk, 10)
 	}
 	if fuseRoot {
 		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
@@ -360,13 +377,14 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 	return srv.Pid, nil
 }
 
-// makeLayers makes the layers directory (closed to everyone but the
-// sandbox's root) with the overlay's upper, work and mount point
-// directories in it, and, on the host's root, the sanitised copies of the
+// makeLayers closes the layers directory to everyone but the sandbox's
+// root and makes in it the overlay's upper, work and mount point
+// directories, and, on the host's root, the sanitised copies of the
 // host's password files in the upper layer, and the directories of
 // mountPoints (see seedMountPoints).
 func makeLayers(layers, lower string, ids idMap, mountPoints []string) error {
-	if err := os.Mkdir(layers, 0o700); err != nil {
+	// It exists already (it may be the root of the sandbox's disk, 0755).
+	if err := os.Chmod(layers, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
 	if err := ids.chown(layers); err != nil {

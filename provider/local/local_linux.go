@@ -130,7 +130,7 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	default:
 		return fmt.Errorf("network %q: the local provider has host and none: %w", spec.Network, errors.ErrUnsupported)
 	}
-	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) {
+	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) || (spec.Disk < 0 && spec.Disk != Unlimited) {
 		return fmt.Errorf("negative resource limit (local.Unlimited, -1, asks for none): %w", runbox.ErrInvalidSpec)
 	}
 	if spec.Rootfs != "" {
@@ -160,11 +160,12 @@ func hostname(rec *procbox.Record) string {
 	return "runbox-" + rec.ID
 }
 
-// cleanup deletes the sandbox's cgroups once runboxd is gone (its mounts
-// went with its mount namespace), and makes its state directory removable:
+// cleanup unmounts the sandbox's disk and waits for its loop device to be
+// free, deletes the sandbox's cgroups once runboxd is gone (its other
+// mounts went with its mount namespace), and makes its state directory removable:
 // an overlay in a user namespace leaves work directories with mode 0.
 func cleanup(rec procbox.Record, sbDir string) error {
-	err := removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1])
+	err := errors.Join(releaseDisk(sbDir), removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1]))
 	// WalkDir visits a directory before it reads it, so opening it up on
 	// that first visit is enough to walk (and then remove) what is inside.
 	_ = filepath.WalkDir(sbDir, func(p string, d os.DirEntry, werr error) error {
@@ -180,7 +181,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size"} {
+	for _, k := range []string{"network", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
