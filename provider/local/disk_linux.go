@@ -64,11 +64,28 @@ func findMkfs() (string, error) {
 	return "", fmt.Errorf("%w: a local sandbox's writable layer is a filesystem of its own, of bounded size (--disk); install e2fsprogs, or ask for no bound (--disk 0)", ErrNoMkfs)
 }
 
-// mountDisk makes the sandbox's disk image in sbDir, of size bytes, and
-// mounts it on the directory layers (which must exist), nosuid. The mount
-// is in the caller's mount namespace, so a later runbox rm finds it; the
-// loop device frees itself (autoclear) when the filesystem's last mount
-// goes, in whichever namespace that is.
+// diskFS is a sandbox's bounded filesystem, mounted nowhere: its root is
+// reached through a detached mount's descriptor, and the sandbox's jail and
+// FUSE server each get a detached mount of their own (mount). No mount of it
+// is ever in the caller's mount namespace, so no mount namespace made from
+// that one (another sandbox's, a container's) can hold a copy that keeps
+// it alive: it lives exactly as long as the sandbox's own namespaces and
+// this launch's descriptor, and its loop device frees itself (autoclear)
+// when the last goes, even if nothing ever runs runbox rm.
+type diskFS struct {
+	dev  string // the loop device
+	root int    // a detached mount of the filesystem, for the launch
+}
+
+// Path returns a path to the root of the filesystem, valid in this process
+// while d is open.
+func (d *diskFS) Path() string { return fmt.Sprintf("/proc/self/fd/%d", d.root) }
+
+// Close lets go of the launch's mount.
+func (d *diskFS) Close() { unix.Close(d.root) }
+
+// mount returns a fresh detached mount of the filesystem, nosuid: a second
+// mount of the same device is the same filesystem (superblock).
 //
 // It is not nodev: the FUSE device node the jail opens lies in the layers
 // (makeFuseDevice), and only host root can make a device node there (the
@@ -76,39 +93,64 @@ func findMkfs() (string, error) {
 // concern what is opened or run through this mount itself, never what the
 // sandbox runs through its root's own mount, which is nosuid and nodev
 // (FUSE) or an overlay with flags of its own.
-func mountDisk(sbDir, layers string, size int64) error {
+func (d *diskFS) mount() (int, error) {
+	fsfd, err := unix.Fsopen("ext4", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("mount the disk image: %w", err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigSetString(fsfd, "source", d.dev); err != nil {
+		return -1, fmt.Errorf("mount the disk image: source %s: %w", d.dev, err)
+	}
+	// The kernel does not zero the inode tables in the background, which
+	// would write to (and allocate) the image's holes.
+	if err := unix.FsconfigSetFlag(fsfd, "noinit_itable"); err != nil {
+		return -1, fmt.Errorf("mount the disk image: %w", err)
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("mount the disk image: %w", err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID)
+	if err != nil {
+		return -1, fmt.Errorf("mount the disk image: %w", err)
+	}
+	return mfd, nil
+}
+
+// newDisk makes the sandbox's disk image in sbDir, of size bytes, attaches
+// it to a loop device and mounts it (detached).
+func newDisk(sbDir string, size int64) (*diskFS, error) {
 	mkfs, err := findMkfs()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	image := filepath.Join(sbDir, diskImage)
 	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return fmt.Errorf("disk image: %w", err)
+		return nil, fmt.Errorf("disk image: %w", err)
 	}
 	defer f.Close()
 	if err := f.Truncate(size); err != nil {
-		return fmt.Errorf("disk image: %w", err)
+		return nil, fmt.Errorf("disk image: %w", err)
 	}
 	out, err := exec.Command(mkfs, append(mkfsArgs, image)...).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("disk image: %s: %w: %s", filepath.Base(mkfs), err, strings.TrimSpace(string(out)))
+		return nil, fmt.Errorf("disk image: %s: %w: %s", filepath.Base(mkfs), err, strings.TrimSpace(string(out)))
 	}
 	loop, dev, err := attachLoop(f, image)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Our descriptor goes once mounted (the filesystem holds the device),
 	// or on failure, which frees the device.
 	defer unix.Close(loop)
-	// noinit_itable: the kernel does not zero the inode tables in the
-	// background, which would write to (and allocate) the image's holes.
-	if err := unix.Mount(dev, layers, "ext4", unix.MS_NOSUID, "noinit_itable"); err != nil {
-		return fmt.Errorf("mount the disk image on %s: %w", layers, err)
+	d := &diskFS{dev: dev}
+	if d.root, err = d.mount(); err != nil {
+		return nil, err
 	}
 	// The sandbox has no use for fsck's directory.
-	_ = os.Remove(filepath.Join(layers, "lost+found"))
-	return nil
+	_ = os.Remove(filepath.Join(d.Path(), "lost+found"))
+	return d, nil
 }
 
 // attachLoop attaches the image open in f to a free loop device, with
@@ -151,9 +193,10 @@ func attachLoop(f *os.File, image string) (int, string, error) {
 // read its root's unmount.
 const releaseTimeout = 10 * time.Second
 
-// releaseDisk unmounts the sandbox's disk, if it has one, and waits until
-// its loop device is free. It is safe to run more than once, and on a
-// sandbox that never had a disk.
+// releaseDisk waits until the loop device of the sandbox's disk, if it
+// has one, is free: it frees itself once the sandbox's namespaces are gone.
+// It is safe to run more than once, and on a sandbox that never had a
+// disk.
 func releaseDisk(sbDir string) error {
 	image := filepath.Join(sbDir, diskImage)
 	if _, err := os.Lstat(image); errors.Is(err, fs.ErrNotExist) {
@@ -161,13 +204,6 @@ func releaseDisk(sbDir string) error {
 	}
 	if real, err := filepath.EvalSymlinks(image); err == nil {
 		image = real
-	}
-	layers := filepath.Join(sbDir, layersDir)
-	for {
-		// Detached: the sandbox's FUSE server may still hold a clone.
-		if err := unix.Unmount(layers, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err != nil {
-			break // EINVAL: no longer a mount point
-		}
 	}
 	deadline := time.Now().Add(releaseTimeout)
 	for {

@@ -187,5 +187,9 @@ func describe(rec procbox.Record, detail map[string]string) {
 		}
 	}
 	detail["workspace"] = jail.WorkspacePath
-	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), layersDir, upperDir) // the socket is in the state dir
+	dir := filepath.Dir(rec.Socket) // the socket is in the state dir
+	detail["upper"] = filepath.Join(dir, layersDir, upperDir)
+	if rec.Extra["disk"] != "" {
+		detail["upper"] = filepath.Join(dir, diskImage) + ":/" + upperDir
+	}
 }
