@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -209,5 +210,34 @@ func TestDiskTooSmall(t *testing.T) {
 	}
 	if l := loopsUnder(t, p.Home); len(l) != 0 {
 		t.Errorf("loop devices left: %v", l)
+	}
+}
+
+// TestRootlessDiskRefused: without root there is no loop-mounted
+// filesystem to bound a sandbox's disk, so `runbox run --disk 64M` as an
+// unprivileged user fails (exit 125, saying why) instead of making an
+// unbounded sandbox; without --disk the same user's sandbox runs (its disk
+// use is not bounded, as docs/security.md says).
+func TestRootlessDiskRefused(t *testing.T) {
+	needLocal(t)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to switch to an unprivileged user: run the tests as root (CI does)")
+	}
+	dir, home, ws := nobodyDirs(t)
+	runAs := func(args ...string) (string, int) {
+		cmd := osexec.Command(filepath.Join(dir, "runbox"), args...)
+		cmd.Dir = ws
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + home, "RUNBOX_HOME=" + home,
+			"RUNBOX_RUNBOXD=" + filepath.Join(dir, "runboxd"), "DOCKER_HOST=unix://" + filepath.Join(home, "no-docker.sock")}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		out, _ := cmd.CombinedOutput()
+		return string(out), cmd.ProcessState.ExitCode()
+	}
+	out, code := runAs("run", "--disk", "64M", "--", "echo made")
+	if code != 125 || strings.Contains(out, "made") || !strings.Contains(out, "needs root") {
+		t.Errorf("rootless run --disk 64M: exit %d, want 125 and a refusal:\n%s", code, out)
+	}
+	if out, code := runAs("run", "--", "echo made"); code != 0 || strings.TrimSpace(out) != "made" {
+		t.Errorf("rootless run without --disk: exit %d:\n%s", code, out)
 	}
 }
