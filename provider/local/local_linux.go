@@ -83,7 +83,7 @@ func (p *Provider) RunsInHostDirectory() bool { return true }
 // workspace is spec.Workdir (an existing directory, its path free of
 // symbolic links), else the caller's working
 // directory; spec.Rootfs replaces the host's root; Memory, Pids and CPUs
-// are cgroup limits; Network is "host" (default) or "none". Image is
+// are cgroup limits; Disk bounds the sandbox's writable layer (as root); Network is "host" (default) or "none". Image is
 // refused: use Rootfs, or the docker provider.
 func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
 	return p.store().Create(ctx, spec)
