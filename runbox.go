@@ -326,6 +326,11 @@ type SandboxSpec struct {
 	Memory int64
 	Pids   int64
 	CPUs   float64
+	// Disk (bytes) bounds what the sandbox may write to disk outside its
+	// workspace (a local sandbox's overlay and private directories, a
+	// docker container's writable layer, a pod's ephemeral storage); zero
+	// means the provider's default (none where the provider has none).
+	Disk int64
 	// Network is "none" or "host" (provider dependent); empty is the
 	// provider's default.
 	Network string

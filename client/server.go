@@ -106,7 +106,7 @@ func (s *Server) CreateSandbox(ctx context.Context, spec runbox.SandboxSpec, o S
 	}
 	resp, err := s.svc.Create(ctx, connect.NewRequest(&runboxv1.CreateSandboxRequest{Spec: &runboxv1.SandboxSpec{
 		Provider: o.Provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
-		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, Network: spec.Network, Labels: o.Labels,
+		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, DiskBytes: spec.Disk, Network: spec.Network, Labels: o.Labels,
 		IdleTtlMs: wiretime.DurationToMs(o.IdleTTL), MaxLifetimeMs: wiretime.DurationToMs(o.MaxLifetime), Recreate: o.Recreate,
 		Egress: egressToWire(spec.Egress),
 	}}))

@@ -13,8 +13,8 @@ func (a *app) inspectCmd() *cobra.Command {
 		Short: "Print a sandbox's record and its runboxd's state as JSON",
 		Long: `Print a sandbox as JSON: its provider record and, when its runboxd answers,
 the daemon's state (version, cgroup mode, exec counts, goroutines, open files).
-A local sandbox's detail holds its limits: memory and tmp_size in bytes, pids,
-cpus and cpu_shares.`,
+A local sandbox's detail holds its limits: memory, tmp_size and disk in bytes,
+pids, cpus and cpu_shares.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key := args[0]

@@ -48,7 +48,7 @@ type upFlags struct {
 	provider, image, name, workdir string
 	rootfs                         string
 	userns, hostRoot, mkdir        bool
-	memory, network                string
+	memory, network, disk          string
 	egress                         egressFlags // network.go
 	pids                           int64
 	cpus                           float64
@@ -70,6 +70,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.BoolVar(&f.mkdir, "mkdir", false, "local and host: create the --workdir directory (as mkdir -p would, as you) when it does not exist; without it a missing workdir is an error")
 	f.flags = fs
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (local's default: min(4G, half the RAM); 0 or unlimited: none)")
+	fs.StringVar(&f.disk, "disk", "", "what the sandbox may write to disk outside its workspace, e.g. 2G (local as root's default: min(10G, half the home's free space); 0 or unlimited: none; docker: engines whose storage driver can; kubernetes: ephemeral storage)")
 	fs.Int64Var(&f.pids, "pids", 0, "process count limit (local's default: 4096; 0: none)")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit, e.g. 1.5 (local's default: none, but a CPU weight equal to the host's other groups)")
 	f.ssh.add(fs)
@@ -102,6 +103,14 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	if err != nil {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--memory: %w", err)
 	}
+	disk := f.disk
+	if strings.EqualFold(disk, "unlimited") {
+		disk = "0"
+	}
+	diskBytes, err := parseBytes(disk)
+	if err != nil {
+		return nil, runbox.SandboxSpec{}, fmt.Errorf("--disk: %w", err)
+	}
 	if f.pids < 0 || f.cpus < 0 {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--pids and --cpus must not be negative")
 	}
@@ -110,6 +119,9 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		// The local provider has default limits; an explicit 0 is none.
 		if memory != "" && mem == 0 {
 			mem = local.Unlimited
+		}
+		if disk != "" && diskBytes == 0 {
+			diskBytes = local.Unlimited
 		}
 		if f.flags != nil && f.flags.Changed("pids") && pids == 0 {
 			pids = local.Unlimited
@@ -147,6 +159,7 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		Memory:   mem,
 		Pids:     pids,
 		CPUs:     f.cpus,
+		Disk:     diskBytes,
 		Network:  f.network,
 		Egress:   eg,
 	}, nil

@@ -19,6 +19,9 @@ const (
 	// DefaultMaxPids is the most processes and threads a model may ask a
 	// sandbox to have.
 	DefaultMaxPids int64 = 8192
+	// DefaultMaxDisk is the most disk (outside the workspace) a model may
+	// ask a sandbox to have.
+	DefaultMaxDisk int64 = 20 << 30
 )
 
 // DefaultMaxCPUs is the most CPUs a model may ask a sandbox to have: this
@@ -34,11 +37,17 @@ type Limits struct {
 	Memory int64
 	Pids   int64
 	CPUs   float64
-	// MaxMemory, MaxPids and MaxCPUs are the most a model may ask for
-	// (zero: DefaultMaxMemory, DefaultMaxPids, DefaultMaxCPUs).
+	// Disk (bytes) is the disk bound of a sandbox that asks for none;
+	// zero leaves it to the provider's default (local: a bound; docker:
+	// none).
+	Disk int64
+	// MaxMemory, MaxPids, MaxCPUs and MaxDisk are the most a model may ask
+	// for (zero: DefaultMaxMemory, DefaultMaxPids, DefaultMaxCPUs,
+	// DefaultMaxDisk).
 	MaxMemory int64
 	MaxPids   int64
 	MaxCPUs   float64
+	MaxDisk   int64
 	// Network is the network mode of a sandbox that names none ("": the
 	// provider's default). A model may ask for Network, for "none" (only
 	// loopback), and for the modes in Networks; no other.
@@ -56,6 +65,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxCPUs <= 0 {
 		l.MaxCPUs = DefaultMaxCPUs
+	}
+	if l.MaxDisk <= 0 {
+		l.MaxDisk = DefaultMaxDisk
 	}
 	return l
 }
@@ -78,6 +90,9 @@ func (l Limits) Check() error {
 	}
 	if l.CPUs < 0 || l.CPUs > l.MaxCPUs || math.IsNaN(l.CPUs) {
 		errs = append(errs, fmt.Errorf("the default cpus %v is not within 0..%v (the ceiling)", l.CPUs, l.MaxCPUs))
+	}
+	if l.Disk < 0 || l.Disk > l.MaxDisk {
+		errs = append(errs, fmt.Errorf("the default disk %d MiB is not within 0..%d MiB (the ceiling)", l.Disk>>20, l.MaxDisk>>20))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
@@ -138,14 +153,21 @@ func (c Config) provider(asked string) (string, error) {
 func (s *Server) defaultSpec() runbox.SandboxSpec {
 	spec := s.cfg.Spec
 	l := s.cfg.Limits
-	spec.Memory, spec.Pids, spec.CPUs, spec.Network = l.Memory, l.Pids, l.CPUs, l.Network
+	spec.Memory, spec.Pids, spec.CPUs, spec.Disk, spec.Network = l.Memory, l.Pids, l.CPUs, l.Disk, l.Network
 	return spec
 }
 
 // apply applies what a model asked of sandbox_create to spec: each
 // resource within (0, ceiling], the operator's default when not asked.
 func (l Limits) apply(spec *runbox.SandboxSpec, in SandboxCreateInput) error {
-	spec.Memory, spec.Pids, spec.CPUs, spec.Network = l.Memory, l.Pids, l.CPUs, l.Network
+	spec.Memory, spec.Pids, spec.CPUs, spec.Disk, spec.Network = l.Memory, l.Pids, l.CPUs, l.Disk, l.Network
+	if in.DiskMB != nil {
+		if *in.DiskMB <= 0 || *in.DiskMB > l.MaxDisk>>20 {
+			return fmt.Errorf("%w: disk_mb %d: ask for 1 to %d (the ceiling), or leave it out for %s",
+				ErrOverCeiling, *in.DiskMB, l.MaxDisk>>20, orDefault(l.Disk>>20, "MiB"))
+		}
+		spec.Disk = *in.DiskMB << 20
+	}
 	if in.MemoryMB != nil {
 		if *in.MemoryMB <= 0 || *in.MemoryMB > l.MaxMemory>>20 {
 			return fmt.Errorf("%w: memory_mb %d: ask for 1 to %d (the ceiling), or leave it out for %s",

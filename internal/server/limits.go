@@ -14,9 +14,16 @@ import (
 // (0, or nothing, with no default) is refused like a value above it: a
 // tenant cannot escape a ceiling by asking for none.
 type Limits struct {
-	MaxMemory, DefaultMemory           int64 // bytes
-	MaxPids, DefaultPids               int64
-	MaxCPUs, DefaultCPUs               float64
+	MaxMemory, DefaultMemory int64 // bytes
+	MaxPids, DefaultPids     int64
+	MaxCPUs, DefaultCPUs     float64
+	// MaxDisk bounds what a tenant may ask for; DefaultDisk is what a
+	// tenant that asks for nothing gets (0: the provider's own default,
+	// which for local is a bound within DefaultMaxDisk and for docker is
+	// none). Unlike the others, asking for nothing is not refused under
+	// MaxDisk: 0 is the provider's default, never "no limit", as no
+	// tenant can ask for none.
+	MaxDisk, DefaultDisk               int64 // bytes
 	MaxExecTimeout, DefaultExecTimeout time.Duration
 }
 
@@ -56,7 +63,16 @@ func (s *Server) applySandboxLimits(spec *runboxv1.SandboxSpec) error {
 	if err := ceiling("spec.pids", "--max-pids", &spec.Pids, l.DefaultPids, l.MaxPids); err != nil {
 		return err
 	}
-	return ceiling("spec.cpus", "--max-cpus", &spec.Cpus, l.DefaultCPUs, l.MaxCPUs)
+	if err := ceiling("spec.cpus", "--max-cpus", &spec.Cpus, l.DefaultCPUs, l.MaxCPUs); err != nil {
+		return err
+	}
+	if spec.DiskBytes == 0 {
+		spec.DiskBytes = l.DefaultDisk
+	}
+	if l.MaxDisk > 0 && spec.DiskBytes > l.MaxDisk {
+		return invalid("spec.disk_bytes", "%d is above this server's ceiling %d (--max-disk)", spec.DiskBytes, l.MaxDisk)
+	}
+	return nil
 }
 
 // applyExecLimits gives an exec spec the default timeout and refuses one

@@ -104,7 +104,7 @@ func (p *mcpPlace) Create(ctx context.Context, provider string, spec runbox.Sand
 	}
 	rec, err := p.s.createSandbox(ctx, p.tenantNow(), &runboxv1.SandboxSpec{
 		Provider: provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
-		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, Network: spec.Network,
+		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, DiskBytes: spec.Disk, Network: spec.Network,
 		Labels: map[string]string{MCPLabel: "mcp"},
 	})
 	if err != nil {

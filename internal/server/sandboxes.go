@@ -166,7 +166,7 @@ func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.Sandbo
 	p := s.cfg.Providers[spec.Provider]
 	rs := runbox.SandboxSpec{
 		Image: spec.Image, Workdir: spec.Workdir, Memory: spec.MemoryBytes, Pids: spec.Pids,
-		CPUs: spec.Cpus, Network: spec.Network, Egress: egressPolicy(spec.GetEgress()),
+		CPUs: spec.Cpus, Disk: spec.DiskBytes, Network: spec.Network, Egress: egressPolicy(spec.GetEgress()),
 	}
 	workspace := ""
 	var held *os.File // the workdir as opened, compared after the create

@@ -48,6 +48,8 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 		return invalid("spec.memory_bytes", "must not be negative (got %d)", spec.MemoryBytes)
 	case spec.Pids < 0:
 		return invalid("spec.pids", "must not be negative (got %d)", spec.Pids)
+	case spec.DiskBytes < 0:
+		return invalid("spec.disk_bytes", "must not be negative (got %d); 0 is the server's default", spec.DiskBytes)
 	case spec.Cpus < 0:
 		return invalid("spec.cpus", "must not be negative (got %g)", spec.Cpus)
 	case spec.IdleTtlMs < 0:

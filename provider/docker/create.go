@@ -230,6 +230,11 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 			NanoCPUs: int64(math.Round(spec.CPUs * 1e9)),
 		},
 	}
+	if spec.Disk > 0 {
+		// Only some storage drivers take a size (overlay2 on XFS with
+		// pquota, btrfs, zfs); the others refuse the container.
+		hc.StorageOpt = map[string]string{"size": strconv.FormatInt(spec.Disk, 10)}
+	}
 	if spec.Pids > 0 {
 		// The container's limit counts runboxd's threads too: the commands
 		// get their Pids beside the threads runboxd keeps, and a few more.
@@ -262,6 +267,11 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		// Docker says 409 Conflict; Podman 500 "... is already in use".
 		if (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is already in use")) && spec.Name != "" {
 			return fail(id, fmt.Errorf("container %s exists: %w: %w", name, host.ErrNameInUse, err))
+		}
+		if spec.Disk > 0 {
+			// The engine says why only in words (a 500 from Docker).
+			return fail(id, fmt.Errorf("%w: disk: the engine refused a container with a writable layer of bounded size (Docker's overlay2 takes one only on XFS mounted with pquota): create it without --disk: %w: %w",
+				ErrLimitUnsupported, errors.ErrUnsupported, err))
 		}
 		return fail(id, fmt.Errorf("create container from %s: %w", spec.Image, err))
 	}
@@ -309,8 +319,8 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	if spec.Name != "" && !validName.MatchString(spec.Name) {
 		return fmt.Errorf("invalid name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark)", spec.Name)
 	}
-	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 || math.IsNaN(spec.CPUs) || math.IsInf(spec.CPUs, 0) {
-		return fmt.Errorf("negative or invalid resource limit (memory %d, pids %d, cpus %v)", spec.Memory, spec.Pids, spec.CPUs)
+	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 || spec.Disk < 0 || math.IsNaN(spec.CPUs) || math.IsInf(spec.CPUs, 0) {
+		return fmt.Errorf("negative or invalid resource limit (memory %d, pids %d, cpus %v, disk %d)", spec.Memory, spec.Pids, spec.CPUs, spec.Disk)
 	}
 	if spec.Network == "private" || !spec.Egress.Empty() {
 		// Not a docker network's name here: silently reaching nothing, or

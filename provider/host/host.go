@@ -109,7 +109,7 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	if spec.Image != "" {
 		bad = append(bad, "an image")
 	}
-	if spec.Memory != 0 || spec.Pids != 0 || spec.CPUs != 0 {
+	if spec.Memory != 0 || spec.Pids != 0 || spec.CPUs != 0 || spec.Disk != 0 {
 		bad = append(bad, "resource limits")
 	}
 	if spec.Network != "" && spec.Network != "host" {

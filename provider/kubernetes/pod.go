@@ -207,16 +207,19 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 }
 
 // setResources maps the spec's limits to the workload's resources: Memory
-// to limits.memory, CPUs to limits.cpu. Kubernetes has no per-pod process
+// to limits.memory, CPUs to limits.cpu, Disk to limits.ephemeral-storage
+// (the kubelet evicts a pod whose writable layer, logs and emptyDirs
+// outgrow it: a pod's bound ends the sandbox, unlike a local sandbox's
+// ENOSPC). Kubernetes has no per-pod process
 // limit (the node's podPidsLimit applies), so Pids is refused.
 func setResources(w *corev1.Container, spec runbox.SandboxSpec) error {
 	if spec.Pids > 0 {
 		return fmt.Errorf("%w: --pids: a pod cannot be given its own process limit (the node's kubelet podPidsLimit applies to every pod)", runbox.ErrInvalidSpec)
 	}
-	if spec.Memory < 0 || spec.CPUs < 0 {
+	if spec.Memory < 0 || spec.CPUs < 0 || spec.Disk < 0 {
 		return fmt.Errorf("%w: negative limits", runbox.ErrInvalidSpec)
 	}
-	if spec.Memory == 0 && spec.CPUs == 0 {
+	if spec.Memory == 0 && spec.CPUs == 0 && spec.Disk == 0 {
 		return nil
 	}
 	if w.Resources.Limits == nil {
@@ -224,6 +227,9 @@ func setResources(w *corev1.Container, spec runbox.SandboxSpec) error {
 	}
 	if spec.Memory > 0 {
 		w.Resources.Limits[corev1.ResourceMemory] = *resource.NewQuantity(spec.Memory, resource.BinarySI)
+	}
+	if spec.Disk > 0 {
+		w.Resources.Limits[corev1.ResourceEphemeralStorage] = *resource.NewQuantity(spec.Disk, resource.BinarySI)
 	}
 	if spec.CPUs > 0 {
 		w.Resources.Limits[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(int64(spec.CPUs*1000), 1), resource.DecimalSI)

@@ -2,12 +2,14 @@ package local_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/provider/host"
+	"github.com/runbox/runbox/provider/local"
 )
 
 // The lifecycle benchmarks measure what a sandbox costs to get and to give
@@ -24,6 +26,15 @@ import (
 // cgroups, runboxd as PID 1.
 func BenchmarkLifecycleLocal(b *testing.B) {
 	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{}, false)
+}
+
+// BenchmarkLifecycleLocalNoDisk is a local sandbox without its disk bound
+// (--disk 0): the baseline for what making, mounting and releasing the
+// sandbox's own filesystem costs.
+//
+//	go test -run '^$' -bench 'LifecycleLocal$|LifecycleLocalNoDisk' -benchtime 30x -count 3 ./provider/local/
+func BenchmarkLifecycleLocalNoDisk(b *testing.B) {
+	benchLifecycle(b, newProvider(b), runbox.SandboxSpec{Disk: local.Unlimited}, false)
 }
 
 // BenchmarkLifecycleLocalHostRoot is a local sandbox whose root is the
@@ -94,6 +105,7 @@ func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec, clientOp
 	spec.Workdir = b.TempDir()
 	ctx := context.Background()
 	var create, remove time.Duration
+	var creates, removes []time.Duration
 	for b.Loop() {
 		t0 := time.Now()
 		sb, err := p.Create(ctx, spec)
@@ -116,7 +128,19 @@ func benchLifecycle(b *testing.B, p lifecycle, spec runbox.SandboxSpec, clientOp
 		}
 		create += t1.Sub(t0)
 		remove += time.Since(t1)
+		creates, removes = append(creates, t1.Sub(t0)), append(removes, time.Since(t1))
 	}
 	b.ReportMetric(create.Seconds()*1000/float64(b.N), "create-ms")
 	b.ReportMetric(remove.Seconds()*1000/float64(b.N), "rm-ms")
+	b.ReportMetric(median(creates).Seconds()*1000, "create-median-ms")
+	b.ReportMetric(median(removes).Seconds()*1000, "rm-median-ms")
+}
+
+// median returns the middle of ds (sorting it).
+func median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2]
 }

@@ -17,6 +17,12 @@
 // one with an empty cgroup v2 hierarchy gets v1 limits and v2 per-exec
 // containment. A command the memory limit kills is reported OOMKilled.
 //
+// As root, everything a sandbox writes outside its workspace (its layers:
+// the overlay's upper and work directories, its private directories) lies
+// in an ext4 image of bounded size on a loop device, mounted only in the
+// sandbox's own namespaces (disk_linux.go): past the bound a write is
+// ENOSPC. Rootless there is no such bound.
+//
 // Removing a sandbox stops its execs with the stop protocol (the Shutdown
 // RPC) and ends runboxd, which ends the pid namespace and with it every
 // process and mount of the sandbox; then its cgroups and state directory

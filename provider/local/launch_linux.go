@@ -91,7 +91,36 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			return nil, err
 		}
 	}
+	rootless := ids.userns && ids.size == 1
+	disk, err := diskBound(spec, l.Home, rootless)
+	if err != nil {
+		return nil, err
+	}
 	layers := filepath.Join(l.Dir, layersDir)
+	var dk *diskFS
+	if disk > 0 {
+		// Everything the sandbox writes outside its workspace lies in
+		// the layers: their own bounded filesystem holds them all.
+		if dk, err = newDisk(l.Dir, disk); err != nil {
+			return nil, err
+		}
+		defer dk.Close()
+		layers = dk.Path()
+	} else if err := os.Mkdir(layers, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
+	// cloneLayers returns a detached mount of the layers for the jail or
+	// the FUSE server to attach.
+	cloneLayers := func() (int, error) {
+		if dk != nil {
+			return dk.mount()
+		}
+		fd, err := unix.OpenTree(unix.AT_FDCWD, layers, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		if err != nil {
+			return -1, fmt.Errorf("clone the mount of %s: %w", layers, err)
+		}
+		return fd, nil
+	}
 	var mountPoints []string
 	if fuseRoot {
 		mountPoints = []string{SpillDir}
@@ -103,11 +132,10 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		return nil, err
 	}
 	inLayers := func(name string) string { return filepath.Join(layers, name) }
-	if ids.mapped() {
+	if ids.mapped() || dk != nil {
 		inLayers = func(name string) string { return filepath.Join(jail.LayersPath, name) }
 	}
 
-	rootless := ids.userns && ids.size == 1
 	var tmpSize int64
 	var shares uint64
 	if !rootless { // rootless, there are no cgroups to hold limits
@@ -152,6 +180,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if tmpSize > 0 {
 		rec.Extra["tmp_size"] = strconv.FormatInt(tmpSize, 10)
 	}
+	if disk > 0 {
+		rec.Extra["disk"] = strconv.FormatInt(disk, 10)
+	}
 	if fuseRoot {
 		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
 	}
@@ -167,7 +198,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		Lower:         lower,
 		LowerTree:     ids.mapped() && !fuseRoot,
 		FuseRoot:      fuseRoot,
-		LayersTree:    ids.mapped(),
+		LayersTree:    ids.mapped() || dk != nil,
 		Upper:         inLayers(upperDir),
 		Work:          inLayers(workDir),
 		Merged:        inLayers(mergedDir),
@@ -291,9 +322,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		}
 	}()
 	if cfg.LayersTree {
-		fd, err := unix.OpenTree(unix.AT_FDCWD, layers, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+		fd, err := cloneLayers()
 		if err != nil {
-			return stopped(fmt.Errorf("clone the mount of %s: %w", layers, err))
+			return stopped(err)
 		}
 		trees = append(trees, fd)
 	}
@@ -331,7 +362,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		return stopped(fmt.Errorf("start runboxd: configuration: %w", err))
 	}
 	if fuseRoot {
-		pid, err := p.serveRoot(ctx, binF, fuseServer, parent, layers, ids, proc, l)
+		pid, err := p.serveRoot(ctx, binF, fuseServer, parent, cloneLayers, ids, proc, l)
 		if err != nil {
 			return stopped(err)
 		}
@@ -363,7 +394,7 @@ func startEgressHost(runboxd, stateDir, socket string, pid int, log *os.File) (i
 // mounted it and sent the device back on sock, and returns its pid. The
 // server outlives this process: it ends when the sandbox's last process
 // does, which unmounts its root.
-func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server string, sock *os.File, layers string, ids idMap, proc *procbox.Detached, l procbox.Launch) (int, error) {
+func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server string, sock *os.File, cloneLayers func() (int, error), ids idMap, proc *procbox.Detached, l procbox.Launch) (int, error) {
 	fuse, err := receiveFuseDevice(ctx, int(sock.Fd()), proc.Exited)
 	if err != nil {
 		return 0, err
@@ -374,9 +405,9 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 		return 0, err
 	}
 	defer lower.Close()
-	fd, err := unix.OpenTree(unix.AT_FDCWD, layers, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	fd, err := cloneLayers()
 	if err != nil {
-		return 0, fmt.Errorf("clone the mount of %s: %w", layers, err)
+		return 0, err
 	}
 	layersTree := os.NewFile(uintptr(fd), "layers")
 	defer layersTree.Close()
@@ -388,17 +419,22 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 	return srv.Pid, nil
 }
 
-// makeLayers makes the layers directory (closed to everyone but the
-// sandbox's root) with the overlay's upper, work and mount point
-// directories in it, and, on the host's root, the sanitised copies of the
+// makeLayers closes the layers directory to everyone but the sandbox's
+// root and makes in it the overlay's upper, work and mount point
+// directories, and, on the host's root, the sanitised copies of the
 // host's password files in the upper layer, and the directories of
 // mountPoints (see seedMountPoints).
 func makeLayers(layers, lower string, ids idMap, mountPoints []string) error {
-	if err := os.Mkdir(layers, 0o700); err != nil {
+	// It exists already (it may be the root of the sandbox's disk, 0755).
+	if err := os.Chmod(layers, 0o700); err != nil {
 		return fmt.Errorf("state dir: %w", err)
 	}
-	if err := ids.chown(layers); err != nil {
-		return fmt.Errorf("state dir: %w", err)
+	// Chown, not Lchown: layers is a fresh directory or the root of the
+	// sandbox's disk, reached through /proc/self/fd.
+	if ids.mapped() {
+		if err := os.Chown(layers, ids.hostUID, ids.hostGID); err != nil {
+			return fmt.Errorf("state dir: %w", err)
+		}
 	}
 	for _, d := range []string{upperDir, workDir, mergedDir} {
 		p := filepath.Join(layers, d)

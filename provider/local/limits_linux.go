@@ -1,6 +1,7 @@
 package local
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -40,6 +41,8 @@ const (
 	DefaultCPUShares = 1024
 	// DefaultTmpSize is the default size of a sandbox's /tmp.
 	DefaultTmpSize = 1 << 30
+	// DefaultMaxDisk caps the default disk bound (see DefaultDisk).
+	DefaultMaxDisk = 10 << 30
 )
 
 // DefaultLimits returns the limits a local sandbox gets for what its spec
@@ -91,4 +94,31 @@ func withDefaults(spec runbox.SandboxSpec) (runbox.SandboxSpec, int64, uint64) {
 		spec.CPUs = 0
 	}
 	return spec, tmp, d.CPUShares
+}
+
+// diskBound returns the disk bound of a sandbox under home (0: none):
+// spec.Disk, else DefaultDisk; Unlimited is none. rootless, there is no
+// way to mount the filesystem that would hold the bound: no bound by
+// default, and an explicit one is refused (ErrLimitUnsupported).
+func diskBound(spec runbox.SandboxSpec, home string, rootless bool) (int64, error) {
+	switch {
+	case spec.Disk == Unlimited:
+		return 0, nil
+	case spec.Disk > 0 && rootless:
+		return 0, fmt.Errorf("%w: --disk needs root (a loop-mounted filesystem holds the sandbox's writable layer); without root a local sandbox's disk use is not bounded: ask for none (--disk 0), or run as root", ErrLimitUnsupported)
+	case spec.Disk > 0 && spec.Disk < MinDisk:
+		return 0, fmt.Errorf("disk bound %d bytes is below the %d MiB a sandbox's filesystem needs: %w", spec.Disk, MinDisk>>20, runbox.ErrInvalidSpec)
+	case spec.Disk > 0:
+		return spec.Disk, nil
+	case rootless:
+		return 0, nil
+	}
+	d, err := DefaultDisk(home)
+	if err != nil {
+		return 0, err
+	}
+	if d < MinDisk {
+		return 0, fmt.Errorf("the filesystem of %s has %d MiB free, too little for a sandbox's default disk bound (half the free space, at least %d MiB): free some space, or ask for a bound (--disk SIZE) or none (--disk 0)", home, 2*d>>20, MinDisk>>20)
+	}
+	return d, nil
 }

@@ -88,8 +88,8 @@ func (p *Provider) RunsInHostDirectory() bool { return true }
 // workspace is spec.Workdir (an existing directory, its path free of
 // symbolic links), else the caller's working
 // directory; spec.Rootfs replaces the host's root; Memory, Pids and CPUs
-// are cgroup limits; Network is "host" (default), "none" or "private"
-// (with spec.Egress). Image is
+// are cgroup limits; Disk bounds the sandbox's writable layer (as root);
+// Network is "host" (default), "none" or "private" (with spec.Egress). Image is
 // refused: use Rootfs, or the docker provider.
 func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
 	return p.store().Create(ctx, spec)
@@ -142,7 +142,7 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	if err := egress.Policy(spec.Egress).Check(); err != nil {
 		return fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
 	}
-	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) {
+	if (spec.Memory < 0 && spec.Memory != Unlimited) || (spec.Pids < 0 && spec.Pids != Unlimited) || (spec.CPUs < 0 && spec.CPUs != Unlimited) || (spec.Disk < 0 && spec.Disk != Unlimited) {
 		return fmt.Errorf("negative resource limit (local.Unlimited, -1, asks for none): %w", runbox.ErrInvalidSpec)
 	}
 	if spec.Rootfs != "" {
@@ -172,11 +172,12 @@ func hostname(rec *procbox.Record) string {
 	return "runbox-" + rec.ID
 }
 
-// cleanup deletes the sandbox's cgroups once runboxd is gone (its mounts
-// went with its mount namespace), and makes its state directory removable:
+// cleanup unmounts the sandbox's disk and waits for its loop device to be
+// free, deletes the sandbox's cgroups once runboxd is gone (its other
+// mounts went with its mount namespace), and makes its state directory removable:
 // an overlay in a user namespace leaves work directories with mode 0.
 func cleanup(rec procbox.Record, sbDir string) error {
-	err := removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1])
+	err := errors.Join(releaseDisk(sbDir), removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1]))
 	// WalkDir visits a directory before it reads it, so opening it up on
 	// that first visit is enough to walk (and then remove) what is inside.
 	_ = filepath.WalkDir(sbDir, func(p string, d os.DirEntry, werr error) error {
@@ -192,13 +193,17 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size"} {
+	for _, k := range []string{"network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
 	}
 	detail["workspace"] = jail.WorkspacePath
-	detail["upper"] = filepath.Join(filepath.Dir(rec.Socket), layersDir, upperDir) // the socket is in the state dir
+	dir := filepath.Dir(rec.Socket) // the socket is in the state dir
+	detail["upper"] = filepath.Join(dir, layersDir, upperDir)
+	if rec.Extra["disk"] != "" {
+		detail["upper"] = filepath.Join(dir, diskImage) + ":/" + upperDir
+	}
 }
 
 // ErrNotPrivate means an egress policy was asked of a sandbox that is not

@@ -158,7 +158,9 @@ func TestSandboxRootIsUnprivilegedOnHost(t *testing.T) {
 	}
 	p := newProvider(t)
 	ws := t.TempDir()
-	sb, c := create(t, p, runbox.SandboxSpec{Workdir: ws})
+	// No disk bound: its upper layer is then a directory of the host's
+	// filesystem, whose owners the test reads.
+	sb, c := create(t, p, runbox.SandboxSpec{Workdir: ws, Disk: local.Unlimited})
 	m := "unpriv" + strconv.Itoa(rand.IntN(1e9))
 	if got := run(t, c, "id -u; touch /workspace/made-inside /etc/"+m+"; chown 1000:1000 /etc/"+m+"; echo ok"); got != "0\nok\n" {
 		t.Fatalf("as the sandbox's root: %q", got)

@@ -90,7 +90,7 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	if spec.HostRoot {
 		bad = append(bad, "--host-root")
 	}
-	if spec.Memory != 0 || spec.Pids != 0 || spec.CPUs != 0 {
+	if spec.Memory != 0 || spec.Pids != 0 || spec.CPUs != 0 || spec.Disk != 0 {
 		bad = append(bad, "resource limits")
 	}
 	if spec.Network != "" && spec.Network != "host" {

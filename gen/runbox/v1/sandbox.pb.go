@@ -108,9 +108,13 @@ type SandboxSpec struct {
 	// recreate: when the sandbox is found lost, the next call that uses it
 	// creates a fresh one with this spec under the same id, and says so.
 	Recreate bool `protobuf:"varint,12,opt,name=recreate,proto3" json:"recreate,omitempty"`
-	// egress is the allowlist of a sandbox on the "private" network
-	// (numbered after its issue, 33, to stay clear of fields added beside it).
-	Egress        *EgressPolicy `protobuf:"bytes,33,opt,name=egress,proto3" json:"egress,omitempty"`
+	// disk_bytes bounds what the sandbox may write to disk outside its
+	// workspace (local: its own filesystem; docker: the storage driver's
+	// size option; kubernetes: the pod's ephemeral storage); 0 is the
+	// server's default (--default-disk), within its ceiling (--max-disk).
+	DiskBytes int64 `protobuf:"varint,13,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
+	// egress is the allowlist of a sandbox on the "private" network.
+	Egress        *EgressPolicy `protobuf:"bytes,14,opt,name=egress,proto3" json:"egress,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -227,6 +231,13 @@ func (x *SandboxSpec) GetRecreate() bool {
 		return x.Recreate
 	}
 	return false
+}
+
+func (x *SandboxSpec) GetDiskBytes() int64 {
+	if x != nil {
+		return x.DiskBytes
+	}
+	return 0
 }
 
 func (x *SandboxSpec) GetEgress() *EgressPolicy {
@@ -907,7 +918,7 @@ var File_runbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17runbox/v1/sandbox.proto\x12\trunbox.v1\x1a\x16runbox/v1/runbox.proto\"\xde\x03\n" +
+	"\x17runbox/v1/sandbox.proto\x12\trunbox.v1\x1a\x16runbox/v1/runbox.proto\"\xfd\x03\n" +
 	"\vSandboxSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -921,8 +932,10 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\vidle_ttl_ms\x18\n" +
 	" \x01(\x03R\tidleTtlMs\x12&\n" +
 	"\x0fmax_lifetime_ms\x18\v \x01(\x03R\rmaxLifetimeMs\x12\x1a\n" +
-	"\brecreate\x18\f \x01(\bR\brecreate\x12/\n" +
-	"\x06egress\x18! \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\x1a9\n" +
+	"\brecreate\x18\f \x01(\bR\brecreate\x12\x1d\n" +
+	"\n" +
+	"disk_bytes\x18\r \x01(\x03R\tdiskBytes\x12/\n" +
+	"\x06egress\x18\x0e \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x01\n" +

@@ -23,6 +23,7 @@ type mcpFlags struct {
 	keep, allowHost                   bool
 	timeout, maxTimeout, grace        time.Duration
 	memory, maxMemory                 string
+	disk, maxDisk                     string
 	pids, maxPids                     int64
 	cpus, maxCPUs                     float64
 	network                           string
@@ -87,6 +88,8 @@ docs/mcp.md.`,
 	fs.DurationVar(&f.grace, "grace", 0, "time between SIGTERM and SIGKILL when a command is stopped (default 5s)")
 	fs.StringVar(&f.memory, "memory", "", "memory of a sandbox that names none, e.g. 2G (default: the provider's)")
 	fs.StringVar(&f.maxMemory, "max-memory", "8G", "the most memory a model may ask a sandbox to have")
+	fs.StringVar(&f.disk, "disk", "", "disk bound (outside the workspace) of a sandbox that names none, e.g. 4G (default: the provider's)")
+	fs.StringVar(&f.maxDisk, "max-disk", "20G", "the most disk a model may ask a sandbox to have")
 	fs.Int64Var(&f.pids, "pids", 0, "process and thread limit of a sandbox that names none (default: the provider's)")
 	fs.Int64Var(&f.maxPids, "max-pids", mcpserver.DefaultMaxPids, "the most processes and threads a model may ask a sandbox to have")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit of a sandbox that names none, e.g. 1.5 (default: the provider's)")
@@ -107,10 +110,18 @@ func (a *app) mcpConfig(f mcpFlags) (mcpserver.Config, error) {
 	if err != nil || maxMem <= 0 {
 		return mcpserver.Config{}, fmt.Errorf("--max-memory %q: want a size above zero, e.g. 8G", f.maxMemory)
 	}
+	disk, err := cli.ParseBytes(f.disk)
+	if err != nil {
+		return mcpserver.Config{}, fmt.Errorf("--disk: %w", err)
+	}
+	maxDisk, err := cli.ParseBytes(f.maxDisk)
+	if err != nil || maxDisk <= 0 {
+		return mcpserver.Config{}, fmt.Errorf("--max-disk %q: want a size above zero, e.g. 20G", f.maxDisk)
+	}
 	if f.maxPids <= 0 || !(f.maxCPUs > 0) {
 		return mcpserver.Config{}, fmt.Errorf("--max-pids and --max-cpus must be above zero")
 	}
-	limits := mcpserver.Limits{Memory: mem, Pids: f.pids, CPUs: f.cpus, MaxMemory: maxMem, MaxPids: f.maxPids,
+	limits := mcpserver.Limits{Memory: mem, Pids: f.pids, CPUs: f.cpus, MaxMemory: maxMem, MaxPids: f.maxPids, Disk: disk, MaxDisk: maxDisk,
 		MaxCPUs: f.maxCPUs, Network: f.network, Networks: f.allowNetworks}
 	if err := limits.Check(); err != nil {
 		return mcpserver.Config{}, err

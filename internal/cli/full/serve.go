@@ -39,6 +39,7 @@ type serveFlags struct {
 	maxMemory, defMemory        int64
 	maxPids, defPids            int64
 	maxCPUs, defCPUs            float64
+	maxDisk, defDisk            int64
 	maxTimeout, defTimeout      time.Duration
 	idleTimeout                 time.Duration
 	maxConnsPerIP               int
@@ -97,6 +98,8 @@ The API, with curl examples: docs/serve.md.`,
 	fs.Int64Var(&f.defPids, "default-pids", 1024, "processes of a sandbox that asks for no limit")
 	fs.Float64Var(&f.maxCPUs, "max-cpus", 4, "ceiling on a sandbox's CPUs (0: none)")
 	fs.Float64Var(&f.defCPUs, "default-cpus", 1, "CPUs of a sandbox that asks for no limit")
+	fs.Int64Var(&f.maxDisk, "max-disk", 20<<30, "ceiling in bytes on what a sandbox may ask to write to disk outside its workspace (0: none)")
+	fs.Int64Var(&f.defDisk, "default-disk", 0, "disk bound in bytes of a sandbox that asks for none (0: the provider's default; local: min(10G, half the free space))")
 	fs.DurationVar(&f.maxTimeout, "max-exec-timeout", 24*time.Hour, "ceiling on an exec's timeout (0: none; at most runbox.MaxTimeout, 30 days)")
 	fs.DurationVar(&f.defTimeout, "default-exec-timeout", time.Hour, "timeout of an exec that gives none")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection idle this long")
@@ -108,12 +111,13 @@ The API, with curl examples: docs/serve.md.`,
 // within its ceiling) and returns them.
 func (f *serveFlags) limits() (server.Limits, error) {
 	l := server.Limits{MaxMemory: f.maxMemory, DefaultMemory: f.defMemory, MaxPids: f.maxPids, DefaultPids: f.defPids,
-		MaxCPUs: f.maxCPUs, DefaultCPUs: f.defCPUs, MaxExecTimeout: f.maxTimeout, DefaultExecTimeout: f.defTimeout}
+		MaxCPUs: f.maxCPUs, DefaultCPUs: f.defCPUs, MaxExecTimeout: f.maxTimeout, DefaultExecTimeout: f.defTimeout,
+		MaxDisk: f.maxDisk, DefaultDisk: f.defDisk}
 	switch {
-	case l.MaxMemory < 0 || l.DefaultMemory < 0 || l.MaxPids < 0 || l.DefaultPids < 0 || l.MaxCPUs < 0 || l.DefaultCPUs < 0 || l.MaxExecTimeout < 0 || l.DefaultExecTimeout < 0:
+	case l.MaxMemory < 0 || l.DefaultMemory < 0 || l.MaxPids < 0 || l.DefaultPids < 0 || l.MaxCPUs < 0 || l.DefaultCPUs < 0 || l.MaxExecTimeout < 0 || l.DefaultExecTimeout < 0 || l.MaxDisk < 0 || l.DefaultDisk < 0:
 		return l, fmt.Errorf("serve: --max-* and --default-* must not be negative")
 	case l.MaxMemory > 0 && l.DefaultMemory > l.MaxMemory, l.MaxPids > 0 && l.DefaultPids > l.MaxPids,
-		l.MaxCPUs > 0 && l.DefaultCPUs > l.MaxCPUs, l.MaxExecTimeout > 0 && l.DefaultExecTimeout > l.MaxExecTimeout:
+		l.MaxCPUs > 0 && l.DefaultCPUs > l.MaxCPUs, l.MaxDisk > 0 && l.DefaultDisk > l.MaxDisk, l.MaxExecTimeout > 0 && l.DefaultExecTimeout > l.MaxExecTimeout:
 		return l, fmt.Errorf("serve: a --default-* is above its --max-*")
 	case l.MaxExecTimeout > runbox.MaxTimeout || l.DefaultExecTimeout > runbox.MaxTimeout:
 		return l, fmt.Errorf("serve: --max-exec-timeout and --default-exec-timeout are at most %s (runbox.MaxTimeout)", runbox.MaxTimeout)
