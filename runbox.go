@@ -298,6 +298,9 @@ type DaemonInfo struct {
 	StartedAt         time.Time
 	// Goroutines and OpenFDs are the daemon's own counts, for leak checks.
 	Goroutines, OpenFDs int
+	// Paused says the sandbox is paused: its commands are frozen and
+	// their deadlines stopped until it is resumed.
+	Paused bool
 }
 
 // SandboxSpec describes a sandbox to create.

@@ -68,6 +68,9 @@ type Exec struct {
 	state   runbox.ExecState
 	pid     int
 	started time.Time
+	// activeStart is the pause clock's time at started: the deadline
+	// counts from it.
+	activeStart time.Duration
 	// oomKillsAtStart is Config.OOMKills when the exec started (spawn).
 	oomKillsAtStart uint64
 	ended           time.Time
@@ -97,9 +100,12 @@ func newExec(s *Supervisor, spec runbox.ExecSpec, n uint64, cont containment, es
 	case grace < 0: // runbox.NoGrace: SIGKILL at once
 		grace = 0
 	}
+	out := newOutputStore(s.cfg.RingBytes, head, tail, spec.Spill)
+	out.clock = s.pause
+	out.lastOutput = s.pause.now()
 	return &Exec{
 		s: s, id: spec.ID, n: n, spec: spec, grace: grace, cont: cont, escapees: escapees,
-		out:        newOutputStore(s.cfg.RingBytes, head, tail, spec.Spill),
+		out:        out,
 		done:       make(chan struct{}),
 		leaderGone: make(chan struct{}),
 		exitCh:     make(chan unix.WaitStatus, 1),
@@ -309,19 +315,29 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		readers.Go(func() { stateRecord = readStateRecord(state) })
 	}
 
+	// The deadline and the idle timeout are measured on the pause clock:
+	// while the sandbox is paused they do not advance, and a resume
+	// re-arms them with exactly what they had left.
+	clk := e.s.pause
+	e.mu.Lock()
+	start := e.activeStart
+	e.mu.Unlock()
 	var deadline <-chan time.Time
+	var deadlineTimer *time.Timer
 	if t := e.spec.Timeout; t > 0 {
-		timer := time.NewTimer(t - time.Since(e.started))
-		defer timer.Stop()
-		deadline = timer.C
+		deadlineTimer = time.NewTimer(t - (clk.now() - start))
+		defer deadlineTimer.Stop()
+		deadline = deadlineTimer.C
 	}
 	var idle <-chan time.Time
 	var idleTimer *time.Timer
 	if t := e.spec.IdleTimeout; t > 0 {
-		idleTimer = time.NewTimer(t)
+		idleTimer = time.NewTimer(t - (clk.now() - e.out.idleSince()))
 		defer idleTimer.Stop()
 		idle = idleTimer.C
 	}
+	_, pauseCh := clk.state()
+	isPaused := func() bool { p, _ := clk.state(); return p }
 
 	stopCh := e.stopCh
 	var stopDone chan struct{}
@@ -331,14 +347,36 @@ func (e *Exec) supervise(stdout, stderr, state *os.File) {
 		case ws = <-e.exitCh:
 			waiting = false
 		case <-deadline:
+			if isPaused() {
+				continue // the resume re-arms it
+			}
+			if left := e.spec.Timeout - (clk.now() - start); left > 0 {
+				deadlineTimer.Reset(left) // a pause moved it
+				continue
+			}
 			deadline = nil
 			e.requestStop(stopTimeout, 0)
 		case <-idle:
-			if quiet := time.Since(e.out.idleSince()); quiet >= e.spec.IdleTimeout {
+			if isPaused() {
+				continue
+			}
+			if quiet := clk.now() - e.out.idleSince(); quiet >= e.spec.IdleTimeout {
 				idle = nil
 				e.requestStop(stopIdle, 0)
 			} else {
 				idleTimer.Reset(e.spec.IdleTimeout - quiet)
+			}
+		case <-pauseCh:
+			var paused bool
+			paused, pauseCh = clk.state()
+			if paused {
+				continue
+			}
+			if deadline != nil {
+				deadlineTimer.Reset(max(0, e.spec.Timeout-(clk.now()-start)))
+			}
+			if idle != nil {
+				idleTimer.Reset(max(0, e.spec.IdleTimeout-(clk.now()-e.out.idleSince())))
 			}
 		case <-stopCh:
 			stopCh = nil

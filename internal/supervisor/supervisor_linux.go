@@ -123,6 +123,10 @@ type Supervisor struct {
 	total      uint64
 	closed     bool
 
+	// pause is the clock of deadlines and idle timeouts, stopped while
+	// the sandbox is paused (pause_linux.go).
+	pause *pauseClock
+
 	quit     chan struct{}
 	loopDone sync.WaitGroup
 	shutdown sync.Once
@@ -169,6 +173,7 @@ func New(cfg Config) (*Supervisor, error) {
 		quit:       make(chan struct{}),
 		startedAt:  time.Now(),
 		daemonMark: newDaemonMark(),
+		pause:      newPauseClock(),
 	}
 	s.plainEnv, s.plainPath = s.plainEnvList()
 	s.shell = "/bin/sh"
@@ -366,6 +371,11 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 		}
 		return attach(e)
 	}
+	if paused, _ := s.pause.state(); paused {
+		s.mu.Unlock()
+		cont.release()
+		return nil, nil, false, pausedError(spec.ID)
+	}
 	s.total++
 	e = newExec(s, spec, s.total, cont, escapees)
 	e.digest = digest
@@ -473,6 +483,7 @@ func (s *Supervisor) Info() runbox.DaemonInfo {
 		StartedAt:  s.startedAt,
 		Goroutines: runtime.NumGoroutine(),
 		OpenFDs:    countOpenFDs(),
+		Paused:     s.Paused(),
 	}
 	s.mu.Lock()
 	info.Total = s.total
@@ -501,6 +512,9 @@ func countOpenFDs() int {
 // exec's own), waits for them, releases cgroups and stops the reaper. Start
 // is refused from the moment it is called. It is idempotent.
 func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
+	// A paused sandbox is thawed first, so its commands can take the
+	// SIGTERM of the stop protocol.
+	_ = s.Resume()
 	s.mu.Lock()
 	s.closed = true
 	execs := make([]*Exec, 0, len(s.execs))
