@@ -334,6 +334,10 @@ type SandboxSpec struct {
 	Network string
 	// DaemonArgs are extra flags for runboxd serve (e.g. "--cgroup=off").
 	DaemonArgs []string
+	// FromSnapshot names a snapshot (see Snapshotter) the sandbox starts
+	// from: its filesystem under the sandbox's own writable layer, and its
+	// workspace copy as the sandbox's workspace unless Workdir is set.
+	FromSnapshot string
 }
 
 // Sandbox is a sandbox as its provider records it.

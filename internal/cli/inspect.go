@@ -40,6 +40,7 @@ cpus and cpu_shares.`,
 					StartedAt:  info.StartedAt,
 					Goroutines: info.Goroutines,
 					OpenFDs:    info.OpenFDs,
+					Paused:     info.Paused,
 				}
 			}
 			// Indented, and with "->" and "<" as they are (MarshalIndent
@@ -73,4 +74,5 @@ type daemonJSON struct {
 	StartedAt  time.Time `json:"started_at"`
 	Goroutines int       `json:"goroutines"`
 	OpenFDs    int       `json:"open_fds"`
+	Paused     bool      `json:"paused"`
 }

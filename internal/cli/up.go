@@ -47,6 +47,7 @@ or by the --name alias, which must be unique across every provider.`,
 type upFlags struct {
 	provider, image, name, workdir string
 	rootfs                         string
+	from                           string // --from SNAPSHOT
 	userns, hostRoot, mkdir        bool
 	memory, network                string
 	pids                           int64
@@ -74,6 +75,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	f.ssh.add(fs)
 	f.server.add(fs)
 	f.kube.add(fs)
+	fs.StringVar(&f.from, "from", "", "a snapshot (runbox snapshot) to start from: its filesystem under the sandbox's own writable layer, and, without --workdir, a copy of its workspace (local and docker)")
 	fs.StringVar(&f.network, "network", "", "network: none (loopback only) or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 }
 
@@ -123,6 +125,11 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none or host", f.network)
 		}
 	}
+	if f.from != "" {
+		if _, err := snapshotterOf(p); err != nil {
+			return nil, runbox.SandboxSpec{}, fmt.Errorf("--from: %w", err)
+		}
+	}
 	if f.mkdir {
 		if err := makeWorkdir(p, f.workdir, a.env.Home); err != nil {
 			return nil, runbox.SandboxSpec{}, err
@@ -139,6 +146,8 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 		Pids:     pids,
 		CPUs:     f.cpus,
 		Network:  f.network,
+
+		FromSnapshot: f.from,
 	}, nil
 }
 

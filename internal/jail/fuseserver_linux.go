@@ -28,11 +28,12 @@ const (
 // each other in a private tmpfs at Scratch, and executes server
 // (fuse-overlayfs) on the device with them as lower, upper and work
 // directories (upper and work name them in the layers), with idmap as
-// the server's uid and gid mappings. The
+// the server's uid and gid mappings, and the layers named in lowers (in
+// the layers directory) stacked above the lower one. The
 // server needs real paths (it resolves them), and the trees reach it
 // though the directories above them on the host are closed to it. It
 // returns only on failure.
-func ExecFuseServer(server, upper, work, idmap string) error {
+func ExecFuseServer(server, upper, work, idmap string, lowers []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("fuse server: make mounts private: %w", err)
 	}
@@ -60,8 +61,14 @@ func ExecFuseServer(server, upper, work, idmap string) error {
 	if _, err := unix.FcntlInt(FuseServerDeviceFD, unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("fuse server: device descriptor: %w", err)
 	}
+	// Layers named in lowers (a snapshot's) stack, in order, above the
+	// lower layer and under the upper.
+	lowerdir := lower
+	for i := len(lowers) - 1; i >= 0; i-- {
+		lowerdir = filepath.Join(layers, lowers[i]) + ":" + lowerdir
+	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,uidmapping=%s,gidmapping=%s",
-		lower, filepath.Join(layers, upper), filepath.Join(layers, work), idmap, idmap)
+		lowerdir, filepath.Join(layers, upper), filepath.Join(layers, work), idmap, idmap)
 	argv := []string{filepath.Base(server), "-f", "-o", opts, fmt.Sprintf("/dev/fd/%d", FuseServerDeviceFD)}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if err := syscall.Exec(server, argv, env); err != nil {
