@@ -156,3 +156,29 @@ func TestPauseRefusesNewExecs(t *testing.T) {
 		t.Errorf("after resume: %+v", r)
 	}
 }
+
+// TestPauseStopsIdleClock: an exec's idle timeout does not fire while the
+// sandbox is paused, however long the pause; after resume it still
+// idle-times out once it is quiet for its idle timeout.
+func TestPauseStopsIdleClock(t *testing.T) {
+	s := newSup(t, modes(t)[len(modes(t))-1])
+	e, _, err := s.Start(runbox.ExecSpec{Command: "echo start; sleep 1; echo mid; sleep 30", IdleTimeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.Done():
+		t.Fatalf("idle-timed out while paused: %+v", e.Result())
+	case <-time.After(3 * time.Second): // past the idle timeout
+	}
+	if err := s.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	r := waitResult(t, e)
+	if !r.IdleTimedOut || string(r.Stdout) != "start\nmid\n" {
+		t.Errorf("result %+v (stdout %q), want idle-timed out after start and mid", r, r.Stdout)
+	}
+}
