@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"syscall"
@@ -472,40 +471,6 @@ func (s *Supervisor) List() []runbox.ExecInfo {
 		infos[i] = e.Info()
 	}
 	return infos
-}
-
-// Info describes the daemon.
-func (s *Supervisor) Info() runbox.DaemonInfo {
-	info := runbox.DaemonInfo{
-		Version:    s.cfg.Version,
-		Pid:        os.Getpid(),
-		CgroupMode: s.mode,
-		StartedAt:  s.startedAt,
-		Goroutines: runtime.NumGoroutine(),
-		OpenFDs:    countOpenFDs(),
-		Paused:     s.Paused(),
-	}
-	s.mu.Lock()
-	info.Total = s.total
-	for _, e := range s.execs {
-		if e.finished() {
-			info.Retained++
-		} else {
-			info.Running++
-		}
-	}
-	s.mu.Unlock()
-	return info
-}
-
-func countOpenFDs() int {
-	d, err := os.Open("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	return len(names) - 1 // the directory being read
 }
 
 // Shutdown stops every exec with the stop protocol (grace zero means each
