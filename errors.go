@@ -1,6 +1,9 @@
 package runbox
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors. Compare with errors.Is; every error runbox returns for
 // these conditions wraps one of them.
@@ -77,6 +80,14 @@ var (
 	// ErrQuotaExceeded means a tenant of runbox serve has used up one of
 	// its quotas (sandboxes, concurrent execs); the message names the limit.
 	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrSandboxPaused means the sandbox is paused (runbox pause): it
+	// takes no new exec until it is resumed. Nothing is lost; running
+	// execs continue with their time left once it is.
+	ErrSandboxPaused = errors.New("sandbox is paused")
+	// ErrUnsupported means the provider cannot do what was asked (a
+	// snapshot of a provider without one); the message names the
+	// provider. errors.Is also matches errors.ErrUnsupported.
+	ErrUnsupported = fmt.Errorf("%w by this provider", errors.ErrUnsupported)
 )
 
 // Error is an error from an operation on a sandbox, carrying which operation,

@@ -298,6 +298,9 @@ type DaemonInfo struct {
 	StartedAt         time.Time
 	// Goroutines and OpenFDs are the daemon's own counts, for leak checks.
 	Goroutines, OpenFDs int
+	// Paused says the sandbox is paused: its commands are frozen and
+	// their deadlines stopped until it is resumed.
+	Paused bool
 }
 
 // SandboxSpec describes a sandbox to create.
@@ -331,11 +334,15 @@ type SandboxSpec struct {
 	// docker container's writable layer, a pod's ephemeral storage); zero
 	// means the provider's default (none where the provider has none).
 	Disk int64
-	// Network is "none" or "host" (provider dependent); empty is the
+	// Network is "none", "host" or "private" (provider dependent); empty is the
 	// provider's default.
 	Network string
 	// DaemonArgs are extra flags for runboxd serve (e.g. "--cgroup=off").
 	DaemonArgs []string
+	// FromSnapshot names a snapshot (see Snapshotter) the sandbox starts
+	// from: its filesystem under the sandbox's own writable layer, and its
+	// workspace copy as the sandbox's workspace unless Workdir is set.
+	FromSnapshot string
 	// Egress is what the commands of a sandbox on the "private" network may
 	// reach through its egress proxy; the zero value reaches nothing.
 	Egress EgressPolicy

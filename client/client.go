@@ -353,6 +353,28 @@ func (c *Client) Shutdown(ctx context.Context, grace time.Duration) error {
 	return nil
 }
 
+// Pause freezes every process of the sandbox's execs and stops their
+// deadlines and idle timeouts; runboxd keeps answering (Info says Paused)
+// and refuses new execs with runbox.ErrSandboxPaused. Pausing a paused
+// sandbox is not an error. Providers whose pause freezes more than the
+// commands (docker's) pause through the provider instead (see
+// runbox.Pauser).
+func (c *Client) Pause(ctx context.Context) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.Pause(ctx, connect.NewRequest(&runboxv1.PauseRequest{}))
+	return c.opError("pause", "", ctx, err)
+}
+
+// Resume thaws what Pause froze: execs go on, each with the time it had
+// left before its deadline. Resuming a running sandbox is not an error.
+func (c *Client) Resume(ctx context.Context) error {
+	ctx, cancel := c.callContext(ctx)
+	defer cancel()
+	_, err := c.rpc.Resume(ctx, connect.NewRequest(&runboxv1.ResumeRequest{}))
+	return c.opError("resume", "", ctx, err)
+}
+
 // opError wraps err, a failed call's error, as a *runbox.Error (see cause).
 func (c *Client) opError(op, exec string, ctx context.Context, err error) error {
 	if err == nil {

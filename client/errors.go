@@ -61,6 +61,14 @@ func cause(ctx context.Context, err error) error {
 	if errors.Is(err, runbox.ErrUnauthenticated) {
 		return unauthenticated(err)
 	}
+	if errors.Is(err, runbox.ErrSandboxPaused) {
+		// The dialer found the whole sandbox frozen (docker's pause):
+		// its runboxd cannot answer, and retrying will not help.
+		if ce, ok := errors.AsType[*connect.Error](err); ok {
+			return ce.Unwrap()
+		}
+		return err
+	}
 	if transient(err) {
 		if ce, ok := errors.AsType[*connect.Error](err); ok && errors.Is(ce.Unwrap(), runbox.ErrSandboxLost) {
 			// The dialer already said the sandbox is lost, and why: say
@@ -93,6 +101,9 @@ func transient(err error) bool {
 	}
 	if errors.Is(err, runbox.ErrUnauthenticated) {
 		return false // the daemon refused the secret (auth): a new connection will not help
+	}
+	if errors.Is(err, runbox.ErrSandboxPaused) {
+		return false // the sandbox is frozen until resumed
 	}
 	if errors.Is(err, errStreamEnded) {
 		return true

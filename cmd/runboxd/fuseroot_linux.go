@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
+	"strings"
 
 	"github.com/runbox/runbox/internal/jail"
 )
@@ -17,6 +19,7 @@ func fuseRoot(args []string, stderr io.Writer) error {
 	upper := fs.String("upper", "upper", "the upper layer's name in the layers")
 	work := fs.String("work", "work", "the work directory's name in the layers")
 	idmap := fs.String("idmap", "", "the server's uid and gid mappings")
+	lowers := fs.String("lowers", "", "comma-separated names, in the layers, of read-only layers stacked above the lower one (a snapshot's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -24,5 +27,15 @@ func fuseRoot(args []string, stderr io.Writer) error {
 		fs.Usage()
 		return errors.New("fuse-root: --server and --idmap are required, and nothing else")
 	}
-	return jail.ExecFuseServer(*server, *upper, *work, *idmap)
+	var names []string
+	for n := range strings.SplitSeq(*lowers, ",") {
+		if n == "" {
+			continue
+		}
+		if strings.ContainsAny(n, "/:") || n == "." || n == ".." {
+			return fmt.Errorf("fuse-root: --lowers: %q is not a name in the layers", n)
+		}
+		names = append(names, n)
+	}
+	return jail.ExecFuseServer(*server, *upper, *work, *idmap, names)
 }

@@ -2,9 +2,12 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/runbox/runbox"
 )
 
 func (a *app) inspectCmd() *cobra.Command {
@@ -27,6 +30,11 @@ pids, cpus and cpu_shares.`,
 				cl := a.clientFor(p, sb)
 				defer cl.Close()
 				info, err := cl.Info(c.Context())
+				if errors.Is(err, runbox.ErrSandboxPaused) {
+					// Frozen with its container (docker): the provider
+					// knows it is paused; its runboxd answers once resumed.
+					info, err = runbox.DaemonInfo{Paused: true}, nil
+				}
 				if err != nil {
 					return fail("inspect", key, "", err)
 				}
@@ -40,6 +48,7 @@ pids, cpus and cpu_shares.`,
 					StartedAt:  info.StartedAt,
 					Goroutines: info.Goroutines,
 					OpenFDs:    info.OpenFDs,
+					Paused:     info.Paused,
 				}
 			}
 			// Indented, and with "->" and "<" as they are (MarshalIndent
@@ -73,4 +82,5 @@ type daemonJSON struct {
 	StartedAt  time.Time `json:"started_at"`
 	Goroutines int       `json:"goroutines"`
 	OpenFDs    int       `json:"open_fds"`
+	Paused     bool      `json:"paused"`
 }

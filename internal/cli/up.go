@@ -47,6 +47,7 @@ or by the --name alias, which must be unique across every provider.`,
 type upFlags struct {
 	provider, image, name, workdir string
 	rootfs                         string
+	from                           string // --from SNAPSHOT
 	userns, hostRoot, mkdir        bool
 	memory, network, disk          string
 	egress                         egressFlags // network.go
@@ -76,6 +77,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	f.ssh.add(fs)
 	f.server.add(fs)
 	f.kube.add(fs)
+	fs.StringVar(&f.from, "from", "", "a snapshot (runbox snapshot) to start from: its filesystem under the sandbox's own writable layer, and, without --workdir, a copy of its workspace (local and docker)")
 	fs.StringVar(&f.network, "network", "", "network: none (loopback only), private (local: loopback only, plus an egress proxy that reaches what --allow allows), or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 	f.egress.add(fs)
 }
@@ -144,24 +146,30 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	if !eg.Empty() && f.network != "private" {
 		return nil, runbox.SandboxSpec{}, fmt.Errorf("--allow, --allow-cidr, --deny and --resolve need --network private")
 	}
+	if f.from != "" {
+		if _, err := snapshotterOf(p); err != nil {
+			return nil, runbox.SandboxSpec{}, fmt.Errorf("--from: %w", err)
+		}
+	}
 	if f.mkdir {
 		if err := makeWorkdir(p, f.workdir, a.env.Home); err != nil {
 			return nil, runbox.SandboxSpec{}, err
 		}
 	}
 	return p, runbox.SandboxSpec{
-		Name:     f.name,
-		Image:    f.image,
-		Rootfs:   f.rootfs,
-		UserNS:   f.userns,
-		HostRoot: f.hostRoot,
-		Workdir:  f.workdir,
-		Memory:   mem,
-		Pids:     pids,
-		CPUs:     f.cpus,
-		Disk:     diskBytes,
-		Network:  f.network,
-		Egress:   eg,
+		Name:         f.name,
+		Image:        f.image,
+		Rootfs:       f.rootfs,
+		UserNS:       f.userns,
+		HostRoot:     f.hostRoot,
+		Workdir:      f.workdir,
+		Memory:       mem,
+		Pids:         pids,
+		CPUs:         f.cpus,
+		Disk:         diskBytes,
+		Network:      f.network,
+		Egress:       eg,
+		FromSnapshot: f.from,
 	}, nil
 }
 

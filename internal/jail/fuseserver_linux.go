@@ -21,6 +21,12 @@ const (
 	FuseServerLayersFD = 5
 )
 
+// FuseServerLayersPath is where, in its own mount namespace, the FUSE
+// server of a sandbox's root has the sandbox's layers directory: from the
+// host, /proc/PID/root and this path reach the layers of a sandbox whose
+// layers are mounted nowhere else (its own disk).
+const FuseServerLayersPath = Scratch + "/layers"
+
 // ExecFuseServer turns the calling process, which must run in a user and
 // mount namespace of its own (the provider clones it so, with the
 // sandbox's id map), into the server of a sandbox's FUSE root: it makes its
@@ -28,18 +34,19 @@ const (
 // each other in a private tmpfs at Scratch, and executes server
 // (fuse-overlayfs) on the device with them as lower, upper and work
 // directories (upper and work name them in the layers), with idmap as
-// the server's uid and gid mappings. The
+// the server's uid and gid mappings, and the layers named in lowers (in
+// the layers directory) stacked above the lower one. The
 // server needs real paths (it resolves them), and the trees reach it
 // though the directories above them on the host are closed to it. It
 // returns only on failure.
-func ExecFuseServer(server, upper, work, idmap string) error {
+func ExecFuseServer(server, upper, work, idmap string, lowers []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("fuse server: make mounts private: %w", err)
 	}
 	if err := unix.Mount("tmpfs", Scratch, "tmpfs", noSuidDevExec, "mode=700,size=64k"); err != nil {
 		return fmt.Errorf("fuse server: scratch %s: %w", Scratch, err)
 	}
-	lower, layers := filepath.Join(Scratch, "lower"), filepath.Join(Scratch, "layers")
+	lower, layers := filepath.Join(Scratch, "lower"), FuseServerLayersPath
 	for _, t := range []struct {
 		fd int
 		at string
@@ -60,8 +67,14 @@ func ExecFuseServer(server, upper, work, idmap string) error {
 	if _, err := unix.FcntlInt(FuseServerDeviceFD, unix.F_SETFD, 0); err != nil {
 		return fmt.Errorf("fuse server: device descriptor: %w", err)
 	}
+	// Layers named in lowers (a snapshot's) stack, in order, above the
+	// lower layer and under the upper.
+	lowerdir := lower
+	for i := len(lowers) - 1; i >= 0; i-- {
+		lowerdir = filepath.Join(layers, lowers[i]) + ":" + lowerdir
+	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,uidmapping=%s,gidmapping=%s",
-		lower, filepath.Join(layers, upper), filepath.Join(layers, work), idmap, idmap)
+		lowerdir, filepath.Join(layers, upper), filepath.Join(layers, work), idmap, idmap)
 	argv := []string{filepath.Base(server), "-f", "-o", opts, fmt.Sprintf("/dev/fd/%d", FuseServerDeviceFD)}
 	env := []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
 	if err := syscall.Exec(server, argv, env); err != nil {

@@ -150,6 +150,9 @@ func (p *Store) home() (string, error) {
 	return DefaultHome()
 }
 
+// HomeDir is the runbox home the store keeps its sandboxes under.
+func (p *Store) HomeDir() (string, error) { return p.home() }
+
 func (p *Store) sandboxesDir() (string, error) {
 	h, err := p.home()
 	if err != nil {

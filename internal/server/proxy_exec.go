@@ -250,6 +250,18 @@ func (p *execProxy) DeleteSession(ctx context.Context, req *connect.Request[runb
 	})
 }
 
+func (p *execProxy) Pause(ctx context.Context, req *connect.Request[runboxv1.PauseRequest]) (*connect.Response[runboxv1.PauseResponse], error) {
+	return forwardUnary(p.s, ctx, req, func(u *upstream) func(context.Context, *connect.Request[runboxv1.PauseRequest]) (*connect.Response[runboxv1.PauseResponse], error) {
+		return u.rpc.Pause
+	})
+}
+
+func (p *execProxy) Resume(ctx context.Context, req *connect.Request[runboxv1.ResumeRequest]) (*connect.Response[runboxv1.ResumeResponse], error) {
+	return forwardUnary(p.s, ctx, req, func(u *upstream) func(context.Context, *connect.Request[runboxv1.ResumeRequest]) (*connect.Response[runboxv1.ResumeResponse], error) {
+		return u.rpc.Resume
+	})
+}
+
 // Shutdown is not forwarded: ending a sandbox's runboxd behind the
 // registry's back would leave it lost. SandboxService.Delete removes a
 // sandbox.

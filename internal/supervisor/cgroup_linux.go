@@ -214,6 +214,7 @@ type cgroupExec struct {
 	fd     int  // the cgroup directory, open
 	events int  // its cgroup.events, open (-1 if it could not be opened)
 	killed bool // cgroup.kill was written: never reused
+	frozen bool // cgroup.freeze was written: never reused
 }
 
 func (c *cgroupExec) pids() []int {
@@ -337,7 +338,7 @@ func (c *cgroupExec) release() {
 		return
 	}
 	dir, name := c.dir, c.name
-	reuse := !c.killed && populated(c.events) == 0
+	reuse := !c.killed && !c.frozen && populated(c.events) == 0
 	c.dir = ""
 	unix.Close(c.fd)
 	if c.events >= 0 {

@@ -19,6 +19,9 @@ type containment interface {
 	// leaderReaped records that the leader's pid has been reaped and may be
 	// reused by an unrelated process.
 	leaderReaped()
+	// freeze freezes (on) or thaws the exec's processes, for a pause of
+	// the sandbox.
+	freeze(on bool) error
 	// release frees what the containment holds (the cgroup directory). It
 	// is called once no process is left.
 	release()

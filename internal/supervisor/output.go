@@ -133,14 +133,19 @@ type outputStore struct {
 	liveState liveState
 	// settling is set while the exec's end waits for the live stream to
 	// send what it has not yet: readers must broadcast their progress.
-	settling   bool
-	mu         sync.Mutex
-	seq        uint64 // last sequence number assigned
-	rings      [2]ring
-	results    [2]headTail
-	open       int           // streams not yet at EOF
-	changed    chan struct{} // closed and replaced on every change
-	lastOutput time.Time
+	settling bool
+	mu       sync.Mutex
+	seq      uint64 // last sequence number assigned
+	rings    [2]ring
+	results  [2]headTail
+	open     int           // streams not yet at EOF
+	changed  chan struct{} // closed and replaced on every change
+	// lastOutput is when the last chunk arrived, on clock (see activeNow).
+	lastOutput time.Duration
+	// clock is the supervisor's pause clock; nil (tests) means wall time
+	// since born.
+	clock *pauseClock
+	born  time.Time
 	// followers are the flow-controlled readers: the exec's own Run
 	// stream, never an observer (attach, Output). The stream's reader
 	// waits (and so the command's writes block, as on a terminal) rather
@@ -158,7 +163,7 @@ type outputStore struct {
 
 func newOutputStore(ringBytes, head, tail int, spill runbox.SpillMode) *outputStore {
 	o := &outputStore{
-		open: 2, changed: make(chan struct{}), lastOutput: time.Now(), spill: spill,
+		open: 2, changed: make(chan struct{}), born: time.Now(), spill: spill,
 		followers: make(map[*OutputReader]struct{}), spillFrom: [2]int64{-1, -1},
 	}
 	for i := range o.rings {
@@ -209,7 +214,7 @@ func (o *outputStore) appendChunk(s runbox.Stream, c chunkData) (startSpill bool
 	}
 	o.rings[i].push(o.seq, c)
 	o.results[i].write(buf)
-	o.lastOutput = time.Now()
+	o.lastOutput = o.activeNow()
 	o.broadcastLocked()
 	return startSpill, prior
 }
@@ -415,10 +420,21 @@ func (o *outputStore) broadcastLocked() {
 	o.changed = make(chan struct{})
 }
 
-func (o *outputStore) idleSince() time.Time {
+// idleSince is when the last output arrived (or the store was made), on
+// the active clock (activeNow).
+func (o *outputStore) idleSince() time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.lastOutput
+}
+
+// activeNow reads the active clock: the pause clock's time, which stops
+// while the sandbox is paused, or the wall time since the store was made.
+func (o *outputStore) activeNow() time.Duration {
+	if o.clock != nil {
+		return o.clock.now()
+	}
+	return time.Since(o.born)
 }
 
 // fill copies the head/tail buffers and counters into r. It is called

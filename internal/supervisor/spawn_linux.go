@@ -303,6 +303,7 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 
 	e.mu.Lock()
 	e.started = time.Now()
+	e.activeStart = s.pause.now()
 	e.mu.Unlock()
 	if s.cfg.OOMKills != nil {
 		e.oomKillsAtStart, _ = s.cfg.OOMKills()
@@ -313,6 +314,12 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 		s.leadersMu.Lock()
 		s.leaders[pid] = e
 		s.leadersMu.Unlock()
+		if paused, _ := s.pause.state(); paused && s.cgroups == nil {
+			// Pause froze the sandbox while this exec was being spawned
+			// (it waits for spawnMu): the new process is stopped too. (In
+			// a cgroup, clone3 put it in the exec's frozen cgroup.)
+			_ = syscall.Kill(pid, syscall.SIGSTOP)
+		}
 	}
 	s.spawnMu.RUnlock()
 	if err != nil {

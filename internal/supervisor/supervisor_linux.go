@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"sync"
 	"syscall"
@@ -123,6 +122,10 @@ type Supervisor struct {
 	total      uint64
 	closed     bool
 
+	// pause is the clock of deadlines and idle timeouts, stopped while
+	// the sandbox is paused (pause_linux.go).
+	pause *pauseClock
+
 	quit     chan struct{}
 	loopDone sync.WaitGroup
 	shutdown sync.Once
@@ -169,6 +172,7 @@ func New(cfg Config) (*Supervisor, error) {
 		quit:       make(chan struct{}),
 		startedAt:  time.Now(),
 		daemonMark: newDaemonMark(),
+		pause:      newPauseClock(),
 	}
 	s.plainEnv, s.plainPath = s.plainEnvList()
 	s.shell = "/bin/sh"
@@ -366,6 +370,11 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 		}
 		return attach(e)
 	}
+	if paused, _ := s.pause.state(); paused {
+		s.mu.Unlock()
+		cont.release()
+		return nil, nil, false, pausedError(spec.ID)
+	}
 	s.total++
 	e = newExec(s, spec, s.total, cont, escapees)
 	e.digest = digest
@@ -464,43 +473,13 @@ func (s *Supervisor) List() []runbox.ExecInfo {
 	return infos
 }
 
-// Info describes the daemon.
-func (s *Supervisor) Info() runbox.DaemonInfo {
-	info := runbox.DaemonInfo{
-		Version:    s.cfg.Version,
-		Pid:        os.Getpid(),
-		CgroupMode: s.mode,
-		StartedAt:  s.startedAt,
-		Goroutines: runtime.NumGoroutine(),
-		OpenFDs:    countOpenFDs(),
-	}
-	s.mu.Lock()
-	info.Total = s.total
-	for _, e := range s.execs {
-		if e.finished() {
-			info.Retained++
-		} else {
-			info.Running++
-		}
-	}
-	s.mu.Unlock()
-	return info
-}
-
-func countOpenFDs() int {
-	d, err := os.Open("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	defer d.Close()
-	names, _ := d.Readdirnames(-1)
-	return len(names) - 1 // the directory being read
-}
-
 // Shutdown stops every exec with the stop protocol (grace zero means each
 // exec's own), waits for them, releases cgroups and stops the reaper. Start
 // is refused from the moment it is called. It is idempotent.
 func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
+	// A paused sandbox is thawed first, so its commands can take the
+	// SIGTERM of the stop protocol.
+	_ = s.Resume()
 	s.mu.Lock()
 	s.closed = true
 	execs := make([]*Exec, 0, len(s.execs))

@@ -47,6 +47,15 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		}
 		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: id, Err: err}
 	}
+	if spec.FromSnapshot != "" {
+		cli, err := p.engine()
+		if err != nil {
+			return fail("", err)
+		}
+		if spec.Image, err = p.snapshotImage(ctx, cli, spec); err != nil {
+			return fail("", err)
+		}
+	}
 	if err := checkSpec(spec); err != nil {
 		return fail("", err)
 	}

@@ -32,6 +32,9 @@ func (p *Provider) dialer(containerID, socket string) runbox.Dialer {
 	forced := p.execForced()
 	return func(ctx context.Context) (net.Conn, error) {
 		if !forced && socket != "" {
+			if pausedMarked(socket) {
+				return nil, errPaused(containerID)
+			}
 			if fi, err := os.Stat(socket); err == nil && fi.Mode().Type() == fs.ModeSocket {
 				var d net.Dialer
 				conn, err := d.DialContext(ctx, "unix", socket)
@@ -60,6 +63,8 @@ func (p *Provider) lostCause(ctx context.Context, containerID string, err error)
 	switch {
 	case cerrdefs.IsNotFound(ierr):
 		return fmt.Errorf("%w: container %.12s is gone: %w", runbox.ErrSandboxLost, containerID, err)
+	case ierr == nil && ir.Container.State != nil && ir.Container.State.Paused:
+		return errPaused(containerID)
 	case ierr == nil && ir.Container.State != nil && !ir.Container.State.Running:
 		st := ir.Container.State
 		return fmt.Errorf("%w: container %.12s is %s (exit code %d%s): %w",

@@ -101,6 +101,9 @@ func (p *Provider) getHere(ctx context.Context, key string) (runbox.Sandbox, boo
 			return runbox.Sandbox{}, false
 		}
 		c.State = container.StateRunning
+		if pausedMarked(c.Labels[LabelSocket]) {
+			c.State = container.StatePaused
+		}
 		return p.toSandbox(c, true), true
 	}
 	return runbox.Sandbox{}, false
@@ -153,6 +156,9 @@ func match(cs []ctr, key string) (ctr, error) {
 
 // alive reports whether c runs and its runboxd answers Info.
 func (p *Provider) alive(ctx context.Context, c ctr) bool {
+	if c.isPaused() {
+		return true // frozen, runboxd with it: it answers once resumed
+	}
 	return c.State == container.StateRunning &&
 		probe(ctx, p.dialerFor(c), c.Labels[LabelSandbox]) == nil
 }

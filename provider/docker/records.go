@@ -85,6 +85,9 @@ func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
 	if v := c.Labels[LabelStreamWhy]; v != "" {
 		detail["stream_why"] = v
 	}
+	if c.isPaused() {
+		detail["paused"] = "true"
+	}
 	if !alive {
 		detail["lost"] = fmt.Sprintf("container %s is %s", c.Name, c.State)
 		if c.State == container.StateRunning {

@@ -146,11 +146,11 @@ func receiveFuseDevice(ctx context.Context, sock int, exited <-chan struct{}) (*
 // groups, so it has power over the sandbox's ids (its upper layer) and none
 // over any host id: it reads the host's files as a stranger. It runs
 // outside the sandbox's pid namespace, so no command can signal it.
-func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers *os.File, m idMap, log io.Writer) *exec.Cmd {
+func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers *os.File, m idMap, lowers []string, log io.Writer) *exec.Cmd {
 	cmd := &exec.Cmd{
 		Path: "/proc/self/fd/6",
 		Args: []string{"runboxd", "fuse-root", "--server", server, "--upper", upperDir, "--work", workDir,
-			"--idmap", fuseIDMapping(m.swapped, m.size)},
+			"--idmap", fuseIDMapping(m.swapped, m.size), "--lowers", strings.Join(lowers, ",")},
 		Dir:        "/",
 		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		Stdout:     log,

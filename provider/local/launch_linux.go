@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/procbox"
@@ -130,6 +131,19 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	}
 	if err := makeLayers(layers, lower, ids, mountPoints); err != nil {
 		return nil, err
+	}
+	if spec.FromSnapshot != "" {
+		if !fuseRoot {
+			return nil, fmt.Errorf("snapshot %s: a local sandbox stacks a snapshot on the host's root served through %s; not with --rootfs, --host-root or without root: %w",
+				spec.FromSnapshot, FuseServer, runbox.ErrUnsupported)
+		}
+		if err := p.stackSnapshot(spec.FromSnapshot, layers); err != nil {
+			return nil, err
+		}
+		if rec.Extra == nil {
+			rec.Extra = map[string]string{}
+		}
+		rec.Extra["snapshot"] = spec.FromSnapshot
 	}
 	inLayers := func(name string) string { return filepath.Join(layers, name) }
 	if ids.mapped() || dk != nil {
@@ -411,7 +425,11 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 	}
 	layersTree := os.NewFile(uintptr(fd), "layers")
 	defer layersTree.Close()
-	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, ids, l.Log)
+	var lowers []string
+	if l.Spec.FromSnapshot != "" {
+		lowers = []string{snapshotLayerDir}
+	}
+	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, ids, lowers, l.Log)
 	srv, err := procbox.StartDetached(cmd)
 	if err != nil {
 		return 0, fmt.Errorf("start %s for the sandbox's root: %w", FuseServer, err)

@@ -91,7 +91,18 @@ func (p *Provider) RunsInHostDirectory() bool { return true }
 // are cgroup limits; Disk bounds the sandbox's writable layer (as root);
 // Network is "host" (default), "none" or "private" (with spec.Egress). Image is
 // refused: use Rootfs, or the docker provider.
+//
+// With spec.FromSnapshot, the snapshot's layer is stacked under the
+// sandbox's own upper layer, and without a Workdir the sandbox gets a copy
+// of the snapshot's workspace (see Snapshot).
 func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
+	if spec.FromSnapshot != "" && spec.Workdir == "" {
+		ws, err := p.snapshotWorkdir(spec.FromSnapshot)
+		if err != nil {
+			return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: spec.Name, Err: err}
+		}
+		spec.Workdir = ws
+	}
 	return p.store().Create(ctx, spec)
 }
 
@@ -164,6 +175,10 @@ const (
 	mergedDir = "rootfs" // where the sandbox's root is put together
 )
 
+// upperPath is the overlay's upper layer (what the sandbox changed) of the
+// sandbox whose state directory is sbDir. Snapshots read it through here.
+func upperPath(sbDir string) string { return filepath.Join(sbDir, layersDir, upperDir) }
+
 // hostname is the sandbox's hostname: its name, else "runbox-" and its id.
 func hostname(rec *procbox.Record) string {
 	if rec.Name != "" {
@@ -193,7 +208,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
+	for _, k := range []string{"snapshot", "network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}

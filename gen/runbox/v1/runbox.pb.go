@@ -1922,8 +1922,10 @@ type InfoResponse struct {
 	Total           uint64                 `protobuf:"varint,6,opt,name=total,proto3" json:"total,omitempty"`
 	StartedAtUnixMs int64                  `protobuf:"varint,7,opt,name=started_at_unix_ms,json=startedAtUnixMs,proto3" json:"started_at_unix_ms,omitempty"`
 	// goroutines and open_fds are the daemon's own, for leak checks.
-	Goroutines    int32 `protobuf:"varint,8,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
-	OpenFds       int32 `protobuf:"varint,9,opt,name=open_fds,json=openFds,proto3" json:"open_fds,omitempty"`
+	Goroutines int32 `protobuf:"varint,8,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
+	OpenFds    int32 `protobuf:"varint,9,opt,name=open_fds,json=openFds,proto3" json:"open_fds,omitempty"`
+	// paused says the sandbox is paused (Pause).
+	Paused        bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2019,6 +2021,13 @@ func (x *InfoResponse) GetOpenFds() int32 {
 		return x.OpenFds
 	}
 	return 0
+}
+
+func (x *InfoResponse) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 type ShutdownRequest struct {
@@ -2338,6 +2347,150 @@ func (*DeleteSessionResponse) Descriptor() ([]byte, []int) {
 	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{32}
 }
 
+type PauseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseRequest) Reset() {
+	*x = PauseRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseRequest) ProtoMessage() {}
+
+func (x *PauseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseRequest.ProtoReflect.Descriptor instead.
+func (*PauseRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{33}
+}
+
+type PauseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseResponse) Reset() {
+	*x = PauseResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseResponse) ProtoMessage() {}
+
+func (x *PauseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseResponse.ProtoReflect.Descriptor instead.
+func (*PauseResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{34}
+}
+
+type ResumeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeRequest) Reset() {
+	*x = ResumeRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeRequest) ProtoMessage() {}
+
+func (x *ResumeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeRequest.ProtoReflect.Descriptor instead.
+func (*ResumeRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{35}
+}
+
+type ResumeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeResponse) Reset() {
+	*x = ResumeResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeResponse) ProtoMessage() {}
+
+func (x *ResumeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeResponse.ProtoReflect.Descriptor instead.
+func (*ResumeResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{36}
+}
+
 var File_runbox_v1_runbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_runbox_proto_rawDesc = "" +
@@ -2474,7 +2627,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x0elive_processes\x18\a \x01(\x05R\rliveProcesses\x12\x1f\n" +
 	"\vcommand_raw\x18\b \x01(\fR\n" +
 	"commandRaw\"\r\n" +
-	"\vInfoRequest\"\x8f\x02\n" +
+	"\vInfoRequest\"\xa7\x02\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x1f\n" +
@@ -2487,7 +2640,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\n" +
 	"goroutines\x18\b \x01(\x05R\n" +
 	"goroutines\x12\x19\n" +
-	"\bopen_fds\x18\t \x01(\x05R\aopenFds\",\n" +
+	"\bopen_fds\x18\t \x01(\x05R\aopenFds\x12\x16\n" +
+	"\x06paused\x18\n" +
+	" \x01(\bR\x06paused\",\n" +
 	"\x0fShutdownRequest\x12\x19\n" +
 	"\bgrace_ms\x18\x01 \x01(\x03R\agraceMs\"\x12\n" +
 	"\x10ShutdownResponse\"y\n" +
@@ -2502,7 +2657,11 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\bsessions\x18\x01 \x03(\v2\x12.runbox.v1.SessionR\bsessions\"*\n" +
 	"\x14DeleteSessionRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\x17\n" +
-	"\x15DeleteSessionResponse*F\n" +
+	"\x15DeleteSessionResponse\"\x0e\n" +
+	"\fPauseRequest\"\x0f\n" +
+	"\rPauseResponse\"\x0f\n" +
+	"\rResumeRequest\"\x10\n" +
+	"\x0eResumeResponse*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
@@ -2518,7 +2677,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x13EXEC_STATE_STARTING\x10\x01\x12\x16\n" +
 	"\x12EXEC_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13EXEC_STATE_STOPPING\x10\x03\x12\x15\n" +
-	"\x11EXEC_STATE_EXITED\x10\x042\xb0\x06\n" +
+	"\x11EXEC_STATE_EXITED\x10\x042\xab\a\n" +
 	"\rRunboxService\x124\n" +
 	"\x03Run\x12\x15.runbox.v1.RunRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12:\n" +
 	"\x06Attach\x12\x18.runbox.v1.AttachRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12=\n" +
@@ -2533,7 +2692,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x04Info\x12\x16.runbox.v1.InfoRequest\x1a\x17.runbox.v1.InfoResponse\x12C\n" +
 	"\bShutdown\x12\x1a.runbox.v1.ShutdownRequest\x1a\x1b.runbox.v1.ShutdownResponse\x12O\n" +
 	"\fListSessions\x12\x1e.runbox.v1.ListSessionsRequest\x1a\x1f.runbox.v1.ListSessionsResponse\x12R\n" +
-	"\rDeleteSession\x12\x1f.runbox.v1.DeleteSessionRequest\x1a .runbox.v1.DeleteSessionResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\rDeleteSession\x12\x1f.runbox.v1.DeleteSessionRequest\x1a .runbox.v1.DeleteSessionResponse\x12:\n" +
+	"\x05Pause\x12\x17.runbox.v1.PauseRequest\x1a\x18.runbox.v1.PauseResponse\x12=\n" +
+	"\x06Resume\x12\x18.runbox.v1.ResumeRequest\x1a\x19.runbox.v1.ResumeResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_runbox_proto_rawDescOnce sync.Once
@@ -2548,7 +2709,7 @@ func file_runbox_v1_runbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_runbox_v1_runbox_proto_goTypes = []any{
 	(Stream)(0),                   // 0: runbox.v1.Stream
 	(SpillMode)(0),                // 1: runbox.v1.SpillMode
@@ -2586,10 +2747,14 @@ var file_runbox_v1_runbox_proto_goTypes = []any{
 	(*ListSessionsResponse)(nil),  // 33: runbox.v1.ListSessionsResponse
 	(*DeleteSessionRequest)(nil),  // 34: runbox.v1.DeleteSessionRequest
 	(*DeleteSessionResponse)(nil), // 35: runbox.v1.DeleteSessionResponse
-	nil,                           // 36: runbox.v1.ExecSpec.EnvEntry
+	(*PauseRequest)(nil),          // 36: runbox.v1.PauseRequest
+	(*PauseResponse)(nil),         // 37: runbox.v1.PauseResponse
+	(*ResumeRequest)(nil),         // 38: runbox.v1.ResumeRequest
+	(*ResumeResponse)(nil),        // 39: runbox.v1.ResumeResponse
+	nil,                           // 40: runbox.v1.ExecSpec.EnvEntry
 }
 var file_runbox_v1_runbox_proto_depIdxs = []int32{
-	36, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
+	40, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
 	1,  // 1: runbox.v1.ExecSpec.spill:type_name -> runbox.v1.SpillMode
 	5,  // 2: runbox.v1.ExecSpec.pty:type_name -> runbox.v1.PtySize
 	4,  // 3: runbox.v1.ExecSpec.env_raw:type_name -> runbox.v1.EnvVar
@@ -2616,20 +2781,24 @@ var file_runbox_v1_runbox_proto_depIdxs = []int32{
 	29, // 24: runbox.v1.RunboxService.Shutdown:input_type -> runbox.v1.ShutdownRequest
 	32, // 25: runbox.v1.RunboxService.ListSessions:input_type -> runbox.v1.ListSessionsRequest
 	34, // 26: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
-	8,  // 27: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
-	8,  // 28: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
-	15, // 29: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
-	17, // 30: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
-	19, // 31: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
-	21, // 32: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
-	23, // 33: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
-	25, // 34: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
-	28, // 35: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
-	30, // 36: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
-	33, // 37: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
-	35, // 38: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
-	27, // [27:39] is the sub-list for method output_type
-	15, // [15:27] is the sub-list for method input_type
+	36, // 27: runbox.v1.RunboxService.Pause:input_type -> runbox.v1.PauseRequest
+	38, // 28: runbox.v1.RunboxService.Resume:input_type -> runbox.v1.ResumeRequest
+	8,  // 29: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
+	8,  // 30: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
+	15, // 31: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
+	17, // 32: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
+	19, // 33: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
+	21, // 34: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
+	23, // 35: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
+	25, // 36: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
+	28, // 37: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
+	30, // 38: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
+	33, // 39: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
+	35, // 40: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
+	37, // 41: runbox.v1.RunboxService.Pause:output_type -> runbox.v1.PauseResponse
+	39, // 42: runbox.v1.RunboxService.Resume:output_type -> runbox.v1.ResumeResponse
+	29, // [29:43] is the sub-list for method output_type
+	15, // [15:29] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2652,7 +2821,7 @@ func file_runbox_v1_runbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_runbox_proto_rawDesc), len(file_runbox_v1_runbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

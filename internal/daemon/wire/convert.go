@@ -408,6 +408,7 @@ func DaemonInfoToProto(d runbox.DaemonInfo) *runboxv1.InfoResponse {
 		StartedAtUnixMs: timeToMs(d.StartedAt),
 		Goroutines:      int32(d.Goroutines),
 		OpenFds:         int32(d.OpenFDs),
+		Paused:          d.Paused,
 	}
 }
 
@@ -427,6 +428,7 @@ func DaemonInfoFromProto(p *runboxv1.InfoResponse) runbox.DaemonInfo {
 		StartedAt:  msToTime(p.GetStartedAtUnixMs()),
 		Goroutines: int(p.GetGoroutines()),
 		OpenFDs:    int(p.GetOpenFds()),
+		Paused:     p.GetPaused(),
 	}
 }
 

@@ -153,6 +153,7 @@ func TestRoundTripDomain(t *testing.T) {
 		StartedAt:  time.UnixMilli(1700000000456),
 		Goroutines: 5,
 		OpenFDs:    6,
+		Paused:     true,
 	}
 	chunk := runbox.Chunk{Stream: runbox.Stderr, Seq: 9, Data: []byte("x")}
 	gap := runbox.OutputGap{FromSeq: 3, ToSeq: 7, Bytes: 1234}
@@ -202,7 +203,7 @@ func TestRoundTripProto(t *testing.T) {
 	}
 	dinfo := &runboxv1.InfoResponse{
 		Version: "v", Pid: 1, CgroupMode: "proc", Running: 2, Retained: 3, Total: 4,
-		StartedAtUnixMs: 1700000000456, Goroutines: 5, OpenFds: 6,
+		StartedAtUnixMs: 1700000000456, Goroutines: 5, OpenFds: 6, Paused: true,
 	}
 	out := &runboxv1.Output{Stream: runboxv1.Stream_STREAM_STDOUT, Seq: 3, Data: []byte("d")}
 
@@ -336,6 +337,7 @@ func TestEverySentinelHasATag(t *testing.T) {
 			"ErrTooLarge": runbox.ErrTooLarge, "ErrExecIDConflict": runbox.ErrExecIDConflict,
 			"ErrSandboxNotFound": runbox.ErrSandboxNotFound, "ErrSandboxLost": runbox.ErrSandboxLost,
 			"ErrUnauthenticated": runbox.ErrUnauthenticated, "ErrQuotaExceeded": runbox.ErrQuotaExceeded,
+			"ErrSandboxPaused": runbox.ErrSandboxPaused, "ErrUnsupported": runbox.ErrUnsupported,
 		} {
 			if s.err == err {
 				tagged[name] = true

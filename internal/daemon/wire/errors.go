@@ -47,6 +47,11 @@ const (
 	TagUnauthenticated = "unauthenticated"
 	// TagQuotaExceeded is runbox.ErrQuotaExceeded: a tenant's quota is used up.
 	TagQuotaExceeded = "quota-exceeded"
+	// TagSandboxPaused is runbox.ErrSandboxPaused: the sandbox takes no
+	// new exec until it is resumed.
+	TagSandboxPaused = "sandbox-paused"
+	// TagUnsupported is runbox.ErrUnsupported: the provider cannot do it.
+	TagUnsupported = "unsupported"
 	// TagInternal marks a failure of the daemon that is none of the above.
 	// It tells the client the daemon answered (so this is not a transport
 	// failure to retry) without naming a sentinel.
@@ -77,6 +82,8 @@ var sentinels = []struct {
 	{runbox.ErrSandboxLost, TagSandboxLost, connect.CodeUnavailable},
 	{runbox.ErrUnauthenticated, TagUnauthenticated, connect.CodeUnauthenticated},
 	{runbox.ErrQuotaExceeded, TagQuotaExceeded, connect.CodeResourceExhausted},
+	{runbox.ErrSandboxPaused, TagSandboxPaused, connect.CodeFailedPrecondition},
+	{runbox.ErrUnsupported, TagUnsupported, connect.CodeUnimplemented},
 }
 
 // ToConnectError converts an error from the supervisor into the connect error

@@ -64,6 +64,8 @@ __all__ = [
     "ExecCancelled",
     "SpawnError",
     "NotRunning",
+    "SandboxPaused",
+    "Unsupported",
     "IsDirectory",
     "NotDirectory",
     "PermissionDenied",
@@ -176,6 +178,15 @@ class NotRunning(FailedPrecondition):
     """The exec has exited, so it takes no stdin and no signal."""
 
 
+class SandboxPaused(FailedPrecondition):
+    """The sandbox is paused (:meth:`Sandbox.pause`): it takes no new exec
+    until :meth:`Sandbox.resume`. Nothing is lost."""
+
+
+class Unsupported(RunboxError):
+    """The sandbox's provider cannot do this (a snapshot of a host sandbox)."""
+
+
 class IsDirectory(FailedPrecondition):
     """A file operation met a directory."""
 
@@ -255,6 +266,8 @@ _BY_TAG: Dict[str, Type[RunboxError]] = {
     "escapes-root": EscapesRoot,
     "exec-id-conflict": ExecIDConflict,
     "sandbox-lost": SandboxLost,
+    "sandbox-paused": SandboxPaused,
+    "unsupported": Unsupported,
     "internal": InternalError,
 }
 

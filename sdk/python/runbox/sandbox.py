@@ -38,7 +38,7 @@ Command = Union[str, Sequence[str]]
 
 # Calls that may be repeated after a broken connection: doing them twice
 # has the effect of doing them once.
-_REPEATABLE = {"Cancel", "List", "Info", "ListSessions", "Stat", "ListDir"}
+_REPEATABLE = {"Cancel", "List", "Info", "ListSessions", "Stat", "ListDir", "Pause", "Resume"}
 
 
 def new_exec_id() -> str:
@@ -378,6 +378,22 @@ class Sandbox:
         """Forgets a shell session (:class:`~runbox.SessionNotFound` if
         there is none)."""
         self._exec_call("DeleteSession", {"name": name})
+
+    def pause(self) -> None:
+        """Freezes every process of the sandbox's commands. Their timeouts
+        stop counting until :meth:`resume`; a new :meth:`run` raises
+        :class:`~runbox.SandboxPaused`. Pausing a paused sandbox does
+        nothing."""
+        self._exec_call("Pause", {})
+
+    def resume(self) -> None:
+        """Thaws what :meth:`pause` froze: every exec goes on with the time
+        it had left. Resuming a running sandbox does nothing."""
+        self._exec_call("Resume", {})
+
+    def paused(self) -> bool:
+        """Whether the sandbox is paused (its runboxd's Info)."""
+        return bool(self._exec_call("Info", {}).get("paused"))
 
     # -- plumbing -------------------------------------------------------------
 

@@ -225,3 +225,23 @@ def test_keyboard_interrupt_cancels_the_exec(server: Server, sb: runbox.Sandbox)
     finally:
         child.kill()
         kill_procs(m)
+
+
+def test_pause_and_resume(sb: runbox.Sandbox) -> None:
+    """A paused sandbox refuses new execs with SandboxPaused, a running
+    exec's timeout does not count the pause, and resume lets it finish."""
+    import time
+
+    p = sb.start("sleep 1; echo done", timeout=2)
+    sb.pause()
+    sb.pause()  # idempotent
+    assert sb.paused()
+    with pytest.raises(runbox.SandboxPaused) as e:
+        sb.run("true", timeout=10)
+    assert e.value.tag == "sandbox-paused"
+    time.sleep(3)  # past the exec's timeout, on the wall clock
+    sb.resume()
+    sb.resume()
+    assert not sb.paused()
+    res = p.wait()
+    assert not res.timed_out and res.stdout == "done\n"

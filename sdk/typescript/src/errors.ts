@@ -58,6 +58,10 @@ export class ExecCancelled extends FailedPrecondition {}
 export class SpawnError extends FailedPrecondition {}
 /** The exec has exited, so it takes no stdin and no signal. */
 export class NotRunning extends FailedPrecondition {}
+/** The sandbox is paused (runbox pause): it takes no new exec until resumed. */
+export class SandboxPaused extends FailedPrecondition {}
+/** The sandbox's provider cannot do this (a snapshot of a host sandbox). */
+export class Unsupported extends RunboxError {}
 /** A file operation met a directory. */
 export class IsDirectory extends FailedPrecondition {}
 /** A path used as a directory is not one. */
@@ -106,6 +110,8 @@ const byTag: Record<string, ErrorClass> = {
   "escapes-root": EscapesRoot,
   "exec-id-conflict": ExecIDConflict,
   "sandbox-lost": SandboxLost,
+  "sandbox-paused": SandboxPaused,
+  unsupported: Unsupported,
   internal: InternalError,
 };
 

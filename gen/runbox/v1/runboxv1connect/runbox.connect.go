@@ -64,6 +64,10 @@ const (
 	// RunboxServiceDeleteSessionProcedure is the fully-qualified name of the RunboxService's
 	// DeleteSession RPC.
 	RunboxServiceDeleteSessionProcedure = "/runbox.v1.RunboxService/DeleteSession"
+	// RunboxServicePauseProcedure is the fully-qualified name of the RunboxService's Pause RPC.
+	RunboxServicePauseProcedure = "/runbox.v1.RunboxService/Pause"
+	// RunboxServiceResumeProcedure is the fully-qualified name of the RunboxService's Resume RPC.
+	RunboxServiceResumeProcedure = "/runbox.v1.RunboxService/Resume"
 )
 
 // RunboxServiceClient is a client for the runbox.v1.RunboxService service.
@@ -94,6 +98,12 @@ type RunboxServiceClient interface {
 	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
 	// DeleteSession forgets a shell session.
 	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
+	// Pause freezes every process of every exec and stops their deadlines
+	// and idle timeouts; the daemon keeps answering. Idempotent.
+	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
+	// Resume thaws what Pause froze; deadlines go on with the time they had
+	// left. Idempotent.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
 }
 
 // NewRunboxServiceClient constructs a client for the runbox.v1.RunboxService service. By default,
@@ -179,6 +189,18 @@ func NewRunboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(runboxServiceMethods.ByName("DeleteSession")),
 			connect.WithClientOptions(opts...),
 		),
+		pause: connect.NewClient[v1.PauseRequest, v1.PauseResponse](
+			httpClient,
+			baseURL+RunboxServicePauseProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("Pause")),
+			connect.WithClientOptions(opts...),
+		),
+		resume: connect.NewClient[v1.ResumeRequest, v1.ResumeResponse](
+			httpClient,
+			baseURL+RunboxServiceResumeProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("Resume")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -196,6 +218,8 @@ type runboxServiceClient struct {
 	shutdown      *connect.Client[v1.ShutdownRequest, v1.ShutdownResponse]
 	listSessions  *connect.Client[v1.ListSessionsRequest, v1.ListSessionsResponse]
 	deleteSession *connect.Client[v1.DeleteSessionRequest, v1.DeleteSessionResponse]
+	pause         *connect.Client[v1.PauseRequest, v1.PauseResponse]
+	resume        *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
 }
 
 // Run calls runbox.v1.RunboxService.Run.
@@ -258,6 +282,16 @@ func (c *runboxServiceClient) DeleteSession(ctx context.Context, req *connect.Re
 	return c.deleteSession.CallUnary(ctx, req)
 }
 
+// Pause calls runbox.v1.RunboxService.Pause.
+func (c *runboxServiceClient) Pause(ctx context.Context, req *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error) {
+	return c.pause.CallUnary(ctx, req)
+}
+
+// Resume calls runbox.v1.RunboxService.Resume.
+func (c *runboxServiceClient) Resume(ctx context.Context, req *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
+	return c.resume.CallUnary(ctx, req)
+}
+
 // RunboxServiceHandler is an implementation of the runbox.v1.RunboxService service.
 type RunboxServiceHandler interface {
 	// Run starts an exec and streams its events: started, output (when asked),
@@ -286,6 +320,12 @@ type RunboxServiceHandler interface {
 	ListSessions(context.Context, *connect.Request[v1.ListSessionsRequest]) (*connect.Response[v1.ListSessionsResponse], error)
 	// DeleteSession forgets a shell session.
 	DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error)
+	// Pause freezes every process of every exec and stops their deadlines
+	// and idle timeouts; the daemon keeps answering. Idempotent.
+	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
+	// Resume thaws what Pause froze; deadlines go on with the time they had
+	// left. Idempotent.
+	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
 }
 
 // NewRunboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -367,6 +407,18 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(runboxServiceMethods.ByName("DeleteSession")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runboxServicePauseHandler := connect.NewUnaryHandler(
+		RunboxServicePauseProcedure,
+		svc.Pause,
+		connect.WithSchema(runboxServiceMethods.ByName("Pause")),
+		connect.WithHandlerOptions(opts...),
+	)
+	runboxServiceResumeHandler := connect.NewUnaryHandler(
+		RunboxServiceResumeProcedure,
+		svc.Resume,
+		connect.WithSchema(runboxServiceMethods.ByName("Resume")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/runbox.v1.RunboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RunboxServiceRunProcedure:
@@ -393,6 +445,10 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 			runboxServiceListSessionsHandler.ServeHTTP(w, r)
 		case RunboxServiceDeleteSessionProcedure:
 			runboxServiceDeleteSessionHandler.ServeHTTP(w, r)
+		case RunboxServicePauseProcedure:
+			runboxServicePauseHandler.ServeHTTP(w, r)
+		case RunboxServiceResumeProcedure:
+			runboxServiceResumeHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -448,4 +504,12 @@ func (UnimplementedRunboxServiceHandler) ListSessions(context.Context, *connect.
 
 func (UnimplementedRunboxServiceHandler) DeleteSession(context.Context, *connect.Request[v1.DeleteSessionRequest]) (*connect.Response[v1.DeleteSessionResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.DeleteSession is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Pause is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Resume is not implemented"))
 }

@@ -1,0 +1,275 @@
+package docker
+
+import (
+	"context"
+
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	moby "github.com/moby/moby/client"
+
+	"github.com/runbox/runbox"
+	rbclient "github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/sandboxkey"
+)
+
+var (
+	_ runbox.Pauser      = (*Provider)(nil)
+	_ runbox.Snapshotter = (*Provider)(nil)
+)
+
+// SnapshotRepo is the repository of the images snapshots are committed to:
+// snapshot NAME is the image SnapshotRepo/NAME.
+const SnapshotRepo = "runbox-snapshot"
+
+// Labels of a snapshot's image.
+const (
+	LabelSnapshotOf      = "runbox.snapshot.of"      // the sandbox it was taken of
+	LabelSnapshotCreated = "runbox.snapshot.created" // when, RFC 3339
+)
+
+// pausedFile, in a socket-stream sandbox's state directory, says the
+// container is paused: its runboxd is frozen with it, and a connection
+// to its socket would be accepted by the kernel and never answered, so the
+// dialer refuses at once with runbox.ErrSandboxPaused instead.
+const pausedFile = "paused"
+
+// Pause freezes the sandbox: its runboxd first stops its execs' clocks and
+// freezes the commands (so no deadline counts the pause), then the engine
+// pauses the whole container (runboxd included). While paused, Get and
+// List say so (Detail "paused") and a new connection is refused with
+// runbox.ErrSandboxPaused, never left hanging. Pausing a paused sandbox
+// does nothing.
+func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
+	fail := func(err error) error { return &runbox.Error{Op: "pause", Sandbox: sb.ID, Err: err} }
+	cli, id, paused, err := p.pausedState(ctx, sb)
+	if err != nil {
+		return fail(err)
+	}
+	if paused {
+		return nil
+	}
+	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
+	defer cl.Close()
+	if err := cl.Pause(ctx); err != nil {
+		return fail(err)
+	}
+	if dir := sb.Detail["dir"]; dir != "" {
+		if err := os.WriteFile(filepath.Join(dir, pausedFile), nil, 0o600); err != nil {
+			_ = cl.Resume(ctx)
+			return fail(err)
+		}
+	}
+	if _, err := cli.ContainerPause(ctx, id, moby.ContainerPauseOptions{}); err != nil {
+		p.clearPaused(sb)
+		_ = cl.Resume(ctx)
+		return fail(fmt.Errorf("pause container %.12s: %w", id, engineError(cli, err)))
+	}
+	return nil
+}
+
+// Resume unpauses the container, then lets runboxd thaw the commands and
+// restart their clocks. Resuming a running sandbox does nothing.
+func (p *Provider) Resume(ctx context.Context, sb runbox.Sandbox) error {
+	fail := func(err error) error { return &runbox.Error{Op: "resume", Sandbox: sb.ID, Err: err} }
+	cli, id, paused, err := p.pausedState(ctx, sb)
+	if err != nil {
+		return fail(err)
+	}
+	if paused {
+		if _, err := cli.ContainerUnpause(ctx, id, moby.ContainerUnpauseOptions{}); err != nil {
+			return fail(fmt.Errorf("unpause container %.12s: %w", id, engineError(cli, err)))
+		}
+	}
+	p.clearPaused(sb)
+	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
+	defer cl.Close()
+	if err := cl.Resume(ctx); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+func (p *Provider) clearPaused(sb runbox.Sandbox) {
+	if dir := sb.Detail["dir"]; dir != "" {
+		os.Remove(filepath.Join(dir, pausedFile))
+	}
+}
+
+// pausedState asks the engine whether sb's container is paused.
+func (p *Provider) pausedState(ctx context.Context, sb runbox.Sandbox) (*moby.Client, string, bool, error) {
+	cli, err := p.engine()
+	if err != nil {
+		return nil, "", false, err
+	}
+	id := sb.Detail["container"]
+	if id == "" {
+		return nil, "", false, fmt.Errorf("sandbox %s has no container: %w", sb.ID, runbox.ErrSandboxNotFound)
+	}
+	ir, err := cli.ContainerInspect(ctx, id, moby.ContainerInspectOptions{})
+	if err != nil {
+		return nil, "", false, fmt.Errorf("inspect container %.12s: %w", id, engineError(cli, err))
+	}
+	st := ir.Container.State
+	if st == nil || (!st.Running && !st.Paused) {
+		return nil, "", false, fmt.Errorf("%w: container %.12s is not running", runbox.ErrSandboxLost, id)
+	}
+	return cli, id, st.Paused, nil
+}
+
+// pausedMarked reports whether the state directory of the sandbox whose
+// socket is socket says it is paused.
+func pausedMarked(socket string) bool {
+	if socket == "" {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(filepath.Dir(filepath.Dir(socket)), pausedFile))
+	return err == nil
+}
+
+// errPaused is the dialer's refusal of a paused sandbox.
+func errPaused(containerID string) error {
+	return fmt.Errorf("%w: container %.12s is paused (runbox resume)", runbox.ErrSandboxPaused, containerID)
+}
+
+// Snapshot pauses sb, commits its container to the image SnapshotRepo/name
+// (the engine's commit: its filesystem changes as a layer over its image),
+// and resumes it. A docker sandbox has no workspace, so opts change
+// nothing.
+func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
+	fail := func(err error) (runbox.Snapshot, error) {
+		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
+	}
+	if name == "" {
+		name = "snap-" + strings.ReplaceAll(time.Now().UTC().Format("20060102-150405.000"), ".", "-")
+	}
+	if !sandboxkey.ValidName(name) || strings.ToLower(name) != name {
+		return fail(fmt.Errorf("invalid snapshot name %q: docker wants lower-case letters, digits, '_', '.', '-': %w", name, runbox.ErrInvalidSpec))
+	}
+	cli, err := p.engine()
+	if err != nil {
+		return fail(err)
+	}
+	ref := SnapshotRepo + "/" + name
+	if _, err := cli.ImageInspect(ctx, ref); err == nil {
+		return fail(fmt.Errorf("snapshot %s exists: pick another name or remove it (runbox snapshot rm): %w", name, runbox.ErrInvalidSpec))
+	}
+	ir, err := cli.ContainerInspect(ctx, sb.Detail["container"], moby.ContainerInspectOptions{})
+	if err != nil {
+		return fail(engineError(cli, err))
+	}
+	created := time.Now().UTC()
+	// The image must not carry the sandbox's runbox labels (its id, name,
+	// secret): a container made from it gets its own.
+	changes := []string{fmt.Sprintf("LABEL %s=%q %s=%q", LabelSnapshotOf, sb.ID, LabelSnapshotCreated, created.Format(time.RFC3339Nano))}
+	if ir.Container.Config != nil {
+		for k := range ir.Container.Config.Labels {
+			if strings.HasPrefix(k, "runbox.") && !strings.HasPrefix(k, "runbox.snapshot.") {
+				changes = append(changes, fmt.Sprintf("LABEL %s=\"\"", k))
+			}
+		}
+	}
+	if err := p.Pause(ctx, sb); err != nil {
+		return fail(err)
+	}
+	_, cerr := cli.ContainerCommit(ctx, sb.Detail["container"], moby.ContainerCommitOptions{
+		Reference: ref, Changes: changes, NoPause: true,
+		Comment: "runbox snapshot of sandbox " + sb.ID,
+	})
+	rerr := p.Resume(context.WithoutCancel(ctx), sb)
+	if cerr != nil {
+		return fail(fmt.Errorf("commit: %w", engineError(cli, cerr)))
+	}
+	if rerr != nil {
+		return fail(rerr)
+	}
+	return p.snapshotInfo(ctx, cli, name)
+}
+
+// snapshotInfo describes the snapshot name from its image.
+func (p *Provider) snapshotInfo(ctx context.Context, cli *moby.Client, name string) (runbox.Snapshot, error) {
+	ref := SnapshotRepo + "/" + name
+	img, err := cli.ImageInspect(ctx, ref)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return runbox.Snapshot{}, fmt.Errorf("no snapshot %s (runbox snapshot ls): %w", name, runbox.ErrInvalidSpec)
+		}
+		return runbox.Snapshot{}, engineError(cli, err)
+	}
+	s := runbox.Snapshot{Name: name, Provider: ProviderName, Detail: map[string]string{"image": ref, "image_id": img.ID}}
+	if img.Config != nil {
+		s.Sandbox = img.Config.Labels[LabelSnapshotOf]
+		s.Created, _ = time.Parse(time.RFC3339Nano, img.Config.Labels[LabelSnapshotCreated])
+	}
+	if img.Size > 0 {
+		s.Bytes = img.Size
+	}
+	return s, nil
+}
+
+// Snapshots lists the engine's snapshot images, oldest first.
+func (p *Provider) Snapshots(ctx context.Context) ([]runbox.Snapshot, error) {
+	cli, err := p.engine()
+	if err != nil {
+		return nil, err
+	}
+	res, err := cli.ImageList(ctx, moby.ImageListOptions{Filters: make(moby.Filters).Add("label", LabelSnapshotOf)})
+	if err != nil {
+		return nil, engineError(cli, err)
+	}
+	var out []runbox.Snapshot
+	for _, img := range res.Items {
+		for _, tag := range img.RepoTags {
+			name, ok := strings.CutPrefix(tag, SnapshotRepo+"/")
+			if !ok {
+				continue
+			}
+			name = strings.TrimSuffix(name, ":latest")
+			if s, err := p.snapshotInfo(ctx, cli, name); err == nil {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b runbox.Snapshot) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// RemoveSnapshot removes the snapshot's image. The engine refuses while a
+// container (a sandbox made from it) uses it.
+func (p *Provider) RemoveSnapshot(ctx context.Context, name string) error {
+	cli, err := p.engine()
+	if err != nil {
+		return err
+	}
+	if _, err := p.snapshotInfo(ctx, cli, name); err != nil {
+		return err
+	}
+	if _, err := cli.ImageRemove(ctx, SnapshotRepo+"/"+name, moby.ImageRemoveOptions{}); err != nil {
+		if cerrdefs.IsConflict(err) {
+			return fmt.Errorf("snapshot %s: sandboxes made from it still use it (remove them first): %w", name, runbox.ErrInvalidSpec)
+		}
+		return engineError(cli, err)
+	}
+	return nil
+}
+
+// snapshotImage is the image a spec with FromSnapshot starts from, checked
+// to exist (an image that is not there would be pulled).
+func (p *Provider) snapshotImage(ctx context.Context, cli *moby.Client, spec runbox.SandboxSpec) (string, error) {
+	if spec.Image != "" {
+		return "", fmt.Errorf("--image and --from both name the root: give one: %w", runbox.ErrInvalidSpec)
+	}
+	if _, err := p.snapshotInfo(ctx, cli, spec.FromSnapshot); err != nil {
+		return "", err
+	}
+	return SnapshotRepo + "/" + spec.FromSnapshot, nil
+}
+
+// isPaused reports whether c's container is paused.
+func (c ctr) isPaused() bool { return c.State == container.StatePaused }

@@ -1,0 +1,295 @@
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/sandboxkey"
+)
+
+var _ runbox.Snapshotter = (*Provider)(nil)
+
+// A snapshot lives in RUNBOX_HOME/snapshots/NAME: its layer (a copy of the
+// sandbox's upper layer: what the sandbox changed on top of the host's
+// root), its workspace copy, and meta.json. Nothing writes it once made: a
+// sandbox made from it gets the layer as hard links, stacked read-only
+// under its own upper layer, so the data is on disk once however many
+// sandboxes stand on it, and removing the snapshot leaves them working.
+const (
+	snapshotsDir      = "snapshots"
+	snapshotLayer     = "layer"
+	snapshotWorkspace = "workspace"
+	snapshotMeta      = "meta.json"
+	// snapshotLayerDir is the snapshot's layer's name in a sandbox's
+	// layers directory (see jail.ExecFuseServer's lowers).
+	snapshotLayerDir = "snapshot"
+	// workspacesSuffix names the directory beside the home where the
+	// workspaces of sandboxes made from snapshots go: a workdir must not
+	// lie in the home.
+	workspacesSuffix = "-workspaces"
+)
+
+func (p *Provider) snapshotsPath() (string, error) {
+	home, err := p.store().HomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, snapshotsDir), nil
+}
+
+// snapshotPath is the directory of the snapshot name, checked to be a
+// valid name (so it is one path component).
+func (p *Provider) snapshotPath(name string) (string, error) {
+	if !sandboxkey.ValidName(name) {
+		return "", fmt.Errorf("invalid snapshot name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark): %w", name, runbox.ErrInvalidSpec)
+	}
+	dir, err := p.snapshotsPath()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, name), nil
+}
+
+// Snapshot pauses sb (its runboxd freezes every command, so the files are
+// consistent), copies its upper layer and, unless opts say not, its
+// workspace (reflinks where the filesystem has them), and resumes it. The
+// copy is made under a temporary name and renamed into place, so a
+// snapshot is whole or absent.
+func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
+	fail := func(err error) (runbox.Snapshot, error) {
+		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
+	}
+	if name == "" {
+		name = "snap-" + randHex(6)
+	}
+	dst, err := p.snapshotPath(name)
+	if err != nil {
+		return fail(err)
+	}
+	if _, err := os.Lstat(dst); err == nil {
+		return fail(fmt.Errorf("snapshot %s exists: pick another name or remove it (runbox snapshot rm): %w", name, runbox.ErrInvalidSpec))
+	}
+	sbDir := sb.Detail["dir"]
+	if sbDir == "" || sb.Detail["root"] == "" {
+		return fail(fmt.Errorf("sandbox %s has no overlay on the host's root (--rootfs, --host-root or rootless): %w", sb.ID, runbox.ErrUnsupported))
+	}
+	upper, err := liveUpperPath(sb)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return fail(err)
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dst), ".tmp-"+name+"-")
+	if err != nil {
+		return fail(err)
+	}
+	defer os.RemoveAll(tmp)
+
+	cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
+	defer cl.Close()
+	if err := cl.Pause(ctx); err != nil {
+		return fail(err)
+	}
+	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
+	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
+	if err == nil && !opts.NoWorkspace && sb.Detail["workdir"] != "" {
+		err = copyTree(sb.Detail["workdir"], filepath.Join(tmp, snapshotWorkspace), cloneFiles)
+		snap.Workspace = err == nil
+	}
+	// Resumed whether or not the copy worked; a context already done
+	// must not leave the sandbox paused.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	rerr := cl.Resume(rctx)
+	cancel()
+	if err != nil {
+		return fail(fmt.Errorf("copy: %w", err))
+	}
+	if rerr != nil {
+		return fail(fmt.Errorf("resume after the copy: %w", rerr))
+	}
+	snap.Bytes = diskUsage(tmp)
+	snap.Detail = map[string]string{"dir": dst}
+	b, err := json.MarshalIndent(snap, "", "  ")
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, snapshotMeta), b, 0o600); err != nil {
+		return fail(err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, os.ErrExist) {
+			return fail(fmt.Errorf("snapshot %s exists: %w", name, runbox.ErrInvalidSpec))
+		}
+		return fail(err)
+	}
+	return snap, nil
+}
+
+// liveUpperPath is where the host reaches sb's upper layer: in its state
+// directory, or, when the layers are on the sandbox's own disk (mounted
+// nowhere in the host's mount namespace), through the mount namespace of
+// the FUSE server that serves its root.
+func liveUpperPath(sb runbox.Sandbox) (string, error) {
+	if sb.Detail["disk"] == "" {
+		return upperPath(sb.Detail["dir"]), nil
+	}
+	pid := sb.Detail["fuse_server_pid"]
+	if _, err := strconv.Atoi(pid); err != nil {
+		return "", fmt.Errorf("sandbox %s: its layers are on its own disk and no FUSE server is recorded to reach them through: %w", sb.ID, runbox.ErrSandboxLost)
+	}
+	// The pid must still be the sandbox's FUSE server, not a process that
+	// took its number.
+	exe, err := os.Readlink(filepath.Join("/proc", pid, "exe"))
+	if err != nil || filepath.Base(exe) != filepath.Base(FuseServer) {
+		return "", fmt.Errorf("sandbox %s: the FUSE server of its root (pid %s) is gone: %w", sb.ID, pid, runbox.ErrSandboxLost)
+	}
+	return filepath.Join("/proc", pid, "root", jail.FuseServerLayersPath, upperDir), nil
+}
+
+// Snapshots lists the snapshots under the home, oldest first.
+func (p *Provider) Snapshots(ctx context.Context) ([]runbox.Snapshot, error) {
+	dir, err := p.snapshotsPath()
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	var out []runbox.Snapshot
+	for _, e := range ents {
+		if s, err := p.readSnapshot(e.Name()); err == nil {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, func(a, b runbox.Snapshot) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// readSnapshot reads the snapshot name's meta.json.
+func (p *Provider) readSnapshot(name string) (runbox.Snapshot, error) {
+	dir, err := p.snapshotPath(name)
+	if err != nil {
+		return runbox.Snapshot{}, err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, snapshotMeta))
+	if errors.Is(err, fs.ErrNotExist) {
+		return runbox.Snapshot{}, fmt.Errorf("no snapshot %s (runbox snapshot ls): %w", name, runbox.ErrInvalidSpec)
+	}
+	if err != nil {
+		return runbox.Snapshot{}, err
+	}
+	var s runbox.Snapshot
+	if err := json.Unmarshal(b, &s); err != nil {
+		return runbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	return s, nil
+}
+
+// RemoveSnapshot deletes a snapshot. Sandboxes made from it keep working:
+// their layer is hard links to its files, and their workspaces copies.
+func (p *Provider) RemoveSnapshot(ctx context.Context, name string) error {
+	if _, err := p.readSnapshot(name); err != nil {
+		return &runbox.Error{Op: "remove snapshot", Err: err}
+	}
+	dir, _ := p.snapshotPath(name)
+	// Renamed away first, so a half-removed snapshot is never listed.
+	gone := filepath.Join(filepath.Dir(dir), ".rm-"+name+"-"+randHex(4))
+	if err := os.Rename(dir, gone); err != nil {
+		return &runbox.Error{Op: "remove snapshot", Err: err}
+	}
+	if err := makeRemovable(gone); err != nil {
+		return &runbox.Error{Op: "remove snapshot", Err: err}
+	}
+	return os.RemoveAll(gone)
+}
+
+// makeRemovable opens up directories a sandbox left without owner write
+// or search permission, so RemoveAll can empty them.
+func makeRemovable(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if fi, err := d.Info(); err == nil && fi.Mode().Perm()&0o700 != 0o700 {
+				_ = os.Chmod(p, fi.Mode().Perm()|0o700)
+			}
+		}
+		return nil
+	})
+}
+
+// stackSnapshot puts the snapshot name's layer in a new sandbox's layers
+// directory, as hard links (see snapshotLayerDir), and takes out of the
+// sandbox's seeded upper layer every file the snapshot's layer also has,
+// so the snapshot's version shows through (its own seeding was done the
+// same way when its sandbox was made, and what else it holds the sandbox
+// wrote).
+func (p *Provider) stackSnapshot(name, layers string) error {
+	if _, err := p.readSnapshot(name); err != nil {
+		return err
+	}
+	dir, _ := p.snapshotPath(name)
+	src := filepath.Join(dir, snapshotLayer)
+	if err := copyTree(src, filepath.Join(layers, snapshotLayerDir), linkFiles); err != nil {
+		return fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	upper := filepath.Join(layers, upperDir)
+	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if fi, err := os.Lstat(filepath.Join(upper, rel)); err == nil && !fi.IsDir() {
+			return os.Remove(filepath.Join(upper, rel))
+		}
+		return nil
+	})
+}
+
+// snapshotWorkdir makes the workspace of a sandbox made from the snapshot
+// name when the spec gives none: a copy of the snapshot's workspace in a
+// new directory beside the home (HOME-workspaces/), or "" when the
+// snapshot holds none.
+func (p *Provider) snapshotWorkdir(name string) (string, error) {
+	if _, err := p.readSnapshot(name); err != nil {
+		return "", err
+	}
+	dir, _ := p.snapshotPath(name)
+	src := filepath.Join(dir, snapshotWorkspace)
+	if _, err := os.Lstat(src); err != nil {
+		return "", nil
+	}
+	home, err := p.store().HomeDir()
+	if err != nil {
+		return "", err
+	}
+	parent := filepath.Clean(home) + workspacesSuffix
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		return "", fmt.Errorf("workspace: %w", err)
+	}
+	ws := filepath.Join(parent, name+"-"+randHex(6))
+	if err := copyTree(src, ws, cloneFiles); err != nil {
+		os.RemoveAll(ws)
+		return "", fmt.Errorf("workspace from snapshot %s: %w", name, err)
+	}
+	return ws, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
