@@ -64,6 +64,33 @@ func TestFrontLinksNoHeavyPackage(t *testing.T) {
 	}
 }
 
+// TestFullLinksNoClientset: runbox-full links the kubernetes provider
+// through client-go's REST client over a scheme of core/v1 only, not the
+// clientset, whose scheme registers every API group at package init (and
+// gentype's fake-client machinery): every command runbox-full runs would
+// pay those inits. runbox-full still links client-go's REST client, so the
+// check cannot pass by listing nothing.
+func TestFullLinksNoClientset(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/runbox/runbox/cmd/runbox-full").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, heavy := range []string{
+		"k8s.io/client-go/kubernetes", // the clientset and its scheme, every group's typed client
+		"k8s.io/client-go/testing",
+		"k8s.io/apimachinery/pkg/util/managedfields",
+		"github.com/google/gnostic-models/",
+	} {
+		if i := slices.IndexFunc(deps, func(d string) bool { return strings.HasPrefix(d, heavy) }); i >= 0 {
+			t.Errorf("cmd/runbox-full links %s: its package init runs before every command", deps[i])
+		}
+	}
+	if !slices.Contains(deps, "k8s.io/client-go/rest") {
+		t.Errorf("cmd/runbox-full does not link k8s.io/client-go/rest: the check above proves nothing")
+	}
+}
+
 // fullSpy writes a runbox-full stand-in that records each invocation's
 // arguments (one line each) in the returned log, then becomes the real
 // runbox-full with them.
