@@ -42,6 +42,9 @@ func (a *app) recordName(p runbox.Provider, sb runbox.Sandbox) {
 
 // forgetName takes a removed sandbox's name out of the index.
 func (a *app) forgetName(sb runbox.Sandbox) {
+	if srv, _ := a.remoteServer(); srv != nil {
+		return // a server's sandbox: the server keeps its names
+	}
 	if sb.Name != "" {
 		_ = a.names().Remove(sb.Name, sb.ID)
 	}
