@@ -46,7 +46,8 @@ func (s *sandboxes) get(provider string) string {
 	if s.made == nil {
 		s.made = map[string]string{}
 	}
-	args := []string{"up", "--provider", provider}
+	// Named, so exec by name can be measured beside exec by id.
+	args := []string{"up", "--provider", provider, "--name", sandboxName(provider)}
 	if provider == "docker" {
 		args = append(args, "--image", "runbox-test:busybox", "--network", "none")
 	} else {
@@ -59,6 +60,9 @@ func (s *sandboxes) get(provider string) string {
 	s.made[provider] = id
 	return id
 }
+
+// sandboxName is the name of provider's sandbox.
+func sandboxName(provider string) string { return "bench-" + provider }
 
 // hostClient returns a Go client of the host sandbox.
 func (s *sandboxes) hostClient(ctx context.Context) (*client.Client, error) {

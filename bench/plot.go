@@ -211,7 +211,7 @@ func printSummary(w io.Writer, rep *Report) {
 				ratio = fmt.Sprintf("%.2f× (%.2f–%.2f) vs %s", x.Ratio.Median, x.Ratio.Min, x.Ratio.Max, x.Baseline)
 			}
 			if x.Goal > 0 {
-				goal = fmt.Sprintf("≤ %.1f×", x.Goal)
+				goal = fmt.Sprintf("≤ %g×", x.Goal)
 			}
 			fmt.Fprintf(w, "| %s | %.2f (%.2f–%.2f) | %s | %s |\n", x.Name, x.Stat.Median, x.Stat.P10, x.Stat.P90, ratio, goal)
 		}

@@ -64,6 +64,33 @@ func TestFrontLinksNoHeavyPackage(t *testing.T) {
 	}
 }
 
+// TestFullLinksNoClientset: runbox-full links the kubernetes provider
+// through client-go's REST client over a scheme of core/v1 only, not the
+// clientset, whose scheme registers every API group at package init (and
+// gentype's fake-client machinery): every command runbox-full runs would
+// pay those inits. runbox-full still links client-go's REST client, so the
+// check cannot pass by listing nothing.
+func TestFullLinksNoClientset(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/runbox/runbox/cmd/runbox-full").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	for _, heavy := range []string{
+		"k8s.io/client-go/kubernetes", // the clientset and its scheme, every group's typed client
+		"k8s.io/client-go/testing",
+		"k8s.io/apimachinery/pkg/util/managedfields",
+		"github.com/google/gnostic-models/",
+	} {
+		if i := slices.IndexFunc(deps, func(d string) bool { return strings.HasPrefix(d, heavy) }); i >= 0 {
+			t.Errorf("cmd/runbox-full links %s: its package init runs before every command", deps[i])
+		}
+	}
+	if !slices.Contains(deps, "k8s.io/client-go/rest") {
+		t.Errorf("cmd/runbox-full does not link k8s.io/client-go/rest: the check above proves nothing")
+	}
+}
+
 // fullSpy writes a runbox-full stand-in that records each invocation's
 // arguments (one line each) in the returned log, then becomes the real
 // runbox-full with them.
@@ -91,9 +118,9 @@ func spied(t *testing.T, log string) string {
 	return string(b)
 }
 
-// TestDelegation: runbox runs an exec by a host sandbox's id itself, and
-// hands a name, an id prefix, ls and serve to runbox-full with the same
-// arguments, stdin, stdout, stderr and exit status.
+// TestDelegation: runbox runs an exec by a host sandbox's id or name
+// itself, and hands an id prefix, ls and serve to runbox-full with the
+// same arguments, stdin, stdout, stderr and exit status.
 func TestDelegation(t *testing.T) {
 	setHome(t)
 	id := up(t, "--name", "deleg")
@@ -124,6 +151,9 @@ func TestDelegation(t *testing.T) {
 	if o := runBin(t, "exec", "deleg", "--", "exit 3"); o.code != 3 {
 		t.Errorf("exec by name: %+v; want exit 3", o)
 	}
+	if s := spied(t, log); s != want {
+		t.Errorf("exec by a host sandbox's name went to runbox-full (%q); want it run by runbox itself (the name index)", s)
+	}
 	if o := runBin(t, "ls"); o.code != 0 || !strings.Contains(o.stdout, id) {
 		t.Errorf("ls: %+v; want %s listed", o, id)
 	}
@@ -132,8 +162,8 @@ func TestDelegation(t *testing.T) {
 		t.Errorf("serve --bad-flag: %+v; want 125 and runbox-full's one-line usage error", o)
 	}
 	lines := strings.Split(strings.TrimSpace(spied(t, log)), "\n")
-	if len(lines) != 4 || lines[1] != "exec deleg -- exit 3" || lines[2] != "ls" || lines[3] != "serve --bad-flag" {
-		t.Errorf("runbox-full got %q; want exec by name, ls and serve handed over", lines)
+	if len(lines) != 3 || lines[1] != "ls" || lines[2] != "serve --bad-flag" {
+		t.Errorf("runbox-full got %q; want ls and serve handed over", lines)
 	}
 }
 
@@ -171,9 +201,10 @@ func TestDelegatedExecInterrupt(t *testing.T) {
 	}
 }
 
-// TestDelegatedDockerExecInterrupt: the same through a docker sandbox,
-// which only runbox-full links: up and exec are handed over, and Ctrl-C
-// stops the command in the container.
+// TestDelegatedDockerExecInterrupt: the same through a docker sandbox:
+// up goes to runbox-full, which links the docker provider; the exec the
+// front runs itself through the sandbox's socket (TestFrontDockerExec),
+// and Ctrl-C stops the command in the container.
 func TestDelegatedDockerExecInterrupt(t *testing.T) {
 	setHome(t)
 	engine := dockerNeeded(t)
@@ -205,6 +236,55 @@ func TestDelegatedDockerExecInterrupt(t *testing.T) {
 	}
 	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 0 }); n != 0 {
 		t.Errorf("%d processes of the docker exec alive after Ctrl-C", n)
+	}
+}
+
+// TestFrontDockerExec: runbox runs an exec on a docker sandbox this
+// machine made itself, by id and by name, through the runboxd socket in
+// the sandbox's state directory (no engine call, no runbox-full); once the
+// container is stopped (nothing listens on the socket) it hands the exec to
+// runbox-full, whose message and status are what runbox-full alone gives.
+func TestFrontDockerExec(t *testing.T) {
+	setHome(t)
+	engine := dockerNeeded(t)
+	t.Setenv("DOCKER_HOST", engine)
+	image := os.Getenv("RUNBOX_TEST_IMAGE")
+	if image == "" {
+		image = "runbox-test:busybox"
+	}
+	id := up(t, "--provider", "docker", "--image", image, "--name", "dfront")
+	t.Cleanup(func() { rb(t, "rm", "-f", id) })
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
+	for _, key := range []string{id, "dfront"} {
+		o := runBin(t, "exec", key, "--", "echo out; echo err >&2; exit 7")
+		if o.code != 7 || o.stdout != "out\n" || o.stderr != "err\n" {
+			t.Errorf("exec %s on docker: %+v; want exit 7, out, err", key, o)
+		}
+	}
+	if s := spied(t, log); s != "" {
+		t.Errorf("exec on a docker sandbox went to runbox-full (%q); want it run by runbox itself", s)
+	}
+	var ctr string
+	for _, sb := range lsJSON(t) {
+		if sb.ID == id {
+			ctr = sb.Detail["container"]
+		}
+	}
+	if ctr == "" {
+		t.Fatalf("no container for %s in runbox ls", id)
+	}
+	cmd := exec.Command("docker", "stop", "-t", "0", ctr)
+	cmd.Env = append(os.Environ(), "DOCKER_HOST="+engine)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docker stop: %v\n%s", err, out)
+	}
+	for _, key := range []string{id, "dfront"} {
+		full := rb(t, "exec", key, "--", "true")
+		o := runBin(t, "exec", key, "--", "true")
+		if o.code != 125 || o != full || !strings.Contains(o.stderr, "lost") {
+			t.Errorf("exec %s on a stopped docker sandbox: %+v; want runbox-full's %+v (125, lost)", key, o, full)
+		}
 	}
 }
 

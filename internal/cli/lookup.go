@@ -53,7 +53,10 @@ func (a *app) lookupAll(ctx context.Context, key string) []providerMatch {
 // can read a sandbox's record alone (byIDGetter: host, local), in turn: a
 // hit ends the lookup with no provider listed, no goroutine started and no
 // engine or cluster asked, and its probe's connection is returned for the
-// caller's client (nil otherwise; the caller owns it).
+// caller's client (nil otherwise; the caller owns it). Any other key is
+// first looked up as a name in the name index (names.go), which names the
+// one provider to ask; the lookup in every provider writes a missing or
+// stale entry back.
 func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runbox.Sandbox, net.Conn, error) {
 	if sandboxkey.ValidID(key) {
 		for _, p := range a.allProviders() {
@@ -66,7 +69,13 @@ func (a *app) findAcross(ctx context.Context, key string) (runbox.Provider, runb
 			}
 		}
 	}
+	if p, sb, conn, ok := a.findByIndex(ctx, key); ok {
+		return p, sb, conn, nil
+	}
 	p, sb, err := a.rankAcross(ctx, key)
+	if err == nil {
+		a.repairName(p, sb, key)
+	}
 	return p, sb, nil, err
 }
 

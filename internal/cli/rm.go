@@ -47,6 +47,7 @@ only removed with -f, since processes it started may have outlived it.`,
 					failed = true
 					continue
 				}
+				a.forgetName(t.sb)
 				fmt.Fprintln(a.stdout, t.sb.ID)
 			}
 			if failed {

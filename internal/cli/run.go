@@ -39,10 +39,7 @@ string, several are an argv.`,
 				return fail("create", uf.name, "", err)
 			}
 			ctx := c.Context()
-			if err := a.checkNameFree(ctx, spec.Name); err != nil {
-				return fail("create", uf.name, "", err)
-			}
-			sb, err := p.Create(ctx, spec)
+			sb, err := a.create(ctx, p, spec)
 			if err != nil {
 				return fail("create", uf.name, "", err)
 			}
@@ -65,5 +62,7 @@ func (a *app) removeAfterRun(ctx context.Context, p runbox.Provider, sb runbox.S
 	defer cancel()
 	if err := p.Remove(ctx, sb, true); err != nil {
 		fmt.Fprintln(a.stderr, "runbox: "+oneLine(fail("remove", sb.ID, "", err).Error()))
+		return
 	}
+	a.forgetName(sb)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -28,10 +29,7 @@ or by the --name alias, which must be unique across every provider.`,
 			if err != nil {
 				return fail("create", f.name, "", err)
 			}
-			if err := a.checkNameFree(c.Context(), spec.Name); err != nil {
-				return fail("create", f.name, "", err)
-			}
-			sb, err := p.Create(c.Context(), spec)
+			sb, err := a.create(c.Context(), p, spec)
 			if err != nil {
 				return fail("create", f.name, "", err)
 			}
@@ -41,6 +39,33 @@ or by the --name alias, which must be unique across every provider.`,
 	}
 	f.add(c.Flags(), a.env.Provider)
 	return c
+}
+
+// create makes the sandbox spec asks for with p, its name (if any) claimed
+// in the name index first and unique across every provider, and recorded
+// in the index once the sandbox is made.
+func (a *app) create(ctx context.Context, p runbox.Provider, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
+	if _, remote := p.(*remoteProvider); remote {
+		if err := a.checkNameFree(ctx, spec.Name); err != nil {
+			return runbox.Sandbox{}, err
+		}
+		return p.Create(ctx, spec)
+	}
+	release, err := a.claimName(ctx, spec.Name)
+	if err != nil {
+		return runbox.Sandbox{}, err
+	}
+	if err := a.checkNameFree(ctx, spec.Name); err != nil {
+		release()
+		return runbox.Sandbox{}, err
+	}
+	sb, err := p.Create(ctx, spec)
+	if err != nil {
+		release()
+		return sb, err
+	}
+	a.recordName(p, sb)
+	return sb, nil
 }
 
 // upFlags are the flags up and run share.

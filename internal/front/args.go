@@ -12,14 +12,14 @@ import (
 // execArgs is an exec invocation the front runs itself.
 type execArgs struct {
 	flags   execcli.Flags
-	key     string   // the sandbox's id
+	key     string   // the sandbox's id or name, as given
 	command []string // COMMAND...
 }
 
 // parseExec reads exec's arguments (after "exec") as runbox-full's flag
 // parser does (flags up to COMMAND's first word, the rest the command's), and reports whether the front runs the invocation itself:
 // only flags execcli.Defs marks as the front's (a bool one only true), a
-// sandbox named by the form of an id, and a command. Anything else,
+// sandbox named by the form of an id or of a name, and a command. Anything else,
 // --help, an unknown flag or a bad value among them, is runbox-full's.
 func parseExec(args []string) (execArgs, bool) {
 	x := execArgs{flags: execcli.NewFlags()}
@@ -77,7 +77,7 @@ func parseExec(args []string) (execArgs, bool) {
 	if dash < 0 {
 		dash = min(1, len(operands))
 	}
-	if dash != 1 || len(operands) < 2 || !sandboxkey.ValidID(operands[0]) {
+	if dash != 1 || len(operands) < 2 || !sandboxkey.ValidID(operands[0]) && !sandboxkey.ValidName(operands[0]) {
 		return x, false
 	}
 	x.key, x.command = operands[0], operands[1:]

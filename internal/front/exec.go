@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -17,7 +16,6 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/execcli"
 	"github.com/runbox/runbox/internal/execwire"
-	"github.com/runbox/runbox/internal/procrecord"
 )
 
 // Timing as the Go client has it (client/client.go): the exec's deadline
@@ -41,19 +39,6 @@ func (x *execArgs) run(args []string) int {
 	if x.flags.Check() != nil {
 		return handOver(args, nil) // runbox-full says what is wrong
 	}
-	home, err := procrecord.Home()
-	if err != nil {
-		return handOver(args, nil)
-	}
-	dir, err := procrecord.SandboxesDir(home)
-	if err != nil {
-		return handOver(args, nil)
-	}
-	sbDir := filepath.Join(dir, x.key)
-	rec, err := procrecord.Read(sbDir)
-	if err != nil || rec.ID != x.key || rec.Provider != procrecord.HostProvider && rec.Provider != procrecord.LocalProvider {
-		return handOver(args, nil) // not a sandbox the front reaches
-	}
 	spec := x.flags.Spec(x.command)
 	spec.CancelOnDisconnect = true // --cancel-on-exit, the only value the front takes
 	if !x.flags.JSON {
@@ -67,16 +52,17 @@ func (x *execArgs) run(args []string) int {
 	if !utf8.ValidString(spec.ID) || !utf8.ValidString(spec.Session) || spec.CheckInput() != nil {
 		return handOver(args, nil) // refused before sending, by runbox-full
 	}
-	conn := procrecord.AliveConn(context.Background(), rec, sbDir)
-	if conn == nil {
-		return handOver(args, nil) // runbox-full says the sandbox is lost
+	r, ok := resolve(x.key)
+	if !ok {
+		return handOver(args, nil) // not a sandbox the front reaches
 	}
+	conn := r.conn
 	// From here the Run may reach runboxd: a handover names the exec.
 	withID := []string{"--id", spec.ID}
 	if x.flags.ID != "" {
 		withID = nil // the invocation names it already
 	}
-	e := &execRun{x: x, spec: spec, dial: procrecord.Dialer(rec.Socket, sbDir)}
+	e := &execRun{x: x, spec: spec, dial: r.dial}
 	res, started, err := e.follow(conn)
 	conn.Close()
 	switch {
@@ -100,7 +86,7 @@ func (x *execArgs) run(args []string) int {
 		}
 	} else {
 		execcli.ReportStop(os.Stderr, res, x.flags.Timeout, x.flags.Idle)
-		execcli.ReportLeftovers(os.Stderr, res, x.key)
+		execcli.ReportLeftovers(os.Stderr, res, r.id)
 	}
 	return execcli.ExitStatus(res)
 }

@@ -6,8 +6,10 @@
 // Go runs every linked package's init before main, and start-up grows
 // with the binary, so the front links no command-line framework, no HTTP
 // stack, no protobuf runtime and no provider: it runs `runbox version` and
-// `runbox exec [flags] ID -- COMMAND...` on a host or local sandbox named
-// by its exact id, with the flags package execcli marks as the front's,
+// `runbox exec [flags] SANDBOX -- COMMAND...` on a host, local or docker
+// sandbox whose runboxd listens on a socket on this machine, named by its
+// exact id or by a name the home's name index gives (package
+// sandboxnames; see resolve), with the flags package execcli marks as the front's,
 // speaking runboxd's Run and Cancel calls itself (package execwire). It
 // follows the same rules as runbox-full (package execcli), so its output,
 // messages and exit status are runbox-full's.

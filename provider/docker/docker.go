@@ -14,6 +14,7 @@ import (
 	moby "github.com/moby/moby/client"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/dockerrecord"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/provider/host"
 )
@@ -25,20 +26,20 @@ const ProviderName = "docker"
 // Provider reach runboxd through `docker exec runboxd proxy` even when the
 // engine is local (for a unix-socket DOCKER_HOST whose engine does not share
 // this machine's filesystem).
-const StreamEnv = "RUNBOX_DOCKER_STREAM"
+const StreamEnv = dockerrecord.StreamEnv
 
 // Labels on runbox's containers.
 const (
-	LabelSandbox = "runbox.sandbox"
-	LabelName    = "runbox.name"
+	LabelSandbox = dockerrecord.LabelSandbox
+	LabelName    = dockerrecord.LabelName
 	LabelSpec    = "runbox.spec"
 	LabelCreated = "runbox.created"
 	LabelStream  = "runbox.stream"
-	LabelSocket  = "runbox.socket"
+	LabelSocket  = dockerrecord.LabelSocket
 	// LabelSecret holds the sandbox's secret (hex), which every connection
 	// to its runboxd starts with; runboxd is given only its hash. See
 	// auth.go for why a label.
-	LabelSecret = "runbox.secret"
+	LabelSecret = dockerrecord.LabelSecret
 )
 
 // Stream kinds, the values of LabelStream.

@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/api/types/container"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/dockerrecord"
 )
 
 // specLabel is the spec as recorded in LabelSpec.
@@ -51,18 +52,7 @@ func (c ctr) created() time.Time {
 // directory in, derived from its socket label and checked to have the
 // $HOME/docker/<id>/run/runboxd.sock shape (so a foreign label never points
 // Remove at another directory), or "".
-func (c ctr) stateDir() string {
-	sock := c.Labels[LabelSocket]
-	if sock == "" || !filepath.IsAbs(sock) {
-		return ""
-	}
-	dir := filepath.Dir(filepath.Dir(sock))
-	if filepath.Base(sock) != "runboxd.sock" || filepath.Base(filepath.Dir(sock)) != "run" ||
-		filepath.Base(dir) != c.Labels[LabelSandbox] || filepath.Base(filepath.Dir(dir)) != "docker" {
-		return ""
-	}
-	return dir
-}
+func (c ctr) stateDir() string { return dockerrecord.StateDir(c.Labels) }
 
 // toSandbox describes c.
 func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
@@ -127,7 +117,7 @@ func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
 // containerFile, in a socket-stream sandbox's state directory, describes
 // its container as the engine did at creation, so a process on this
 // machine (a `runbox exec`) reaches the sandbox without asking the engine.
-const containerFile = "container.json"
+const containerFile = dockerrecord.ContainerFile
 
 // save writes c to dir's containerFile.
 func (c ctr) save(dir string) error {

@@ -51,10 +51,10 @@ func createSecret(ctx context.Context, api *kubeAPI, id string, pod *corev1.Pod,
 		Data: map[string][]byte{secretKey: secret},
 	}
 	return call(ctx, "create secret "+api.namespace+"/"+s.Name, func(ctx context.Context) error {
-		_, err := api.cs.CoreV1().Secrets(api.namespace).Create(ctx, s, metav1.CreateOptions{})
+		_, err := api.secrets.Create(ctx, s, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			// An earlier attempt that timed out may have made it.
-			got, gerr := api.cs.CoreV1().Secrets(api.namespace).Get(ctx, s.Name, metav1.GetOptions{})
+			got, gerr := api.secrets.Get(ctx, s.Name, metav1.GetOptions{})
 			if gerr == nil && ownedBy(got, pod.UID) && string(got.Data[secretKey]) == string(secret) {
 				return nil
 			}
@@ -69,7 +69,7 @@ func readSecret(ctx context.Context, api *kubeAPI, name string, uid types.UID) (
 	var s *corev1.Secret
 	err := call(ctx, "get secret "+api.namespace+"/"+name, func(ctx context.Context) error {
 		var err error
-		s, err = api.cs.CoreV1().Secrets(api.namespace).Get(ctx, name, metav1.GetOptions{})
+		s, err = api.secrets.Get(ctx, name, metav1.GetOptions{})
 		return err
 	})
 	switch {

@@ -143,11 +143,11 @@ func createPod(ctx context.Context, api *kubeAPI, pod *corev1.Pod) (*corev1.Pod,
 	var created *corev1.Pod
 	err := call(ctx, "create pod "+api.namespace+"/"+pod.Name, func(ctx context.Context) error {
 		var err error
-		created, err = api.cs.CoreV1().Pods(api.namespace).Create(ctx, pod, metav1.CreateOptions{})
+		created, err = api.pods.Create(ctx, pod, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			// The name holds the sandbox's random id: a pod of that name
 			// with its label is this call's own.
-			got, gerr := api.cs.CoreV1().Pods(api.namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			got, gerr := api.pods.Get(ctx, pod.Name, metav1.GetOptions{})
 			if gerr == nil && got.Labels[LabelSandbox] == pod.Labels[LabelSandbox] &&
 				got.Annotations[AnnotationSpec] == pod.Annotations[AnnotationSpec] {
 				created = got

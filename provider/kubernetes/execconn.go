@@ -12,7 +12,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 )
 
@@ -50,12 +49,12 @@ type execConn struct {
 // workload container. explain, called once when the stream fails, may turn
 // the failure into runbox.ErrSandboxLost naming the pod's state.
 func dialExec(api *kubeAPI, namespace, pod, socket string, explain func(error) error) (*execConn, error) {
-	req := api.cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+	req := api.rest.Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: containerName,
 			Command:   []string{podRunboxd, "proxy", "--socket", socket},
 			Stdin:     true, Stdout: true, Stderr: true,
-		}, scheme.ParameterCodec)
+		}, api.params)
 	ws, err := remotecommand.NewWebSocketExecutor(api.cfg, "GET", req.URL().String())
 	if err != nil {
 		return nil, fmt.Errorf("exec stream to pod %s/%s: %w", namespace, pod, err)

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	utilnet "k8s.io/apimachinery/pkg/util/net"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -158,8 +157,8 @@ var _ runbox.Provider = (*Provider)(nil)
 type kubeAPI struct {
 	cfg       *rest.Config
 	hc        *http.Client
-	cs        kubernetes.Interface
 	namespace string
+	*coreAPI  // in namespace
 }
 
 // Name returns "kubernetes".
@@ -207,11 +206,11 @@ func (p *Provider) client() (*kubeAPI, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubernetes client: %v", runbox.ErrProviderUnavailable, err)
 	}
-	cs, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	core, err := newCoreAPI(cfg, hc, ns)
 	if err != nil {
 		return nil, fmt.Errorf("%w: kubernetes client: %v", runbox.ErrProviderUnavailable, err)
 	}
-	p.api = &kubeAPI{cfg: cfg, hc: hc, cs: cs, namespace: ns}
+	p.api = &kubeAPI{cfg: cfg, hc: hc, namespace: ns, coreAPI: core}
 	return p.api, nil
 }
 

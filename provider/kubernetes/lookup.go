@@ -84,7 +84,7 @@ func listPods(ctx context.Context, api *kubeAPI, id string) ([]corev1.Pod, error
 	var list *corev1.PodList
 	err := call(ctx, "list pods in namespace "+api.namespace, func(ctx context.Context) error {
 		var err error
-		list, err = api.cs.CoreV1().Pods(api.namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		list, err = api.pods.List(ctx, metav1.ListOptions{LabelSelector: sel})
 		return err
 	})
 	if err != nil {
@@ -110,7 +110,7 @@ func getPod(ctx context.Context, api *kubeAPI, name string) (*corev1.Pod, error)
 	var pod *corev1.Pod
 	err := call(ctx, "get pod "+api.namespace+"/"+name, func(ctx context.Context) error {
 		var err error
-		pod, err = api.cs.CoreV1().Pods(api.namespace).Get(ctx, name, metav1.GetOptions{})
+		pod, err = api.pods.Get(ctx, name, metav1.GetOptions{})
 		return err
 	})
 	if apierrors.IsNotFound(err) {

@@ -50,7 +50,7 @@ func watchPod(ctx, base context.Context, api *kubeAPI, name string) (*podWatch, 
 		wctx, cancel := context.WithCancel(base)
 		// Only starting the watch is bounded by the attempt's timeout.
 		t := time.AfterFunc(time.Until(deadlineOf(actx)), cancel)
-		w, err := api.cs.CoreV1().Pods(api.namespace).Watch(wctx, metav1.ListOptions{
+		w, err := api.pods.Watch(wctx, metav1.ListOptions{
 			FieldSelector:   "metadata.name=" + name,
 			ResourceVersion: pod.ResourceVersion,
 		})

@@ -107,7 +107,7 @@ func deletePod(ctx context.Context, api *kubeAPI, name, uid string, grace int64)
 		opts.Preconditions = &metav1.Preconditions{UID: new(types.UID(uid))}
 	}
 	err := call(ctx, "delete pod "+api.namespace+"/"+name, func(ctx context.Context) error {
-		err := api.cs.CoreV1().Pods(api.namespace).Delete(ctx, name, opts)
+		err := api.pods.Delete(ctx, name, opts)
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) { // gone, or another pod now
 			return nil
 		}
@@ -122,7 +122,7 @@ func deletePod(ctx context.Context, api *kubeAPI, name, uid string, grace int64)
 func deleteSecret(ctx context.Context, api *kubeAPI, id string) error {
 	name := secretName(id)
 	return call(ctx, "delete secret "+api.namespace+"/"+name, func(ctx context.Context) error {
-		s, err := api.cs.CoreV1().Secrets(api.namespace).Get(ctx, name, metav1.GetOptions{})
+		s, err := api.secrets.Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -132,7 +132,7 @@ func deleteSecret(ctx context.Context, api *kubeAPI, id string) error {
 		if s.Labels[LabelSandbox] != id {
 			return nil // not runbox's
 		}
-		err = api.cs.CoreV1().Secrets(api.namespace).Delete(ctx, name, metav1.DeleteOptions{
+		err = api.secrets.Delete(ctx, name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &s.UID},
 		})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {

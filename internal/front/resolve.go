@@ -1,0 +1,100 @@
+package front
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/dockerrecord"
+	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/sandboxkey"
+	"github.com/runbox/runbox/internal/sandboxnames"
+)
+
+// reach is a sandbox the front reaches itself: its id, a connection to
+// its runboxd already authenticated, and how to dial another.
+type reach struct {
+	id   string
+	conn net.Conn
+	dial runbox.Dialer
+}
+
+// resolve finds the sandbox key names, when the front can reach it
+// itself: a host, local or docker sandbox with a socket on this machine,
+// named by its exact id or by a name the name index (package
+// sandboxnames) gives, whose record still has that name, and whose
+// runboxd accepts a connection with its secret. Anything else (an id
+// prefix, a name the index lacks or that now names nothing, another
+// provider, a sandbox whose runboxd does not answer) is runbox-full's,
+// whose full lookup reports it in its own words.
+func resolve(key string) (reach, bool) {
+	home, err := procrecord.Home()
+	if err != nil {
+		return reach{}, false
+	}
+	if home, err = filepath.Abs(home); err != nil {
+		return reach{}, false
+	}
+	id, name, provider := key, "", ""
+	if !sandboxkey.ValidID(key) {
+		e, err := sandboxnames.At(home).Lookup(key)
+		if err != nil || e.Pending() || !sandboxkey.ValidID(e.ID) {
+			return reach{}, false
+		}
+		id, name, provider = e.ID, key, e.Provider
+	}
+	switch provider {
+	case "", procrecord.HostProvider, procrecord.LocalProvider:
+		if r, ok := reachProc(home, id, name); ok || provider != "" {
+			return r, ok
+		}
+	}
+	switch provider {
+	case "", "docker":
+		return reachDocker(home, id, name)
+	}
+	return reach{}, false
+}
+
+// reachProc reaches a host or local sandbox from its record.
+func reachProc(home, id, name string) (reach, bool) {
+	sbDir := filepath.Join(home, "sandboxes", id)
+	rec, err := procrecord.Read(sbDir)
+	if err != nil || rec.ID != id || rec.Name != name && name != "" ||
+		rec.Provider != procrecord.HostProvider && rec.Provider != procrecord.LocalProvider {
+		return reach{}, false
+	}
+	conn := procrecord.AliveConn(context.Background(), rec, sbDir)
+	if conn == nil {
+		return reach{}, false // runbox-full says the sandbox is lost
+	}
+	return reach{id: id, conn: conn, dial: procrecord.Dialer(rec.Socket, sbDir)}, true
+}
+
+// reachDocker reaches a docker sandbox through the socket its runboxd
+// listens on in the sandbox's state directory (bind-mounted from the
+// host), as the docker provider does for a sandbox this machine made,
+// without asking the engine. A socket nothing accepts on (the container
+// stopped, or is gone) is runbox-full's, which asks the engine why.
+func reachDocker(home, id, name string) (reach, bool) {
+	if os.Getenv(dockerrecord.StreamEnv) == "exec" {
+		return reach{}, false
+	}
+	c, err := dockerrecord.Read(home, id)
+	if err != nil || name != "" && c.Labels[dockerrecord.LabelName] != name {
+		return reach{}, false
+	}
+	dial, ok := c.Dialer()
+	if !ok {
+		return reach{}, false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), procrecord.AliveTimeout)
+	defer cancel()
+	conn, err := dial(ctx)
+	if err != nil {
+		return reach{}, false
+	}
+	return reach{id: id, conn: conn, dial: dial}, true
+}
