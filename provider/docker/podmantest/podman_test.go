@@ -225,7 +225,7 @@ func notPodman(host string) string {
 // result is a child test's outcome as go test -v prints it, header the
 // line its log lines follow.
 var (
-	result = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+) \(`)
+	result = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (\S+) \(([0-9.]+s)\)`)
 	header = regexp.MustCompile(`^=== (?:RUN|CONT|NAME)\s+(\S+)`)
 )
 
@@ -262,14 +262,14 @@ func runChild(t *testing.T, testBin string, cred *syscall.Credential, env []stri
 	// With -test.v a test's log lines follow a "=== RUN/CONT/NAME name"
 	// header or its "--- STATUS: name" line, indented.
 	var order []string
-	status, logs := map[string]string{}, map[string][]string{}
+	status, took, logs := map[string]string{}, map[string]string{}, map[string][]string{}
 	cur := ""
 	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		line := sc.Text()
 		if m := result.FindStringSubmatch(line); m != nil {
-			status[m[2]] = m[1]
+			status[m[2]], took[m[2]] = m[1], m[3]
 			order = append(order, m[2])
 			cur = m[2]
 			continue
@@ -284,12 +284,15 @@ func runChild(t *testing.T, testBin string, cred *syscall.Credential, env []stri
 	}
 	for _, name := range order {
 		t.Run(name, func(t *testing.T) {
-			msg := strings.Join(logs[name], "\n")
+			// The child's time: this subtest only reports it.
+			msg := strings.Join(append(logs[name], "(took "+took[name]+" in the child)"), "\n")
 			switch status[name] {
 			case "FAIL":
 				t.Error(msg)
 			case "SKIP":
 				t.Skip(msg)
+			default:
+				t.Log("took " + took[name] + " in the child")
 			}
 		})
 	}
