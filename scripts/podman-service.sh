@@ -25,6 +25,10 @@
 # setrlimit) where root lacks CAP_SYS_RESOURCE.
 #
 # Usage: scripts/podman-service.sh start|stop|env   (run as root)
+#   start may run again: it first does what stop does.
+#   stop removes both services' containers (they are these tests' only),
+#   stops the services and the rootless user's pause process, each by the
+#   PID recorded for it; nothing else is touched. CI runs it at exit.
 #   env prints the variables the tests read (eval it):
 #   RUNBOX_PODMAN_ROOTFUL_HOST, RUNBOX_PODMAN_ROOTLESS_USER, and
 #   RUNBOX_PODMAN_IMAGE_CLI.
@@ -65,11 +69,50 @@ image_cli() {
 	echo "podman --remote --url unix://$dir/root.sock;podman --remote --url unix:///run/user/$(id -u "$user")/podman/podman.sock"
 }
 
+# is_podman PID reports whether PID is a live podman process (not a
+# process that took over a recorded PID since).
+is_podman() {
+	[ -n "$1" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q '^\(/usr/bin/\)\?podman'
+}
+
+# stop_pid FILE stops the podman process whose PID FILE records, waiting
+# up to 10 s for it to end before it kills it, and removes FILE.
 stop_pid() {
-	local f=$1
+	local f=$1 p
 	[ -f "$f" ] || return 0
-	kill "$(cat "$f")" 2>/dev/null || true
+	p=$(cat "$f")
+	if is_podman "$p"; then
+		kill "$p" 2>/dev/null || true
+		for _ in $(seq 40); do
+			is_podman "$p" || break
+			sleep 0.25
+		done
+		! is_podman "$p" || kill -9 "$p" 2>/dev/null || true
+	fi
 	rm -f "$f"
+}
+
+# do_stop removes every container of both services (they serve these
+# tests only; a test binary killed by its timeout leaves its sandboxes),
+# stops the services, and ends the rootless user's pause process (which
+# holds its user namespace), each by the PID recorded for it.
+do_stop() {
+	local uid="" url
+	if id "$user" >/dev/null 2>&1; then uid=$(id -u "$user"); fi
+	for url in "unix://$dir/root.sock" ${uid:+"unix:///run/user/$uid/podman/podman.sock"}; do
+		[ -S "${url#unix://}" ] || continue
+		timeout 120 podman --remote --url "$url" rm --all --force --time 0 >/dev/null 2>&1 || true
+	done
+	stop_pid "$dir/root.pid"
+	stop_pid "$dir/user.pid"
+	if [ -n "$uid" ] && [ -f "/run/user/$uid/libpod/tmp/pause.pid" ]; then
+		local p
+		p=$(cat "/run/user/$uid/libpod/tmp/pause.pid")
+		if is_podman "$p" && [ "$(stat -c %u "/proc/$p")" = "$uid" ]; then
+			kill "$p" 2>/dev/null || true
+		fi
+		rm -f "/run/user/$uid/libpod/tmp/pause.pid"
+	fi
 }
 
 case ${1:-} in
@@ -112,14 +155,15 @@ start)
 	install -d -m 0700 -o "$user" -g "$(id -g "$user")" "/run/user/$uid"
 	install -d -m 0700 -o "$user" -g "$(id -g "$user")" "/run/user/$uid/podman"
 
-	stop_pid "$dir/root.pid"
+	# Idempotent: what an earlier start left (services, containers) goes
+	# first.
+	do_stop
 	(
 		cd /
 		CONTAINERS_CONF="$dir/containers.conf" CONTAINERS_STORAGE_CONF="$dir/storage.conf" \
 			podman system service --time=0 "unix://$dir/root.sock" </dev/null >"$dir/root.log" 2>&1 &
 		echo $! >"$dir/root.pid"
 	)
-	stop_pid "$dir/user.pid"
 	set_userenv
 	"${userenv[@]}" podman system service --time=0 "unix:///run/user/$uid/podman/podman.sock" </dev/null >"$dir/user.log" 2>&1 &
 	echo $! >"$dir/user.pid"
@@ -136,8 +180,7 @@ start)
 	fi
 	;;
 stop)
-	stop_pid "$dir/root.pid"
-	stop_pid "$dir/user.pid"
+	do_stop
 	;;
 env)
 	echo "export RUNBOX_PODMAN_ROOTFUL_HOST=unix://$dir/root.sock"

@@ -213,7 +213,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		// the creating user's) keeping out all but that user.
 		entrypoint = append(entrypoint, "--socket-mode", "0666")
 	}
-	noInit := false
+	noInit, stopGrace := false, stopGraceSeconds
 	view, err := viewFor(ctx, cli, eng, spec.Image)
 	if err != nil {
 		if stateDir != "" {
@@ -258,7 +258,8 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		// runboxd as PID 1 stops every exec with the stop protocol on
 		// SIGRTMIN+3 (not SIGTERM, which its commands could send it with
 		// `kill 1`), whatever STOPSIGNAL the image asks for.
-		StopSignal: "SIGRTMIN+3",
+		StopSignal:  "SIGRTMIN+3",
+		StopTimeout: &stopGrace,
 	}
 	if workdir != "" {
 		cfg.WorkingDir = ctrWorkspace

@@ -74,6 +74,15 @@ const (
 	// exitTimeout is how long Remove waits for the container to stop after
 	// the Shutdown RPC before it kills it.
 	exitTimeout = 10 * time.Second
+	// stopGraceSeconds is the container's own stop timeout: how long
+	// `docker stop` (or `podman stop`) without -t waits after the stop
+	// signal, while runboxd stops every exec with the stop protocol (each
+	// with its grace, DefaultGrace by default), before it kills the
+	// container. Docker's default is 10 s; Podman's compatible create
+	// records 0 when the request names none, so its `docker stop` killed
+	// the container at once and no exec's TERM trap ran: it is set
+	// explicitly, to Docker's 10, for both engines.
+	stopGraceSeconds = 10
 	// pollInterval is how often Create looks for runboxd.
 	pollInterval = 20 * time.Millisecond
 	// logTailLines is how much of the container's log an error quotes.

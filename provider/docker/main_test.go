@@ -27,6 +27,10 @@ var (
 	toolsImage = envOr("RUNBOX_TEST_IMAGE_TOOLS", "runbox-test:tools")
 )
 
+// podmanChildEnv marks this test binary run against Podman by
+// provider/docker/podmantest (TestPodman), which sets it to 1.
+const podmanChildEnv = "RUNBOX_PODMAN_CHILD"
+
 // dockerEngine says whether a usable Docker engine answers here;
 // RUNBOX_REQUIRE_DOCKER=1 (CI) makes "none does" a failure.
 var dockerEngine *providertest.Requirement
