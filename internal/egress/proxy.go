@@ -57,9 +57,10 @@ const (
 // the sandbox's loopback, and the EgressService the host side calls to
 // take their connections. It never dials anything itself.
 type Proxy struct {
-	log     *slog.Logger
-	offered chan *pending // connections for Listen to hand out
-	nextID  atomic.Uint64
+	log      *slog.Logger
+	hostWait time.Duration // hostSideWait; shorter in tests
+	offered  chan *pending // connections for Listen to hand out
+	nextID   atomic.Uint64
 
 	mu      sync.Mutex
 	waiting map[uint64]*pending // offered, not yet carried
@@ -93,7 +94,7 @@ func NewProxy(log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{log: log, offered: make(chan *pending), waiting: map[uint64]*pending{}, closed: make(chan struct{})}
+	return &Proxy{log: log, hostWait: hostSideWait, offered: make(chan *pending), waiting: map[uint64]*pending{}, closed: make(chan struct{})}
 }
 
 // Handler returns the EgressService's path and handler.
@@ -140,7 +141,7 @@ func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 	p.mu.Lock()
 	p.waiting[pc.id] = pc
 	p.mu.Unlock()
-	timer := time.NewTimer(hostSideWait)
+	timer := time.NewTimer(p.hostWait)
 	defer timer.Stop()
 	select {
 	case p.offered <- pc:
