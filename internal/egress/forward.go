@@ -151,40 +151,12 @@ func ForwardConn(ctx context.Context, c runboxv1connect.ForwardServiceClient, po
 	if _, err := stream.Receive(); err != nil { // the port answered, or not
 		return fmt.Errorf("forward to port %d: %w", port, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, chunk)
-		for {
-			n, err := conn.Read(buf)
-			if n > 0 {
-				if serr := stream.Send(&runboxv1.ForwardRequest{Data: buf[:n]}); serr != nil {
-					conn.Close()
-					return
-				}
-			}
-			if err != nil {
-				stream.CloseRequest()
-				return
-			}
-		}
-	}()
-	for {
-		resp, err := stream.Receive()
-		if err != nil {
-			conn.Close()
-			break
-		}
-		if len(resp.GetData()) > 0 {
-			if _, err := conn.Write(resp.GetData()); err != nil {
-				conn.Close()
-				break
-			}
-		}
-		if resp.GetCloseWrite() {
-			closeWrite(conn)
-		}
-	}
-	<-done
+	spliceStream(conn,
+		func(b []byte) error { return stream.Send(&runboxv1.ForwardRequest{Data: b}) },
+		stream.CloseRequest,
+		func() ([]byte, bool, error) {
+			resp, err := stream.Receive()
+			return resp.GetData(), resp.GetCloseWrite(), err
+		})
 	return nil
 }

@@ -122,42 +122,13 @@ func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient,
 	}
 	defer remote.Close()
 	log.Debug("egress carrying", "remote", remote.RemoteAddr().String())
-	done := make(chan struct{})
-	go func() {
-		// The remote's bytes to the command.
-		defer close(done)
-		buf := make([]byte, chunk)
-		for {
-			n, err := remote.Read(buf)
-			if n > 0 {
-				if serr := stream.Send(&runboxv1.EgressCarryRequest{Data: buf[:n]}); serr != nil {
-					remote.Close()
-					return
-				}
-			}
-			if err != nil {
-				stream.CloseRequest()
-				return
-			}
-		}
-	}()
-	for {
-		resp, err := stream.Receive()
-		if err != nil {
-			remote.Close() // the command's side is gone
-			break
-		}
-		if len(resp.GetData()) > 0 {
-			if _, err := remote.Write(resp.GetData()); err != nil {
-				remote.Close()
-				break
-			}
-		}
-		if resp.GetCloseWrite() {
-			closeWrite(remote)
-		}
-	}
-	<-done
+	spliceStream(remote,
+		func(b []byte) error { return stream.Send(&runboxv1.EgressCarryRequest{Data: b}) },
+		stream.CloseRequest,
+		func() ([]byte, bool, error) {
+			resp, err := stream.Receive()
+			return resp.GetData(), resp.GetCloseWrite(), err
+		})
 }
 
 // open applies the policy and dials; it returns the connection, or the

@@ -159,14 +159,6 @@ func (p *procTracker) freeze(on bool) error {
 	if on {
 		sig = syscall.SIGSTOP
 	}
-	signalled := make(map[int]struct{})
-	quiet := 0
-	for range 50 {
-		if signalPids(p.pids(), sig, signalled) > 0 {
-			quiet = 0
-		} else if quiet++; quiet == 2 {
-			break
-		}
-	}
+	p.signalUntilQuiet(sig)
 	return nil
 }

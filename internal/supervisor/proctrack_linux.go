@@ -327,19 +327,25 @@ func (p *procTracker) pidsWith(members func() []int) []int {
 // forked between a scan and the signals are caught by the next scan; two
 // scans in a row with nothing new end each phase.
 func (p *procTracker) killAll() {
-	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGKILL} {
-		signalled := make(map[int]struct{})
-		quiet := 0
-		for range 50 {
-			if signalPids(p.pids(), sig, signalled) > 0 {
-				quiet = 0
-			} else if quiet++; quiet == 2 {
-				break
-			}
-		}
-	}
+	p.signalUntilQuiet(syscall.SIGSTOP)
+	p.signalUntilQuiet(syscall.SIGKILL)
 }
 
 func (p *procTracker) empty() bool { return len(p.pids()) == 0 }
 
 func (p *procTracker) release() {}
+
+// signalUntilQuiet sends sig to every process the tracker finds, scan
+// after scan (at most 50), each process once, until two scans in a row
+// find none it has not signalled.
+func (p *procTracker) signalUntilQuiet(sig syscall.Signal) {
+	signalled := make(map[int]struct{})
+	quiet := 0
+	for range 50 {
+		if signalPids(p.pids(), sig, signalled) > 0 {
+			quiet = 0
+		} else if quiet++; quiet == 2 {
+			return
+		}
+	}
+}
