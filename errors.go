@@ -77,6 +77,10 @@ var (
 	// same id with the same spec attaches to the exec instead of running it
 	// again, and the same id with another spec is refused.
 	ErrExecIDConflict = errors.New("exec id already in use by a different spec")
+	// ErrNameInUse means another sandbox already has the requested name
+	// (names are unique per runbox home, across providers, and per tenant
+	// of runbox serve). runbox serve answers it as already_exists.
+	ErrNameInUse = errors.New("sandbox name already in use")
 	// ErrQuotaExceeded means a tenant of runbox serve has used up one of
 	// its quotas (sandboxes, concurrent execs); the message names the limit.
 	ErrQuotaExceeded = errors.New("quota exceeded")

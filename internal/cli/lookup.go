@@ -158,8 +158,8 @@ func (a *app) checkNameFree(ctx context.Context, name string) error {
 		}
 	}
 	if len(taken) > 0 {
-		return fmt.Errorf("--name %q is taken: %s has it (names are unique across providers; runbox rm it, or pick another)",
-			name, candidates(taken))
+		return fmt.Errorf("--name %q is taken: %s has it (names are unique across providers; runbox rm it, or pick another): %w",
+			name, candidates(taken), runbox.ErrNameInUse)
 	}
 	return nil
 }

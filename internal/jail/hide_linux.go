@@ -63,14 +63,18 @@ func hideHost(cfg Config, root string) error {
 
 // mountWorkspace puts the workspace at WorkspacePath: the id-mapped tree
 // the provider sent (attached with move_mount), else a bind of
-// cfg.Workspace. Neither honours setuid bits or device files.
+// cfg.Workspace (through the handle Enter opened first, if any). Neither honours setuid bits or device files.
 func mountWorkspace(cfg Config, root string) error {
 	if cfg.Workspace == "" {
 		return nil
 	}
 	dst := filepath.Join(root, WorkspacePath)
 	if cfg.WorkspaceTreeFD <= 0 {
-		if err := bind(cfg.Workspace, dst, 0); err != nil {
+		src := cfg.Workspace
+		if cfg.workspaceFD > 0 {
+			src = fmt.Sprintf("/proc/self/fd/%d", cfg.workspaceFD)
+		}
+		if err := bind(src, dst, 0); err != nil {
 			return fmt.Errorf("jail: workspace: %w", err)
 		}
 		if err := unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {

@@ -58,6 +58,9 @@ type Config struct {
 	// WorkspaceTreeFD is that mount's descriptor in this process, once
 	// received (never part of the JSON).
 	WorkspaceTreeFD int `json:"-"`
+	// workspaceFD, set by Enter, is an O_PATH handle of Workspace opened
+	// before Scratch is covered; a plain bind of the workspace uses it.
+	workspaceFD int
 	// Socket is the host path of runboxd's unix socket.
 	Socket string `json:"socket"`
 	// ListenerFD, when not 0, is an inherited descriptor of the API socket

@@ -40,6 +40,17 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 		return nil, fmt.Errorf("jail: make mounts private: %w", err)
 	}
 	root := cfg.Merged
+	// The workspace is opened by its host path before attachTrees covers
+	// Scratch (/tmp) with a tmpfs: a workspace under the host's /tmp
+	// (--host-root with a disk bound) stays reachable through this handle.
+	if cfg.Workspace != "" && cfg.WorkspaceTreeFD <= 0 {
+		fd, err := unix.Open(cfg.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("jail: workspace %s: %w", cfg.Workspace, err)
+		}
+		defer unix.Close(fd)
+		cfg.workspaceFD = fd
+	}
 	if err := attachTrees(&cfg); err != nil {
 		return nil, err
 	}

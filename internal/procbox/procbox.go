@@ -67,7 +67,7 @@ const (
 const maxSocketPath = 107
 
 // ErrNameInUse means another sandbox already has the requested name.
-var ErrNameInUse = errors.New("sandbox name already in use")
+var ErrNameInUse = runbox.ErrNameInUse
 
 // ErrSharedWorkdir means a workdir is a directory other users or services
 // can write into (sticky like /tmp, world-writable, or group-writable by a

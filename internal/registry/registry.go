@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/runbox/runbox"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 )
 
@@ -23,7 +24,7 @@ var (
 	// ErrNotFound means no row has the given key.
 	ErrNotFound = errors.New("not found")
 	// ErrNameTaken means a tenant already has a sandbox by that name.
-	ErrNameTaken = errors.New("name already in use")
+	ErrNameTaken = runbox.ErrNameInUse
 )
 
 // maxConns bounds the store's connections (SQLite serialises writers;

@@ -62,7 +62,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		} else {
 			for _, o := range taken {
 				if o.Labels[LabelName] == spec.Name || o.Labels[LabelSandbox] == spec.Name {
-					return fail(fmt.Errorf("%w: the name %q is taken by sandbox %s (pod %s)", runbox.ErrInvalidSpec, spec.Name, o.Labels[LabelSandbox], o.Name))
+					return fail(fmt.Errorf("the name %q is taken by sandbox %s (pod %s): %w", spec.Name, o.Labels[LabelSandbox], o.Name, runbox.ErrNameInUse))
 				}
 			}
 		}

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -216,6 +218,7 @@ func TestHostSecretsHidden(t *testing.T) {
 	}
 	m := "secret" + strconv.Itoa(rand.IntN(1e9))
 	var planted []string
+	listeners := plantSockets(t)
 	for _, dir := range []string{"/root", "/home", "/run"} {
 		if _, err := os.Stat(dir); err != nil {
 			continue
@@ -254,15 +257,105 @@ func TestHostSecretsHidden(t *testing.T) {
 			t.Errorf("the host key %s reads %s bytes in the sandbox, want none", k, strings.TrimSpace(got))
 		}
 	}
-	// No socket at all, and nothing under any runbox home.
-	found := run(t, c, `find / \( -path /proc -o -path /sys \) -prune -o -type s -print 2>/dev/null; true`)
-	if strings.TrimSpace(found) != "" {
-		t.Errorf("sockets in the sandbox's view:\n%s", found)
-	}
-	found = run(t, c, `find / \( -path /proc -o -path /sys \) -prune -o \( -name 'runboxd.sock' -o -name sandbox.json -o -name runboxd.log \) -print 2>/dev/null; true`)
+	// No host socket connects, wherever it is: every socket file in the
+	// sandbox's view is tried, the planted ones among them.
+	socketsDontConnect(t, c, listeners)
+	found := run(t, c, `find / \( -path /proc -o -path /sys \) -prune -o \( -name 'runboxd.sock' -o -name sandbox.json -o -name runboxd.log \) -print 2>/dev/null; true`)
 	if strings.TrimSpace(found) != "" {
 		t.Errorf("runbox state in the sandbox's view:\n%s", found)
 	}
+}
+
+// plantSockets listens on unix sockets that any host user may connect to
+// (mode 0777, in world-searchable directories): one in a fresh directory
+// at a random place under /var/tmp, one under the host's /tmp, one in
+// /run. Each accepts in the background and counts what connects.
+func plantSockets(t *testing.T) map[string]*atomic.Int32 {
+	t.Helper()
+	tag := "rbsock" + strconv.Itoa(rand.IntN(1e9))
+	var paths []string
+	for _, parent := range []string{"/var/tmp", os.TempDir(), "/run"} {
+		dir := filepath.Join(parent, tag, strconv.Itoa(rand.IntN(1e6)))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(parent, tag), 0o755)
+		t.Cleanup(func() { os.RemoveAll(filepath.Join(parent, tag)) })
+		paths = append(paths, filepath.Join(dir, "open.sock"))
+	}
+	accepted := map[string]*atomic.Int32{}
+	for _, p := range paths {
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		if err := os.Chmod(p, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		n := new(atomic.Int32)
+		accepted[p] = n
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				conn.Close()
+			}
+		}()
+	}
+	return accepted
+}
+
+// socketsDontConnect tries, from inside the sandbox, to connect to every
+// socket file in its view and to each planted path, and fails the test
+// for each that connects or that a planted listener saw.
+func socketsDontConnect(t *testing.T, c *client.Client, planted map[string]*atomic.Int32) {
+	t.Helper()
+	script := `import os, socket, sys
+paths = set(sys.argv[1:])
+for top, dirs, files in os.walk("/"):
+    if top in ("/proc", "/sys"):
+        dirs[:] = []
+        continue
+    for f in files:
+        p = os.path.join(top, f)
+        try:
+            if os.path.stat.S_ISSOCK(os.lstat(p).st_mode):
+                paths.add(p)
+        except OSError:
+            pass
+for p in sorted(paths):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(2)
+    try:
+        s.connect(p)
+        print("connected", p)
+    except OSError as e:
+        print("refused", p, e.errno)
+    finally:
+        s.close()
+`
+	cmd := "python3 -"
+	for p := range planted {
+		cmd += " " + p
+	}
+	out := run(t, c, cmd+" <<'PROBE'\n"+script+"PROBE\n")
+	tried := 0
+	for line := range strings.Lines(out) {
+		tried++
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "connected "); ok {
+			t.Errorf("a command in the sandbox connected to the host's socket %s", p)
+		}
+	}
+	for p, n := range planted {
+		if n.Load() != 0 {
+			t.Errorf("the planted socket %s accepted %d connections from the sandbox", p, n.Load())
+		}
+	}
+	t.Logf("%d socket paths tried from inside the sandbox:\n%s", tried, out)
 }
 
 // users returns the first field of each line, joined.

@@ -218,7 +218,7 @@ def _cli_error(cmd: str, status: int, stderr: str) -> errors.RunboxError:
         ("no such sandbox", errors.SandboxNotFound), ("invalid spec", errors.InvalidSpec),
         ("unsupported operation", errors.InvalidSpec), ("sandbox lost", errors.SandboxLost),
         ("unauthenticated", errors.Unauthenticated), ("provider unavailable", errors.Unavailable),
-        ("is taken", errors.AlreadyExists), ("permission denied", errors.PermissionDenied),
+        ("name already in use", errors.AlreadyExists), ("permission denied", errors.PermissionDenied),
     ]  # fmt: skip
     for needle, cls in kinds:
         if needle in low:
