@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -28,6 +29,16 @@ type skip struct {
 	pkg, test, reason string
 }
 
+// timing is how long one top-level test took.
+type timing struct {
+	name    string // "pkg TestName"
+	elapsed float64
+}
+
+// slowestShown is how many of the slowest tests report lists: where a
+// long CI run spends its time.
+const slowestShown = 15
+
 // summary accumulates a run's events.
 type summary struct {
 	w io.Writer
@@ -36,6 +47,7 @@ type summary struct {
 	started map[string]bool             // packages without a final action yet
 	skips   []skip
 	passed  int
+	timed   []timing // top-level tests that passed or failed, with their time
 	failed  []string // "pkg TestName", "pkg (package)", "pkg (build)"
 	notJSON int
 }
@@ -103,6 +115,9 @@ func (s *summary) handle(ev event) {
 			}
 			return
 		}
+		if !strings.Contains(ev.Test, "/") && ev.Action != "skip" {
+			s.timed = append(s.timed, timing{k, ev.Elapsed})
+		}
 		switch ev.Action {
 		case "pass":
 			s.passed++
@@ -168,6 +183,14 @@ func (s *summary) report() bool {
 		s.failed = append(s.failed, pkg+" (no result: go test was killed, or crashed)")
 	}
 	fmt.Fprintln(s.w)
+	if len(s.timed) > 0 {
+		slices.SortFunc(s.timed, func(a, b timing) int { return cmp.Compare(b.elapsed, a.elapsed) })
+		n := min(slowestShown, len(s.timed))
+		fmt.Fprintf(s.w, "%d slowest tests:\n", n)
+		for _, tm := range s.timed[:n] {
+			fmt.Fprintf(s.w, "  %7.1fs %s\n", tm.elapsed, tm.name)
+		}
+	}
 	if len(s.skips) > 0 {
 		fmt.Fprintf(s.w, "%d skipped tests:\n", len(s.skips))
 		slices.SortFunc(s.skips, func(a, b skip) int { return strings.Compare(a.pkg+" "+a.test, b.pkg+" "+b.test) })

@@ -92,3 +92,21 @@ func TestKilledRunFails(t *testing.T) {
 		t.Errorf("a stream without the package's result passed:\n%s", out)
 	}
 }
+
+func TestSlowestTestsListed(t *testing.T) {
+	stream := runGoTestJSON(t, `
+import "time"
+
+func TestQuick(t *testing.T) {}
+func TestSlow(t *testing.T) { time.Sleep(300 * time.Millisecond); t.Run("sub", func(t *testing.T) {}) }
+func TestSkipped(t *testing.T) { t.Skip("not here") }
+`)
+	out, _ := summarise(t, stream)
+	slow, quick := strings.Index(out, "s example.com/m TestSlow\n"), strings.Index(out, "s example.com/m TestQuick\n")
+	if !strings.Contains(out, "2 slowest tests:") || slow < 0 || quick < 0 || slow > quick {
+		t.Errorf("summary does not list the two timed tests, slowest first:\n%s", out)
+	}
+	if strings.Contains(out, "TestSlow/sub\n") || strings.Contains(out, "s example.com/m TestSkipped") {
+		t.Errorf("the slowest list has a subtest or a skipped test:\n%s", out)
+	}
+}
