@@ -59,7 +59,7 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 		if taken, err := s.store.NameTaken(ctx, tenant.Name, spec.Name); err != nil {
 			return registry.Sandbox{}, apiError(err)
 		} else if taken {
-			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: tenant %s already has a sandbox named %q", tenant.Name, spec.Name))
+			return registry.Sandbox{}, apiError(fmt.Errorf("spec.name: tenant %s already has a sandbox named %q: %w", tenant.Name, spec.Name, runbox.ErrNameInUse))
 		}
 	}
 	admitted, err := s.admitCreate(ctx, tenant)
@@ -87,7 +87,7 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 			s.log.Error("undo create", "sandbox", id, "err", uerr)
 		}
 		if errors.Is(err, registry.ErrNameTaken) {
-			return registry.Sandbox{}, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("spec.name: %w", err))
+			return registry.Sandbox{}, apiError(fmt.Errorf("spec.name: %w", err))
 		}
 		return registry.Sandbox{}, apiError(err)
 	}

@@ -338,6 +338,7 @@ func TestEverySentinelHasATag(t *testing.T) {
 			"ErrSandboxNotFound": runbox.ErrSandboxNotFound, "ErrSandboxLost": runbox.ErrSandboxLost,
 			"ErrUnauthenticated": runbox.ErrUnauthenticated, "ErrQuotaExceeded": runbox.ErrQuotaExceeded,
 			"ErrSandboxPaused": runbox.ErrSandboxPaused, "ErrUnsupported": runbox.ErrUnsupported,
+			"ErrNameInUse": runbox.ErrNameInUse,
 		} {
 			if s.err == err {
 				tagged[name] = true

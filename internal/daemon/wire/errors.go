@@ -52,6 +52,8 @@ const (
 	TagSandboxPaused = "sandbox-paused"
 	// TagUnsupported is runbox.ErrUnsupported: the provider cannot do it.
 	TagUnsupported = "unsupported"
+	// TagNameInUse is runbox.ErrNameInUse: another sandbox has that name.
+	TagNameInUse = "name-in-use"
 	// TagInternal marks a failure of the daemon that is none of the above.
 	// It tells the client the daemon answered (so this is not a transport
 	// failure to retry) without naming a sentinel.
@@ -84,6 +86,7 @@ var sentinels = []struct {
 	{runbox.ErrQuotaExceeded, TagQuotaExceeded, connect.CodeResourceExhausted},
 	{runbox.ErrSandboxPaused, TagSandboxPaused, connect.CodeFailedPrecondition},
 	{runbox.ErrUnsupported, TagUnsupported, connect.CodeUnimplemented},
+	{runbox.ErrNameInUse, TagNameInUse, connect.CodeAlreadyExists},
 }
 
 // ToConnectError converts an error from the supervisor into the connect error

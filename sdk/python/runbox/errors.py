@@ -268,6 +268,7 @@ _BY_TAG: Dict[str, Type[RunboxError]] = {
     "sandbox-lost": SandboxLost,
     "sandbox-paused": SandboxPaused,
     "unsupported": Unsupported,
+    "name-in-use": AlreadyExists,
     "internal": InternalError,
 }
 

@@ -112,6 +112,7 @@ const byTag: Record<string, ErrorClass> = {
   "sandbox-lost": SandboxLost,
   "sandbox-paused": SandboxPaused,
   unsupported: Unsupported,
+  "name-in-use": AlreadyExists,
   internal: InternalError,
 };
 
