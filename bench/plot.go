@@ -213,6 +213,12 @@ func printSummary(w io.Writer, rep *Report) {
 			if x.Goal > 0 {
 				goal = fmt.Sprintf("≤ %g×", x.Goal)
 			}
+			if x.AddedMs != nil {
+				ratio += fmt.Sprintf("; +%.2f ms (%.2f–%.2f)", x.AddedMs.Median, x.AddedMs.Min, x.AddedMs.Max)
+			}
+			if x.GoalAddedMs > 0 {
+				goal = fmt.Sprintf("≤ +%g ms", x.GoalAddedMs)
+			}
 			fmt.Fprintf(w, "| %s | %.2f (%.2f–%.2f) | %s | %s |\n", x.Name, x.Stat.Median, x.Stat.P10, x.Stat.P90, ratio, goal)
 		}
 	}
