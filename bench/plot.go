@@ -213,24 +213,33 @@ func printSummary(w io.Writer, rep *Report) {
 			if x.Goal > 0 {
 				goal = fmt.Sprintf("≤ %g×", x.Goal)
 			}
+			if x.AddedMs != nil {
+				ratio += fmt.Sprintf("; +%.2f ms (%.2f–%.2f)", x.AddedMs.Median, x.AddedMs.Min, x.AddedMs.Max)
+			}
+			if x.GoalAddedMs > 0 {
+				goal = fmt.Sprintf("≤ +%g ms", x.GoalAddedMs)
+			}
 			fmt.Fprintf(w, "| %s | %.2f (%.2f–%.2f) | %s | %s |\n", x.Name, x.Stat.Median, x.Stat.P10, x.Stat.P90, ratio, goal)
 		}
 	}
 	if len(rep.Throughput) > 0 {
-		fmt.Fprintf(w, "\n| way | size | MB/s median (min–max) | ÷ pipe | daemon / client CPU s per GiB | peak RSS daemon / client |\n|---|---|---|---|---|---|\n")
+		fmt.Fprintf(w, "\n| way | size | MB/s median (min–max) | ÷ pipe | goal | daemon / client CPU s per GiB | peak RSS daemon / client |\n|---|---|---|---|---|---|---|\n")
 		for _, t := range rep.Throughput {
 			ratio := ""
 			if t.RatioToPipe != nil {
 				ratio = fmt.Sprintf("%.2f×", t.RatioToPipe.Median)
 			}
-			cpu, rss := "", ""
+			cpu, rss, goal := "", "", ""
+			if t.Goal > 0 {
+				goal = fmt.Sprintf("≥ %g×", t.Goal)
+			}
 			if t.DaemonCPU > 0 || t.ClientCPU > 0 {
 				cpu = fmt.Sprintf("%.2f / %.2f", t.DaemonCPU, t.ClientCPU)
 			}
 			if t.DaemonPeakKB > 0 {
 				rss = fmt.Sprintf("%.0f / %.0f MiB", float64(t.DaemonPeakKB)/1024, float64(t.ClientPeakKB)/1024)
 			}
-			fmt.Fprintf(w, "| %s | %d MiB | %.0f (%.0f–%.0f) | %s | %s | %s |\n", t.Way, t.Bytes>>20, t.Stat.Median, t.Stat.Min, t.Stat.Max, ratio, cpu, rss)
+			fmt.Fprintf(w, "| %s | %d MiB | %.0f (%.0f–%.0f) | %s | %s | %s | %s |\n", t.Way, t.Bytes>>20, t.Stat.Median, t.Stat.Min, t.Stat.Max, ratio, goal, cpu, rss)
 		}
 	}
 	if len(rep.Stop) > 0 {
