@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/runbox/runbox/internal/daemon/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +34,8 @@ type rig struct {
 	policy           atomic.Pointer[Policy]
 	logs             *syncBuf
 	proxy            *Proxy
-	served           chan struct{} // closed once Host.Serve returned
+	dial             func(context.Context) (net.Conn, error) // to the "daemon" serving EgressService and ForwardService
+	served           chan struct{}                           // closed once Host.Serve returned
 }
 
 type syncBuf struct {
@@ -75,15 +78,19 @@ func newRig(t testing.TB, resolver Resolver) *rig {
 	protocols.SetUnencryptedHTTP2(true)
 	mux := http.NewServeMux()
 	mux.Handle(p.Handler())
+	stop := make(chan struct{})
+	mux.Handle(Forwarder{Stop: stop}.Handler())
 	// As runboxd's server (internal/daemon): large frames.
-	srv := &http.Server{Handler: mux, Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20}}
+	srv := &http.Server{Handler: mux, Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReadFrameSize: wire.MaxFrameBytes,
+		MaxReceiveBufferPerStream: wire.StreamWindowBytes, MaxReceiveBufferPerConnection: wire.ConnWindowBytes}}
 	go srv.Serve(dln)
 
+	r.dial = func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
 	h := &Host{
-		Dial: func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
+		Dial:     r.dial,
 		Policy:   func() (Policy, error) { return *r.policy.Load(), nil },
 		Resolver: resolver,
 		Log:      slog.New(slog.NewTextHandler(r.logs, nil)),
@@ -103,6 +110,7 @@ func newRig(t testing.TB, resolver Resolver) *rig {
 	}
 	t.Cleanup(func() {
 		cancel()
+		close(stop)
 		<-served
 		httpLn.Close()
 		socksLn.Close()

@@ -55,7 +55,7 @@ func (h *Host) resolver() Resolver {
 
 func (h *Host) client() (runboxv1connect.EgressServiceClient, func()) {
 	t := h2cTransport(h.Dial)
-	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd"), t.CloseIdleConnections
+	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd", noGzipClient), t.CloseIdleConnections
 }
 
 // Serve listens for the sandbox's connections and carries them until ctx

@@ -99,7 +99,7 @@ func NewProxy(log *slog.Logger) *Proxy {
 
 // Handler returns the EgressService's path and handler.
 func (p *Proxy) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
-	return runboxv1connect.NewEgressServiceHandler(p, opts...)
+	return runboxv1connect.NewEgressServiceHandler(p, append(opts, noGzip)...)
 }
 
 // ServeHTTPProxy accepts HTTP proxy connections (CONNECT and plain HTTP)
