@@ -58,7 +58,7 @@ func connectVia(b *testing.B, proxy, target string) (net.Conn, *bufio.Reader) {
 
 func benchRig(b *testing.B) *rig {
 	r := newRig(b, testNames)
-	r.policy.Store(&Policy{Allow: []string{"allowed.test"}, AllowCIDR: []string{"127.0.0.2/32"}})
+	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	return r
 }
 

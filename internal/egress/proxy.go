@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -166,10 +167,16 @@ func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 // httpRequest parses an HTTP proxy request: CONNECT host:port, or a plain
 // request in absolute form.
 func (p *Proxy) httpRequest(pc *pending) error {
-	req, err := http.ReadRequest(pc.br)
+	// The head as sent, for its Host line (ReadRequest drops it when the
+	// request line has an absolute URL).
+	head := &headTap{}
+	br := bufio.NewReader(io.TeeReader(pc.br, head))
+	req, err := http.ReadRequest(br)
 	if err != nil {
 		return err
 	}
+	head.done = true
+	pc.br = br
 	if req.Method == http.MethodConnect {
 		pc.via = "connect"
 		host, port, err := splitHostPort(req.RequestURI, 443)
@@ -193,6 +200,16 @@ func (p *Proxy) httpRequest(pc *pending) error {
 	if err != nil {
 		writeStatus(pc.conn, http.StatusBadRequest, "runbox egress: "+err.Error())
 		return err
+	}
+	// The policy decides by the URL's host; a Host line naming another
+	// would have the server answer for that one.
+	if hl := hostLine(head.buf.Bytes()); hl != "" && req.URL.Host != "" {
+		h, p, err := splitHostPort(hl, 80)
+		if err != nil || normName(h) != normName(host) || p != port {
+			msg := (&Refusal{Host: host, Port: port, Rule: fmt.Sprintf("the HTTP Host %s does not match the URL's host (%s)", hl, target)}).Error()
+			writeStatus(pc.conn, http.StatusForbidden, msg)
+			return errors.New(msg)
+		}
 	}
 	pc.host, pc.port = host, port
 	// Origin form for the server; one request per connection, so a
@@ -300,6 +317,35 @@ func socksReply(w io.Writer, code byte) error {
 	return err
 }
 
+// headTap keeps the bytes written to it until done: the head of a
+// request, not its body.
+type headTap struct {
+	buf  bytes.Buffer
+	done bool
+}
+
+func (t *headTap) Write(b []byte) (int, error) {
+	if !t.done {
+		t.buf.Write(b)
+	}
+	return len(b), nil
+}
+
+// hostLine returns the value of the Host line of an HTTP head, or "".
+func hostLine(head []byte) string {
+	end := bytes.Index(head, []byte("\r\n\r\n"))
+	if end < 0 {
+		end = len(head)
+	}
+	for _, line := range bytes.Split(head[:end], []byte("\r\n"))[1:] {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && strings.EqualFold(string(bytes.TrimSpace(k)), "host") {
+			return string(bytes.TrimSpace(v))
+		}
+	}
+	return ""
+}
+
 // writeStatus answers an HTTP proxy request with status and a text body.
 func writeStatus(w io.Writer, status int, msg string) {
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
@@ -403,9 +449,13 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 		}
 	}()
 	if pc.req != nil {
+		// One request, its body included; a request pipelined after it
+		// (which could name another Host) is dropped, never forwarded.
 		err = pc.req.Write(out)
-	}
-	if err == nil {
+		if err == nil {
+			_, err = io.Copy(io.Discard, pc.br)
+		}
+	} else {
 		_, err = io.CopyBuffer(out, pc.br, make([]byte, chunk))
 	}
 	if err == nil {
