@@ -133,7 +133,11 @@ func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 	pc := &pending{conn: conn, br: bufio.NewReader(conn), taken: make(chan struct{})}
 	conn.SetDeadline(time.Now().Add(headerTimeout))
 	if err := parse(pc); err != nil {
-		p.log.Debug("egress: bad proxy request", "err", err)
+		if r := (*Refusal)(nil); errors.As(err, &r) {
+			p.log.Warn("egress refused", "host", r.Host, "port", r.Port, "rule", r.Rule)
+		} else {
+			p.log.Debug("egress: bad proxy request", "err", err)
+		}
 		conn.Close()
 		return
 	}
@@ -204,11 +208,12 @@ func (p *Proxy) httpRequest(pc *pending) error {
 	// The policy decides by the URL's host; a Host line naming another
 	// would have the server answer for that one.
 	if hl := hostLine(head.buf.Bytes()); hl != "" && req.URL.Host != "" {
-		h, p, err := splitHostPort(hl, 80)
-		if err != nil || normName(h) != normName(host) || p != port {
-			msg := (&Refusal{Host: host, Port: port, Rule: fmt.Sprintf("the HTTP Host %s does not match the URL's host (%s)", hl, target)}).Error()
-			writeStatus(pc.conn, http.StatusForbidden, msg)
-			return errors.New(msg)
+		// By name: virtual hosts are named; clients differ on writing a
+		// default port.
+		if h, _, err := splitHostPort(hl, 80); err != nil || normName(h) != normName(host) {
+			r := &Refusal{Host: host, Port: port, Rule: fmt.Sprintf("the HTTP Host %s does not match the URL's host (%s)", hl, target)}
+			writeStatus(pc.conn, http.StatusForbidden, r.Error())
+			return r
 		}
 	}
 	pc.host, pc.port = host, port
