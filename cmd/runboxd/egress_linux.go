@@ -27,12 +27,12 @@ import (
 func listenEgress() (func(*daemon.Server, *slog.Logger), error) {
 	httpLn, err := net.Listen("tcp", egress.HTTPAddr)
 	if err != nil {
-		return nil, fmt.Errorf("jail: egress proxy: %w", err)
+		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
 	socksLn, err := net.Listen("tcp", egress.SOCKSAddr)
 	if err != nil {
 		httpLn.Close()
-		return nil, fmt.Errorf("jail: egress proxy: %w", err)
+		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
 	return func(srv *daemon.Server, log *slog.Logger) {
 		p := egress.NewProxy(log)

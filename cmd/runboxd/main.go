@@ -2,7 +2,7 @@
 // sandbox. It only parses flags and wires packages; the behaviour lives in
 // internal/supervisor and internal/daemon.
 //
-//	runboxd serve --socket PATH --auth-sha256 HEX [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D] [--daemon-file F]
+//	runboxd serve --socket PATH --auth-sha256 HEX [--egress] [--socket-mode 0600] [--cgroup auto|cgroup2|off] [--state-dir D] [--daemon-file F]
 //	              [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N]
 //	              [--private DIR]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]
@@ -137,6 +137,7 @@ func serve(args []string, stderr io.Writer) error {
 	private := privateFlag(fs)
 	daemonFile := fs.String("daemon-file", "", "file to write, before serving, where this daemon's commands live (pid, RUNBOX_DAEMON marker, cgroup directory) as JSON, so the side that started it can kill what they leave if the daemon dies")
 	threads := fs.Int("threads", 0, "OS threads to make at start and keep, so that commands filling a pids limit the daemon shares cannot stop it making one")
+	egressProxy := fs.Bool("egress", false, "offer the egress proxy on the sandbox's loopback ("+egress.HTTPAddr+" HTTP, "+egress.SOCKSAddr+" SOCKS5) and its EgressService, for a host side (runboxd egress) to carry its connections: a private-network container's way out")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -164,6 +165,14 @@ func serve(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
+	var also []func(*daemon.Server, *slog.Logger)
+	if *egressProxy {
+		offer, err := listenEgress()
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		also = append(also, offer)
+	}
 	keepThreads(*threads)
 	return serveOn(ctx, cfg, *auth, stderr, func(sup *supervisor.Supervisor) (net.Listener, error) {
 		if *daemonFile != "" {
@@ -172,7 +181,7 @@ func serve(args []string, stderr io.Writer) error {
 			}
 		}
 		return daemon.ListenMode(*socket, os.FileMode(mode))
-	})
+	}, also...)
 }
 
 // authConfig is how runboxd authenticates its connections.

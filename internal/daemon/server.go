@@ -121,6 +121,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 			// Archives and stdin arrive in frames of up to this size
 			// instead of HTTP/2's default 16 KiB.
 			MaxReadFrameSize: wire.MaxFrameBytes,
+			// Carried egress and forwarded connections stream bulk data
+			// to runboxd (see wire.StreamWindowBytes).
+			MaxReceiveBufferPerStream:     wire.StreamWindowBytes,
+			MaxReceiveBufferPerConnection: wire.ConnWindowBytes,
 		},
 	}
 	served := make(chan error, 1)

@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -9,12 +10,13 @@ import (
 	"testing"
 )
 
-// byteServer listens on 127.0.0.2 and, per connection, writes n bytes and
-// closes.
-func byteServer(b *testing.B, n int) string {
-	ln, err := net.Listen("tcp", "127.0.0.2:0")
+// byteServer listens on ip (127.0.0.2: a remote end; 127.0.0.1: a server
+// in the sandbox, for port-forward) and, per connection, writes n bytes
+// and closes.
+func byteServer(b *testing.B, ip string, n int) string {
+	ln, err := net.Listen("tcp", ip+":0")
 	if err != nil {
-		b.Skipf("no 127.0.0.2: %v", err)
+		b.Skipf("no %s: %v", ip, err)
 	}
 	b.Cleanup(func() { ln.Close() })
 	buf := make([]byte, 256<<10)
@@ -56,14 +58,56 @@ func connectVia(b *testing.B, proxy, target string) (net.Conn, *bufio.Reader) {
 
 func benchRig(b *testing.B) *rig {
 	r := newRig(b, testNames)
-	r.policy.Store(&Policy{Allow: []string{"allowed.test"}, AllowCIDR: []string{"127.0.0.2/32"}})
+	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	return r
 }
 
-// BenchmarkConnect: connection set-up and a 1-byte answer, direct and
-// through the proxy (CONNECT, decided and dialled by the host side).
+// forwardTo listens on the caller's loopback and carries each connection
+// over the rig's ForwardService to port on the "sandbox's" loopback, as
+// runbox port-forward does; it returns the listener's address.
+func forwardTo(b *testing.B, r *rig, addr string) string {
+	_, ps, _ := net.SplitHostPort(addr)
+	var p int
+	fmt.Sscan(ps, &p)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, closeIdle := NewForwardClient(r.dial)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go ForwardConn(context.Background(), c, p, conn)
+		}
+	}()
+	b.Cleanup(func() { ln.Close(); <-done; closeIdle() })
+	return ln.Addr().String()
+}
+
+// dialRead dials addr and reads n bytes.
+func dialRead(b *testing.B, addr string, n int) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	got, err := io.CopyBuffer(io.Discard, c, make([]byte, 256<<10))
+	if err != nil || got != int64(n) {
+		b.Fatalf("read %d of %d: %v", got, n, err)
+	}
+}
+
+// BenchmarkConnect: connection set-up and a 1-byte answer, direct,
+// through the proxy (CONNECT, decided and dialled by the host side) and
+// through port-forward (the other way: the caller to a server in the
+// sandbox).
 func BenchmarkConnect(b *testing.B) {
-	addr := byteServer(b, 1)
+	addr := byteServer(b, "127.0.0.2", 1)
 	_, port, _ := net.SplitHostPort(addr)
 	b.Run("direct", func(b *testing.B) {
 		for b.Loop() {
@@ -85,13 +129,20 @@ func BenchmarkConnect(b *testing.B) {
 			c.Close()
 		}
 	})
+	b.Run("forward", func(b *testing.B) {
+		fwd := forwardTo(b, benchRig(b), byteServer(b, "127.0.0.1", 1))
+		for b.Loop() {
+			dialRead(b, fwd, 1)
+		}
+	})
 }
 
-// BenchmarkBulk: 64 MiB from the remote end to the command, direct and
-// through the proxy.
+// BenchmarkBulk: 64 MiB from the remote end to the command, direct,
+// through the proxy and through port-forward (a server in the sandbox to
+// the caller).
 func BenchmarkBulk(b *testing.B) {
 	const n = 64 << 20
-	addr := byteServer(b, n)
+	addr := byteServer(b, "127.0.0.2", n)
 	_, port, _ := net.SplitHostPort(addr)
 	drain := func(b *testing.B, r io.Reader) {
 		got, err := io.CopyBuffer(io.Discard, r, make([]byte, 256<<10))
@@ -117,6 +168,13 @@ func BenchmarkBulk(b *testing.B) {
 			c, br := connectVia(b, r.httpProxy, "allowed.test:"+port)
 			drain(b, br)
 			c.Close()
+		}
+	})
+	b.Run("forward", func(b *testing.B) {
+		fwd := forwardTo(b, benchRig(b), byteServer(b, "127.0.0.1", n))
+		b.SetBytes(n)
+		for b.Loop() {
+			dialRead(b, fwd, n)
 		}
 	})
 }

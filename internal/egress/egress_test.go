@@ -21,6 +21,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/runbox/runbox/internal/daemon/wire"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -32,7 +34,8 @@ type rig struct {
 	policy           atomic.Pointer[Policy]
 	logs             *syncBuf
 	proxy            *Proxy
-	served           chan struct{} // closed once Host.Serve returned
+	dial             func(context.Context) (net.Conn, error) // to the "daemon" serving EgressService and ForwardService
+	served           chan struct{}                           // closed once Host.Serve returned
 }
 
 type syncBuf struct {
@@ -75,15 +78,19 @@ func newRig(t testing.TB, resolver Resolver) *rig {
 	protocols.SetUnencryptedHTTP2(true)
 	mux := http.NewServeMux()
 	mux.Handle(p.Handler())
+	stop := make(chan struct{})
+	mux.Handle(Forwarder{Stop: stop}.Handler())
 	// As runboxd's server (internal/daemon): large frames.
-	srv := &http.Server{Handler: mux, Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReadFrameSize: 1 << 20}}
+	srv := &http.Server{Handler: mux, Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReadFrameSize: wire.MaxFrameBytes,
+		MaxReceiveBufferPerStream: wire.StreamWindowBytes, MaxReceiveBufferPerConnection: wire.ConnWindowBytes}}
 	go srv.Serve(dln)
 
+	r.dial = func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", sock)
+	}
 	h := &Host{
-		Dial: func(ctx context.Context) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
+		Dial:     r.dial,
 		Policy:   func() (Policy, error) { return *r.policy.Load(), nil },
 		Resolver: resolver,
 		Log:      slog.New(slog.NewTextHandler(r.logs, nil)),
@@ -103,6 +110,7 @@ func newRig(t testing.TB, resolver Resolver) *rig {
 	}
 	t.Cleanup(func() {
 		cancel()
+		close(stop)
 		<-served
 		httpLn.Close()
 		socksLn.Close()
@@ -154,16 +162,28 @@ func get(t *testing.T, c *http.Client, u string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-var testNames = StaticResolver{
-	"allowed.test": {netip.MustParseAddr("127.0.0.2")},
-	"rebind.test":  {netip.MustParseAddr("127.0.0.2")},
-	"other.test":   {netip.MustParseAddr("127.0.0.2")},
+// testResolver maps test names to loopback addresses; the private-address
+// refusal is off for those in private only.
+type testResolver struct {
+	StaticResolver
+	private map[string]bool
+}
+
+func (r testResolver) PrivateOK(name string) bool { return r.private[name] }
+
+var loop2 = []netip.Addr{netip.MustParseAddr("127.0.0.2")}
+
+var testNames = testResolver{
+	StaticResolver{"allowed.test": loop2, "rebind.test": loop2, "other.test": loop2, "example.com": loop2, "private.test": loop2},
+	// private.test is not here: it stands for a public name that
+	// resolves to a private address.
+	map[string]bool{"allowed.test": true, "rebind.test": true, "other.test": true, "example.com": true},
 }
 
 func TestProxyHTTPAllowedDeniedAndRebinding(t *testing.T) {
 	b := backend(t, false)
 	r := newRig(t, testNames)
-	r.policy.Store(&Policy{Allow: []string{"allowed.test", "rebind.test"}, AllowCIDR: []string{"127.0.0.2/32"}, Deny: []string{"rebind.test"}})
+	r.policy.Store(&Policy{Allow: []string{"allowed.test", "rebind.test"}, Deny: []string{"rebind.test"}})
 	c := proxiedClient(r.httpProxy, nil)
 
 	code, body := get(t, c, "http://allowed.test:"+port(t, b)+"/x")
@@ -178,10 +198,10 @@ func TestProxyHTTPAllowedDeniedAndRebinding(t *testing.T) {
 	if code != 403 || !strings.Contains(body, "--deny rebind.test") {
 		t.Fatalf("denied name: %d %q", code, body)
 	}
-	// The same name resolving to loopback, without the range allowed:
-	// refused although the name is.
-	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
-	code, body = get(t, c, "http://allowed.test:"+port(t, b)+"/x")
+	// A name resolving to loopback, without the range allowed: refused
+	// although the name is.
+	r.policy.Store(&Policy{Allow: []string{"allowed.test", "private.test"}})
+	code, body = get(t, c, "http://private.test:"+port(t, b)+"/x")
 	if code != 403 || !strings.Contains(body, "127.0.0.2, a loopback, private or link-local address") {
 		t.Fatalf("loopback without --allow-cidr: %d %q", code, body)
 	}
@@ -200,14 +220,14 @@ func TestProxyConnectTLSAndRuntimeChange(t *testing.T) {
 	pool := b.Client().Transport.(*http.Transport).TLSClientConfig
 	tlsCfg := &tls.Config{RootCAs: pool.RootCAs, ServerName: "example.com"} // httptest's certificate names example.com
 	c := proxiedClient(r.httpProxy, tlsCfg)
-	u := "https://allowed.test:" + port(t, b) + "/pkg"
+	u := "https://example.com:" + port(t, b) + "/pkg"
 
 	code, body := get(t, c, u)
 	if code != 0 || !strings.Contains(body, "Forbidden") {
 		t.Fatalf("before the policy allows it: %d %q", code, body)
 	}
 	// A runtime change applies to the next connection.
-	r.policy.Store(&Policy{Allow: []string{"*.test"}, AllowCIDR: []string{"127.0.0.0/8"}})
+	r.policy.Store(&Policy{Allow: []string{"*.test", "example.com"}})
 	code, body = get(t, c, u)
 	if code != 200 || !strings.Contains(body, "hello /pkg") {
 		t.Fatalf("CONNECT to an allowed name: %d %q", code, body)
@@ -248,7 +268,7 @@ func socksDial(t *testing.T, addr, host string, p int) (byte, net.Conn) {
 func TestProxySOCKS5(t *testing.T) {
 	b := backend(t, false)
 	r := newRig(t, testNames)
-	r.policy.Store(&Policy{Allow: []string{"allowed.test"}, AllowCIDR: []string{"127.0.0.2/32"}})
+	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	var p int
 	fmt.Sscan(port(t, b), &p)
 
@@ -295,7 +315,7 @@ func TestProxyWithoutHostSide(t *testing.T) {
 func TestProxyCloseEndsStreams(t *testing.T) {
 	b := backend(t, false)
 	r := newRig(t, testNames)
-	r.policy.Store(&Policy{Allow: []string{"allowed.test"}, AllowCIDR: []string{"127.0.0.2/32"}})
+	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	var p int
 	fmt.Sscan(port(t, b), &p)
 	code, conn := socksDial(t, r.socks, "allowed.test", p)

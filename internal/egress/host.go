@@ -55,7 +55,7 @@ func (h *Host) resolver() Resolver {
 
 func (h *Host) client() (runboxv1connect.EgressServiceClient, func()) {
 	t := h2cTransport(h.Dial)
-	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd"), t.CloseIdleConnections
+	return runboxv1connect.NewEgressServiceClient(&http.Client{Transport: t}, "http://runboxd", noGzipClient), t.CloseIdleConnections
 }
 
 // Serve listens for the sandbox's connections and carries them until ctx
@@ -97,7 +97,7 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 // carry decides on one connection and, allowed, splices it.
 func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse) {
 	log := h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia())
-	remote, refusal := h.open(ctx, msg)
+	remote, pol, refusal := h.open(ctx, msg)
 	if refusal != "" {
 		log.Warn("egress refused", "rule", refusal)
 	}
@@ -122,29 +122,73 @@ func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient,
 	}
 	defer remote.Close()
 	log.Debug("egress carrying", "remote", remote.RemoteAddr().String())
-	spliceStream(remote,
-		func(b []byte) error { return stream.Send(&runboxv1.EgressCarryRequest{Data: b}) },
-		stream.CloseRequest,
-		func() ([]byte, bool, error) {
-			resp, err := stream.Receive()
-			return resp.GetData(), resp.GetCloseWrite(), err
-		})
+	var sendMu sync.Mutex // the remote's bytes and a refusal both go to the command
+	send := func(b []byte) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(&runboxv1.EgressCarryRequest{Data: b})
+	}
+	recv := func() ([]byte, bool, error) {
+		resp, err := stream.Receive()
+		return resp.GetData(), resp.GetCloseWrite(), err
+	}
+	if msg.GetVia() != "http" { // runboxd checked a plain request's Host itself
+		recv = h.checkFirstBytes(log, pol, msg, recv, send)
+	}
+	spliceStream(remote, send, stream.CloseRequest, recv)
+	// Let runboxd end the stream before it is cancelled: a refusal's
+	// answer (sent just before the request side closed) must reach the
+	// command, not be dropped with a reset stream.
+	for {
+		if _, err := stream.Receive(); err != nil {
+			return
+		}
+	}
 }
 
-// open applies the policy and dials; it returns the connection, or the
-// refusal the command is told.
-func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (net.Conn, string) {
+// checkFirstBytes wraps recv (the command's bytes) so that its first call
+// reads the tunnel's first bytes and checks the name they carry (TLS
+// server name, HTTP Host) against the name the command asked for; a
+// mismatch is refused: the command is told (a TLS alert, an HTTP 403)
+// and recv fails, which closes the remote before it got a byte.
+func (h *Host) checkFirstBytes(log *slog.Logger, pol Policy, msg *runboxv1.EgressListenResponse, recv func() ([]byte, bool, error), toCommand func([]byte) error) func() ([]byte, bool, error) {
+	checked := false
+	return func() ([]byte, bool, error) {
+		if checked {
+			return recv()
+		}
+		checked = true
+		pk, err := firstNames(recv)
+		if err != nil {
+			return pk.read, pk.closed, err
+		}
+		refusal := checkInner(pol, msg.GetHost(), int(msg.GetPort()), pk.kind, pk.name)
+		if pk.bad != nil {
+			refusal = (&Refusal{Host: msg.GetHost(), Port: int(msg.GetPort()), Rule: "its " + pk.kind + " cannot be read: " + pk.bad.Error()}).Error()
+		}
+		if refusal != "" {
+			log.Warn("egress refused", "rule", refusal)
+			toCommand(refusalBytes(pk.kind, refusal))
+			return nil, false, ErrRefused
+		}
+		return pk.read, pk.closed, nil
+	}
+}
+
+// open applies the policy and dials; it returns the connection and the
+// policy that allowed it, or the refusal the command is told.
+func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (net.Conn, Policy, string) {
 	p, err := h.Policy()
 	if err != nil {
-		return nil, fmt.Sprintf("runbox egress: no policy could be read, so every connection is refused: %v", err)
+		return nil, p, fmt.Sprintf("runbox egress: no policy could be read, so every connection is refused: %v", err)
 	}
 	addrs, err := p.Decide(ctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {
-			return nil, r.Error()
+			return nil, p, r.Error()
 		}
-		return nil, "runbox egress: " + err.Error()
+		return nil, p, "runbox egress: " + err.Error()
 	}
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -153,11 +197,11 @@ func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (ne
 	for _, a := range addrs {
 		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(int(msg.GetPort()))))
 		if err == nil {
-			return conn, ""
+			return conn, p, ""
 		}
 		last = err
 	}
-	return nil, fmt.Sprintf("runbox egress: %s allowed, but the host could not connect to %v: %v",
+	return nil, p, fmt.Sprintf("runbox egress: %s allowed, but the host could not connect to %v: %v",
 		net.JoinHostPort(msg.GetHost(), strconv.Itoa(int(msg.GetPort()))), addrs, last)
 }
 

@@ -122,9 +122,20 @@ var ErrRefused = errors.New("refused by the egress policy")
 // Is makes errors.Is(r, ErrRefused) true.
 func (r *Refusal) Is(target error) bool { return target == ErrRefused }
 
-// Resolver looks names up on the host side.
+// Resolver looks names up on the host side. A resolver may also have a
+// PrivateOK(name string) bool method: the names it vouches for may resolve
+// to loopback and private addresses (a test resolver's names, served on
+// loopback); address literals are never exempt.
 type Resolver interface {
 	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// privateOK reports whether r vouches that name may resolve to a
+// loopback or private address (a PrivateOK method): tests' resolvers do,
+// for the names they serve on loopback; the system's never does.
+func privateOK(r Resolver, name string) bool {
+	v, ok := r.(interface{ PrivateOK(name string) bool })
+	return ok && name != "" && !isAddr(name) && v.PrivateOK(name)
 }
 
 // metadata is the cloud metadata address, named in refusals.
@@ -146,12 +157,9 @@ func (p Policy) Decide(ctx context.Context, r Resolver, host string, port int) (
 	}
 	name := strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 	allowCIDR, denyCIDR := prefixes(p.AllowCIDR), []netip.Prefix{}
-	var denyNames []string
 	for _, d := range p.Deny {
-		if pf, err := parsePrefix(d); err == nil && (strings.Contains(d, "/") || isAddr(d)) {
+		if pf, err := parsePrefix(d); err == nil && isRange(d) {
 			denyCIDR = append(denyCIDR, pf)
-		} else {
-			denyNames = append(denyNames, d)
 		}
 	}
 	var addrs []netip.Addr
@@ -165,13 +173,8 @@ func (p Policy) Decide(ctx context.Context, r Resolver, host string, port int) (
 		if name == "" {
 			return refuse("no host name")
 		}
-		for _, d := range denyNames {
-			if matchName(d, name) {
-				return refuse("--deny %s", d)
-			}
-		}
-		if !slices.ContainsFunc(p.Allow, func(a string) bool { return matchName(a, name) }) {
-			return refuse("%s is not in the --allow list", name)
+		if rule := p.nameRule(name); rule != "" {
+			return refuse("%s", rule)
 		}
 		if pinned, ok := p.resolved(name); ok {
 			addrs = []netip.Addr{pinned}
@@ -191,7 +194,7 @@ func (p Policy) Decide(ctx context.Context, r Resolver, host string, port int) (
 		switch {
 		case covered(denyCIDR, a):
 			why = fmt.Sprintf("%s is in --deny %s", a, coveringPrefix(denyCIDR, a))
-		case covered(allowCIDR, a):
+		case covered(allowCIDR, a), privateOK(r, name):
 			ok = append(ok, a)
 		case a == metadata:
 			why = fmt.Sprintf("%s is the cloud metadata address (allow it with --allow-cidr %s/32)", a, a)
@@ -205,6 +208,24 @@ func (p Policy) Decide(ctx context.Context, r Resolver, host string, port int) (
 		return refuse("%s", why)
 	}
 	return ok, nil
+}
+
+// isRange reports whether a --deny rule is an address range rather than a
+// name pattern.
+func isRange(rule string) bool { return strings.Contains(rule, "/") || isAddr(rule) }
+
+// nameRule returns the rule that refuses the (lower-case) name by its
+// name alone (a --deny pattern, or no --allow pattern matching), or "".
+func (p Policy) nameRule(name string) string {
+	for _, d := range p.Deny {
+		if !isRange(d) && matchName(d, name) {
+			return "--deny " + d
+		}
+	}
+	if !slices.ContainsFunc(p.Allow, func(a string) bool { return matchName(a, name) }) {
+		return name + " is not in the --allow list"
+	}
+	return ""
 }
 
 func (p Policy) resolved(name string) (netip.Addr, bool) {

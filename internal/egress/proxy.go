@@ -2,6 +2,7 @@ package egress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -99,7 +100,7 @@ func NewProxy(log *slog.Logger) *Proxy {
 
 // Handler returns the EgressService's path and handler.
 func (p *Proxy) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
-	return runboxv1connect.NewEgressServiceHandler(p, opts...)
+	return runboxv1connect.NewEgressServiceHandler(p, append(opts, noGzip)...)
 }
 
 // ServeHTTPProxy accepts HTTP proxy connections (CONNECT and plain HTTP)
@@ -132,7 +133,11 @@ func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 	pc := &pending{conn: conn, br: bufio.NewReader(conn), taken: make(chan struct{})}
 	conn.SetDeadline(time.Now().Add(headerTimeout))
 	if err := parse(pc); err != nil {
-		p.log.Debug("egress: bad proxy request", "err", err)
+		if r := (*Refusal)(nil); errors.As(err, &r) {
+			p.log.Warn("egress refused", "host", r.Host, "port", r.Port, "rule", r.Rule)
+		} else {
+			p.log.Debug("egress: bad proxy request", "err", err)
+		}
 		conn.Close()
 		return
 	}
@@ -166,10 +171,16 @@ func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 // httpRequest parses an HTTP proxy request: CONNECT host:port, or a plain
 // request in absolute form.
 func (p *Proxy) httpRequest(pc *pending) error {
-	req, err := http.ReadRequest(pc.br)
+	// The head as sent, for its Host line (ReadRequest drops it when the
+	// request line has an absolute URL).
+	head := &headTap{}
+	br := bufio.NewReader(io.TeeReader(pc.br, head))
+	req, err := http.ReadRequest(br)
 	if err != nil {
 		return err
 	}
+	head.done = true
+	pc.br = br
 	if req.Method == http.MethodConnect {
 		pc.via = "connect"
 		host, port, err := splitHostPort(req.RequestURI, 443)
@@ -193,6 +204,17 @@ func (p *Proxy) httpRequest(pc *pending) error {
 	if err != nil {
 		writeStatus(pc.conn, http.StatusBadRequest, "runbox egress: "+err.Error())
 		return err
+	}
+	// The policy decides by the URL's host; a Host line naming another
+	// would have the server answer for that one.
+	if hl := hostLine(head.buf.Bytes()); hl != "" && req.URL.Host != "" {
+		// By name: virtual hosts are named; clients differ on writing a
+		// default port.
+		if h, _, err := splitHostPort(hl, 80); err != nil || normName(h) != normName(host) {
+			r := &Refusal{Host: host, Port: port, Rule: fmt.Sprintf("the HTTP Host %s does not match the URL's host (%s)", hl, target)}
+			writeStatus(pc.conn, http.StatusForbidden, r.Error())
+			return r
+		}
 	}
 	pc.host, pc.port = host, port
 	// Origin form for the server; one request per connection, so a
@@ -300,6 +322,35 @@ func socksReply(w io.Writer, code byte) error {
 	return err
 }
 
+// headTap keeps the bytes written to it until done: the head of a
+// request, not its body.
+type headTap struct {
+	buf  bytes.Buffer
+	done bool
+}
+
+func (t *headTap) Write(b []byte) (int, error) {
+	if !t.done {
+		t.buf.Write(b)
+	}
+	return len(b), nil
+}
+
+// hostLine returns the value of the Host line of an HTTP head, or "".
+func hostLine(head []byte) string {
+	end := bytes.Index(head, []byte("\r\n\r\n"))
+	if end < 0 {
+		end = len(head)
+	}
+	for _, line := range bytes.Split(head[:end], []byte("\r\n"))[1:] {
+		k, v, ok := bytes.Cut(line, []byte(":"))
+		if ok && strings.EqualFold(string(bytes.TrimSpace(k)), "host") {
+			return string(bytes.TrimSpace(v))
+		}
+	}
+	return ""
+}
+
 // writeStatus answers an HTTP proxy request with status and a text body.
 func writeStatus(w io.Writer, status int, msg string) {
 	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s\n",
@@ -403,9 +454,13 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 		}
 	}()
 	if pc.req != nil {
+		// One request, its body included; a request pipelined after it
+		// (which could name another Host) is dropped, never forwarded.
 		err = pc.req.Write(out)
-	}
-	if err == nil {
+		if err == nil {
+			_, err = io.Copy(io.Discard, pc.br)
+		}
+	} else {
 		_, err = io.CopyBuffer(out, pc.br, make([]byte, chunk))
 	}
 	if err == nil {

@@ -27,6 +27,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
@@ -122,6 +123,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if network == "" {
 		network = defaultNetwork
 	}
+	private := network == NetworkPrivate
 	created := time.Now().UTC()
 	specJSON, err := json.Marshal(specLabel{
 		Name: spec.Name, Image: spec.Image, Workdir: workdir, Memory: spec.Memory, Pids: spec.Pids,
@@ -180,6 +182,16 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		labels[LabelStream] = streamSocket
 		labels[LabelSocket] = socket
 	}
+	if private {
+		// The host side dials the sandbox's socket on this machine.
+		if stateDir == "" {
+			return fail(id, fmt.Errorf("network private needs the sandbox's socket on this machine (a local engine that can bind-mount it, %s not exec): %w", StreamEnv, errors.ErrUnsupported))
+		}
+		if err := writeEgressState(stateDir, secret, spec.Egress); err != nil {
+			os.RemoveAll(stateDir)
+			return fail(id, err)
+		}
+	}
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
@@ -222,13 +234,18 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		return fail(id, err)
 	}
 	entrypoint = append(entrypoint, view.args...)
+	var env []string
+	if private {
+		entrypoint = append(entrypoint, "--egress")
+		env = egress.Env // runboxd's environment is its commands'
+	}
 	labels[LabelView] = view.label
 	hc := &container.HostConfig{
 		// CAP_SYS_ADMIN for runboxd to build its commands' view, which
 		// they never hold (see viewFor).
 		CapAdd:      view.capAdd,
 		SecurityOpt: view.securityOpt,
-		NetworkMode: container.NetworkMode(network),
+		NetworkMode: container.NetworkMode(engineNetwork(network)),
 		// runboxd must be PID 1 itself: it is the sandbox's reaper, and its
 		// exit must end the container.
 		Init:   &noInit,
@@ -254,6 +271,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		Image:      spec.Image,
 		Entrypoint: append(entrypoint, spec.DaemonArgs...),
 		Cmd:        []string{},
+		Env:        env,
 		Labels:     labels,
 		// runboxd as PID 1 stops every exec with the stop protocol on
 		// SIGRTMIN+3 (not SIGTERM, which its commands could send it with
@@ -318,7 +336,27 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 			return fail(id, err)
 		}
 	}
+	if private {
+		ir, err := cli.ContainerInspect(ctx, cr.ID, moby.ContainerInspectOptions{})
+		if err != nil || ir.Container.State == nil || ir.Container.State.Pid <= 0 {
+			cleanup()
+			return fail(id, fmt.Errorf("network private: the container's runboxd pid: %v", err))
+		}
+		if _, err := startEgressHost(binPath, stateDir, socket, ir.Container.State.Pid); err != nil {
+			cleanup()
+			return fail(id, err)
+		}
+	}
 	return p.toSandbox(c, true), nil
+}
+
+// engineNetwork is the engine's network for a sandbox's network mode:
+// a private sandbox's container is on "none".
+func engineNetwork(network string) string {
+	if network == NetworkPrivate {
+		return "none"
+	}
+	return network
 }
 
 // checkSpec refuses what a docker sandbox cannot be made from.
@@ -332,10 +370,13 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 || spec.Disk < 0 || math.IsNaN(spec.CPUs) || math.IsInf(spec.CPUs, 0) {
 		return fmt.Errorf("negative or invalid resource limit (memory %d, pids %d, cpus %v, disk %d)", spec.Memory, spec.Pids, spec.CPUs, spec.Disk)
 	}
-	if spec.Network == "private" || !spec.Egress.Empty() {
-		// Not a docker network's name here: silently reaching nothing, or
-		// everything, would both betray an allowlist.
-		return fmt.Errorf("network private and its egress allowlist are the local provider's for now (docker's --network none reaches nothing; see docs/providers.md#network): %w", errors.ErrUnsupported)
+	if !spec.Egress.Empty() && spec.Network != NetworkPrivate {
+		// Silently reaching nothing, or everything, would both betray an
+		// allowlist.
+		return fmt.Errorf("an egress allowlist (--allow, --allow-cidr, --deny, --resolve) needs --network private, not %q: %w", spec.Network, runbox.ErrInvalidSpec)
+	}
+	if err := egress.Policy(spec.Egress).Check(); err != nil {
+		return fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
 	}
 	return nil
 }
