@@ -53,6 +53,11 @@ type Limits struct {
 	// loopback), and for the modes in Networks; no other.
 	Network  string
 	Networks []string
+	// Allow are the names a model may let a "private"-network sandbox
+	// reach (sandbox_create's allow): each it asks for must be covered by
+	// one of these ("*", "*.example.com", or the name). None: a model
+	// may make a private sandbox, but open no name.
+	Allow []string
 }
 
 // withDefaults fills the zero ceilings.
@@ -195,6 +200,15 @@ func (l Limits) apply(spec *runbox.SandboxSpec, in SandboxCreateInput) error {
 				ErrOverCeiling, in.Network, strings.Join(l.networks(), " or "), orDefault(l.Network, ""))
 		}
 		spec.Network = in.Network
+	}
+	if len(in.Allow) > 0 {
+		if spec.Network != "private" {
+			return fmt.Errorf("%w: allow needs network private (a sandbox of its own network, reaching out through its proxy)", runbox.ErrInvalidSpec)
+		}
+		if err := l.checkAllow(in.Allow); err != nil {
+			return err
+		}
+		spec.Egress.Allow = in.Allow
 	}
 	return nil
 }

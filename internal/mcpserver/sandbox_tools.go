@@ -76,7 +76,8 @@ type SandboxCreateInput struct {
 	MemoryMB *int64   `json:"memory_mb,omitempty" jsonschema:"memory limit in MiB (default and ceiling: the server's)"`
 	Pids     *int64   `json:"pids,omitempty" jsonschema:"process and thread count limit (default and ceiling: the server's)"`
 	CPUs     *float64 `json:"cpus,omitempty" jsonschema:"CPU limit, e.g. 1.5 (default and ceiling: the server's)"`
-	Network  string   `json:"network,omitempty" jsonschema:"none: loopback only (default: the server's)"`
+	Network  string   `json:"network,omitempty" jsonschema:"none: loopback only; private: loopback only, and the names in allow through a proxy (default: the server's)"`
+	Allow    []string `json:"allow,omitempty" jsonschema:"with network private: names the sandbox may reach (pypi.org, *.github.com), within what the server allows"`
 	DiskMB   *int64   `json:"disk_mb,omitempty" jsonschema:"what the sandbox may write to disk outside its workspace, in MiB (default and ceiling: the server's)"`
 	Keep     bool     `json:"keep,omitempty" jsonschema:"keep the sandbox when this MCP session ends"`
 	Use      bool     `json:"use,omitempty" jsonschema:"make it this session's default sandbox"`

@@ -168,6 +168,7 @@ func New(place Sandboxes, cfg Config) *Server {
 	s.addExecTools()
 	s.addFileTools()
 	s.addSandboxTools()
+	s.addPortTools()
 	return s
 }
 

@@ -18,6 +18,7 @@ import (
 var allTools = []string{
 	"exec", "exec_cancel", "exec_list", "exec_output",
 	"file_delete", "file_edit", "file_list", "file_read", "file_write",
+	"port_expose",
 	"sandbox_create", "sandbox_list", "sandbox_remove",
 }
 
@@ -368,4 +369,22 @@ type fileRead struct {
 	StartLine int64  `json:"start_line"`
 	EndLine   int64  `json:"end_line"`
 	Truncated bool   `json:"truncated"`
+}
+
+// TestPortExposeOnStdio: on stdio there is no server address to hand out,
+// so port_expose says why and what to use instead (port-forward); and a
+// model's allow list is held to the operator's --allow and needs network
+// private.
+func TestPortExposeOnStdio(t *testing.T) {
+	s := startStdio(t, "--allow-network", "private", "--allow", "*.python.org")
+	msg := failing(t, s.cs, "port_expose", map[string]any{"port": 8000})
+	if !strings.Contains(msg, "runbox serve") || !strings.Contains(msg, "port-forward") {
+		t.Errorf("port_expose on stdio: %q, want it to name runbox serve and port-forward", msg)
+	}
+	if msg := failing(t, s.cs, "sandbox_create", map[string]any{"network": "private", "allow": []string{"evil.example"}}); !strings.Contains(msg, "*.python.org") {
+		t.Errorf("an allow outside the operator's: %q, want it to name what is allowed", msg)
+	}
+	if msg := failing(t, s.cs, "sandbox_create", map[string]any{"allow": []string{"pypi.python.org"}}); !strings.Contains(msg, "network private") {
+		t.Errorf("allow without network private: %q", msg)
+	}
 }

@@ -17,6 +17,11 @@ const (
 	KindReap     = "reap"
 	KindLost     = "lost"
 	KindRecreate = "recreate"
+	// KindExpose and KindUnexpose record a port opened or closed on the
+	// server's route; KindEgress a runtime change of an egress policy.
+	KindExpose   = "expose"
+	KindUnexpose = "unexpose"
+	KindEgress   = "egress"
 )
 
 // Outcomes of an exec row.

@@ -70,6 +70,19 @@ var migrations = []string{
 		WHERE kind = 'exec' AND ended_ms = 0 AND id NOT IN (
 			SELECT MIN(id) FROM audit WHERE kind = 'exec' AND ended_ms = 0 GROUP BY sandbox, exec_id);
 	CREATE UNIQUE INDEX audit_open_exec_once ON audit (sandbox, exec_id) WHERE kind = 'exec' AND ended_ms = 0;`,
+	// 3: the server's own secrets (the key that signs port URLs), and the
+	// ports of each sandbox exposed through the server's route.
+	`CREATE TABLE server_secrets (
+		name       TEXT PRIMARY KEY,
+		value      BLOB NOT NULL,
+		created_ms INTEGER NOT NULL
+	);
+	CREATE TABLE exposed_ports (
+		sandbox    TEXT NOT NULL,
+		port       INTEGER NOT NULL,
+		created_ms INTEGER NOT NULL,
+		PRIMARY KEY (sandbox, port)
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.

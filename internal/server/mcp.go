@@ -91,9 +91,30 @@ type mcpPlace struct {
 }
 
 var (
-	_ mcpserver.Sandboxes = (*mcpPlace)(nil)
-	_ mcpserver.Holder    = (*mcpPlace)(nil)
+	_ mcpserver.Sandboxes   = (*mcpPlace)(nil)
+	_ mcpserver.Holder      = (*mcpPlace)(nil)
+	_ mcpserver.PortExposer = (*mcpPlace)(nil)
 )
+
+// ExposePort implements mcpserver.PortExposer: as SandboxService.ExposePort
+// for the tenant, with the server's --public-url (or the address of the
+// MCP request) as the URLs' base.
+func (p *mcpPlace) ExposePort(ctx context.Context, sb runbox.Sandbox, port int) (mcpserver.ExposedPort, error) {
+	out, err := p.s.exposePort(ctx, p.tenantNow(), &runboxv1.ExposePortRequest{SandboxId: sb.ID, Port: uint32(port)})
+	if err != nil {
+		return mcpserver.ExposedPort{}, plainError(err)
+	}
+	return mcpserver.ExposedPort{Port: port, URL: out.Url, SignedURL: out.SignedUrl,
+		Expires: time.UnixMilli(out.ExpiresAtUnixMs).UTC().Format(time.RFC3339)}, nil
+}
+
+// egressProto is the wire form of an egress policy (nil when empty).
+func egressProto(e runbox.EgressPolicy) *runboxv1.EgressPolicy {
+	if e.Empty() {
+		return nil
+	}
+	return &runboxv1.EgressPolicy{Allow: e.Allow, AllowCidr: e.AllowCIDR, Deny: e.Deny, Resolve: e.Resolve}
+}
 
 func (p *mcpPlace) tenantNow() registry.Tenant { return *p.tenant.Load() }
 
@@ -105,7 +126,7 @@ func (p *mcpPlace) Create(ctx context.Context, provider string, spec runbox.Sand
 	rec, err := p.s.createSandbox(ctx, p.tenantNow(), &runboxv1.SandboxSpec{
 		Provider: provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
 		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, DiskBytes: spec.Disk, Network: spec.Network,
-		Labels: map[string]string{MCPLabel: "mcp"},
+		Labels: map[string]string{MCPLabel: "mcp"}, Egress: egressProto(spec.Egress),
 	})
 	if err != nil {
 		return runbox.Sandbox{}, plainError(err)

@@ -22,6 +22,8 @@ type upstream struct {
 	transport *http.Transport
 	rpc       runboxv1connect.RunboxServiceClient
 	files     runboxv1connect.FilesServiceClient
+	// forward reaches ports on the sandbox's loopback (the port route).
+	forward runboxv1connect.ForwardServiceClient
 }
 
 func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
@@ -40,6 +42,7 @@ func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
 		transport: t,
 		rpc:       runboxv1connect.NewRunboxServiceClient(hc, "http://runboxd", connect.WithAcceptCompression("gzip", nil, nil)),
 		files:     runboxv1connect.NewFilesServiceClient(hc, "http://runboxd", connect.WithAcceptCompression("gzip", nil, nil)),
+		forward:   runboxv1connect.NewForwardServiceClient(hc, "http://runboxd"),
 	}
 }
 

@@ -395,7 +395,13 @@ func (s *Server) sandboxProto(rec registry.Sandbox) *runboxv1.Sandbox {
 	}
 	running := s.runningIn(rec.ID)
 	s.mu.Unlock()
-	return &runboxv1.Sandbox{
+	var exposed []uint32
+	if ports, err := s.store.ExposedPorts(s.bg, rec.ID); err == nil {
+		for _, p := range ports {
+			exposed = append(exposed, uint32(p))
+		}
+	}
+	return &runboxv1.Sandbox{ExposedPorts: exposed,
 		Id: rec.ID, Name: rec.Name, Provider: rec.Provider, Spec: &spec, State: state,
 		LostReason: rec.LostReason, CreatedAtUnixMs: rec.Created.UnixMilli(), LastUsedAtUnixMs: lastUsed.UnixMilli(),
 		Recreated: int32(rec.Recreated), RunningExecs: int32(running), ProviderId: rec.ProviderID,

@@ -7,6 +7,8 @@
 //   - RunboxService and FilesService, proxied to the runboxd of the sandbox
 //     the Runbox-Sandbox request header names, event for event, so
 //     streaming, attach and replay behave as against runboxd itself;
+//   - the route to a sandbox's exposed ports, /sandboxes/{id}/ports/{port}/
+//     (HTTP and WebSocket; by token or by signed URL: portroute.go);
 //   - /healthz, /readyz and /metrics (Prometheus);
 //   - MCP over streamable HTTP at /mcp (Config.MCP): each tenant's
 //     sandboxes as MCP tools, made and removed as SandboxService does and
@@ -81,6 +83,10 @@ type Config struct {
 	// sandbox may open with its egress policy's allow_cidr (loopback,
 	// private and metadata ranges stay closed otherwise); none by default.
 	EgressCIDRs []netip.Prefix
+	// PublicURL is the server's address as its users reach it (such as
+	// https://runbox.example.com), the base of the port URLs ExposePort
+	// returns; empty: the scheme and Host of the ExposePort request.
+	PublicURL string
 	// OperatorTenant names the tenant whose tokens see the server-wide
 	// /metrics; every other tenant's token sees only its own sandboxes
 	// and execs there. Empty: no tenant sees server-wide figures.
@@ -140,6 +146,9 @@ type Server struct {
 	mcp       *mcpserver.HTTPHandler
 	mcpPlaces map[string]*mcpPlace
 	self      *selfAPI
+
+	// signer holds the key of signed port URLs (portsign.go).
+	signer portSigner
 }
 
 // New returns a Server for cfg. It starts nothing: call Start (Serve does).
@@ -253,6 +262,8 @@ func (s *Server) Handler() http.Handler {
 	}
 	root := http.NewServeMux()
 	root.HandleFunc("/healthz", healthz)
-	root.Handle("/", s.authenticate(api))
+	// The port route authenticates by token or signed URL itself.
+	root.HandleFunc(portRoutePrefix, s.portRoute)
+	root.Handle("/", withBaseURL(s.authenticate(api)))
 	return root
 }

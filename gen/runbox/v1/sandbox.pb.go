@@ -339,7 +339,10 @@ type Sandbox struct {
 	// running_execs counts the execs this server knows to be running in it.
 	RunningExecs int32 `protobuf:"varint,10,opt,name=running_execs,json=runningExecs,proto3" json:"running_execs,omitempty"`
 	// provider_id is the provider's own id (a container's name, a jail's id).
-	ProviderId    string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	ProviderId string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
+	// exposed_ports are the ports reachable through the server's route
+	// (ExposePort), ascending.
+	ExposedPorts  []uint32 `protobuf:"varint,50,rep,packed,name=exposed_ports,json=exposedPorts,proto3" json:"exposed_ports,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -449,6 +452,13 @@ func (x *Sandbox) GetProviderId() string {
 		return x.ProviderId
 	}
 	return ""
+}
+
+func (x *Sandbox) GetExposedPorts() []uint32 {
+	if x != nil {
+		return x.ExposedPorts
+	}
+	return nil
 }
 
 type CreateSandboxRequest struct {
@@ -914,6 +924,322 @@ func (x *RunCommandResponse) GetRecreated() bool {
 	return false
 }
 
+type ExposePortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox's id or name.
+	SandboxId string `protobuf:"bytes,50,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// port is a TCP port on the sandbox's loopback, 1 to 65535.
+	Port uint32 `protobuf:"varint,51,opt,name=port,proto3" json:"port,omitempty"`
+	// url_ttl_ms is how long the signed URL is valid; 0 is one hour, at most
+	// seven days.
+	UrlTtlMs      int64 `protobuf:"varint,52,opt,name=url_ttl_ms,json=urlTtlMs,proto3" json:"url_ttl_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExposePortRequest) Reset() {
+	*x = ExposePortRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposePortRequest) ProtoMessage() {}
+
+func (x *ExposePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposePortRequest.ProtoReflect.Descriptor instead.
+func (*ExposePortRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ExposePortRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ExposePortRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ExposePortRequest) GetUrlTtlMs() int64 {
+	if x != nil {
+		return x.UrlTtlMs
+	}
+	return 0
+}
+
+type ExposePortResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is the port's route, for a caller sending the tenant's bearer
+	// token: BASE/sandboxes/{id}/ports/{port}/.
+	Url string `protobuf:"bytes,50,opt,name=url,proto3" json:"url,omitempty"`
+	// signed_url is url with a signature bound to the tenant, the sandbox
+	// and the port, and its expiry: it needs no token (give it to a
+	// browser).
+	SignedUrl       string `protobuf:"bytes,51,opt,name=signed_url,json=signedUrl,proto3" json:"signed_url,omitempty"`
+	ExpiresAtUnixMs int64  `protobuf:"varint,52,opt,name=expires_at_unix_ms,json=expiresAtUnixMs,proto3" json:"expires_at_unix_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *ExposePortResponse) Reset() {
+	*x = ExposePortResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExposePortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExposePortResponse) ProtoMessage() {}
+
+func (x *ExposePortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExposePortResponse.ProtoReflect.Descriptor instead.
+func (*ExposePortResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ExposePortResponse) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *ExposePortResponse) GetSignedUrl() string {
+	if x != nil {
+		return x.SignedUrl
+	}
+	return ""
+}
+
+func (x *ExposePortResponse) GetExpiresAtUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixMs
+	}
+	return 0
+}
+
+type UnexposePortRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,50,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Port          uint32                 `protobuf:"varint,51,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnexposePortRequest) Reset() {
+	*x = UnexposePortRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnexposePortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnexposePortRequest) ProtoMessage() {}
+
+func (x *UnexposePortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnexposePortRequest.ProtoReflect.Descriptor instead.
+func (*UnexposePortRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *UnexposePortRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *UnexposePortRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+type UnexposePortResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnexposePortResponse) Reset() {
+	*x = UnexposePortResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnexposePortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnexposePortResponse) ProtoMessage() {}
+
+func (x *UnexposePortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnexposePortResponse.ProtoReflect.Descriptor instead.
+func (*UnexposePortResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+}
+
+type SetEgressRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox's id or name.
+	SandboxId string `protobuf:"bytes,50,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// egress replaces the policy whole (empty reaches nothing); allow_cidr is
+	// limited to the operator's --allow-egress-cidr as at create.
+	Egress        *EgressPolicy `protobuf:"bytes,51,opt,name=egress,proto3" json:"egress,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEgressRequest) Reset() {
+	*x = SetEgressRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEgressRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEgressRequest) ProtoMessage() {}
+
+func (x *SetEgressRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEgressRequest.ProtoReflect.Descriptor instead.
+func (*SetEgressRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SetEgressRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *SetEgressRequest) GetEgress() *EgressPolicy {
+	if x != nil {
+		return x.Egress
+	}
+	return nil
+}
+
+type SetEgressResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       *Sandbox               `protobuf:"bytes,50,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetEgressResponse) Reset() {
+	*x = SetEgressResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetEgressResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetEgressResponse) ProtoMessage() {}
+
+func (x *SetEgressResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetEgressResponse.ProtoReflect.Descriptor instead.
+func (*SetEgressResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *SetEgressResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
 var File_runbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_sandbox_proto_rawDesc = "" +
@@ -947,7 +1273,7 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\aresolve\x18\x04 \x03(\v2$.runbox.v1.EgressPolicy.ResolveEntryR\aresolve\x1a:\n" +
 	"\fResolveEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x86\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x03\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -962,7 +1288,8 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\rrunning_execs\x18\n" +
 	" \x01(\x05R\frunningExecs\x12\x1f\n" +
 	"\vprovider_id\x18\v \x01(\tR\n" +
-	"providerId\"B\n" +
+	"providerId\x12#\n" +
+	"\rexposed_ports\x182 \x03(\rR\fexposedPorts\"B\n" +
 	"\x14CreateSandboxRequest\x12*\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.runbox.v1.SandboxSpecR\x04spec\"E\n" +
 	"\x15CreateSandboxResponse\x12,\n" +
@@ -988,17 +1315,43 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04spec\x18\x02 \x01(\v2\x13.runbox.v1.ExecSpecR\x04spec\"]\n" +
 	"\x12RunCommandResponse\x12)\n" +
 	"\x06result\x18\x01 \x01(\v2\x11.runbox.v1.ResultR\x06result\x12\x1c\n" +
-	"\trecreated\x18\x02 \x01(\bR\trecreated*^\n" +
+	"\trecreated\x18\x02 \x01(\bR\trecreated\"d\n" +
+	"\x11ExposePortRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x182 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04port\x183 \x01(\rR\x04port\x12\x1c\n" +
+	"\n" +
+	"url_ttl_ms\x184 \x01(\x03R\burlTtlMs\"r\n" +
+	"\x12ExposePortResponse\x12\x10\n" +
+	"\x03url\x182 \x01(\tR\x03url\x12\x1d\n" +
+	"\n" +
+	"signed_url\x183 \x01(\tR\tsignedUrl\x12+\n" +
+	"\x12expires_at_unix_ms\x184 \x01(\x03R\x0fexpiresAtUnixMs\"H\n" +
+	"\x13UnexposePortRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x182 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04port\x183 \x01(\rR\x04port\"\x16\n" +
+	"\x14UnexposePortResponse\"b\n" +
+	"\x10SetEgressRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x182 \x01(\tR\tsandboxId\x12/\n" +
+	"\x06egress\x183 \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\"A\n" +
+	"\x11SetEgressResponse\x12,\n" +
+	"\asandbox\x182 \x01(\v2\x12.runbox.v1.SandboxR\asandbox*^\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SANDBOX_STATE_READY\x10\x01\x12\x16\n" +
-	"\x12SANDBOX_STATE_LOST\x10\x022\xfd\x02\n" +
+	"\x12SANDBOX_STATE_LOST\x10\x022\xe1\x04\n" +
 	"\x0eSandboxService\x12K\n" +
 	"\x06Create\x12\x1f.runbox.v1.CreateSandboxRequest\x1a .runbox.v1.CreateSandboxResponse\x12B\n" +
 	"\x03Get\x12\x1c.runbox.v1.GetSandboxRequest\x1a\x1d.runbox.v1.GetSandboxResponse\x12I\n" +
 	"\x04List\x12\x1f.runbox.v1.ListSandboxesRequest\x1a .runbox.v1.ListSandboxesResponse\x12K\n" +
 	"\x06Delete\x12\x1f.runbox.v1.DeleteSandboxRequest\x1a .runbox.v1.DeleteSandboxResponse\x12B\n" +
-	"\x03Run\x12\x1c.runbox.v1.RunCommandRequest\x1a\x1d.runbox.v1.RunCommandResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\x03Run\x12\x1c.runbox.v1.RunCommandRequest\x1a\x1d.runbox.v1.RunCommandResponse\x12I\n" +
+	"\n" +
+	"ExposePort\x12\x1c.runbox.v1.ExposePortRequest\x1a\x1d.runbox.v1.ExposePortResponse\x12O\n" +
+	"\fUnexposePort\x12\x1e.runbox.v1.UnexposePortRequest\x1a\x1f.runbox.v1.UnexposePortResponse\x12F\n" +
+	"\tSetEgress\x12\x1b.runbox.v1.SetEgressRequest\x1a\x1c.runbox.v1.SetEgressResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1013,7 +1366,7 @@ func file_runbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_runbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_runbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_runbox_v1_sandbox_proto_goTypes = []any{
 	(SandboxState)(0),             // 0: runbox.v1.SandboxState
 	(*SandboxSpec)(nil),           // 1: runbox.v1.SandboxSpec
@@ -1029,40 +1382,54 @@ var file_runbox_v1_sandbox_proto_goTypes = []any{
 	(*DeleteSandboxResponse)(nil), // 11: runbox.v1.DeleteSandboxResponse
 	(*RunCommandRequest)(nil),     // 12: runbox.v1.RunCommandRequest
 	(*RunCommandResponse)(nil),    // 13: runbox.v1.RunCommandResponse
-	nil,                           // 14: runbox.v1.SandboxSpec.LabelsEntry
-	nil,                           // 15: runbox.v1.EgressPolicy.ResolveEntry
-	nil,                           // 16: runbox.v1.ListSandboxesRequest.LabelsEntry
-	(*ExecSpec)(nil),              // 17: runbox.v1.ExecSpec
-	(*Result)(nil),                // 18: runbox.v1.Result
+	(*ExposePortRequest)(nil),     // 14: runbox.v1.ExposePortRequest
+	(*ExposePortResponse)(nil),    // 15: runbox.v1.ExposePortResponse
+	(*UnexposePortRequest)(nil),   // 16: runbox.v1.UnexposePortRequest
+	(*UnexposePortResponse)(nil),  // 17: runbox.v1.UnexposePortResponse
+	(*SetEgressRequest)(nil),      // 18: runbox.v1.SetEgressRequest
+	(*SetEgressResponse)(nil),     // 19: runbox.v1.SetEgressResponse
+	nil,                           // 20: runbox.v1.SandboxSpec.LabelsEntry
+	nil,                           // 21: runbox.v1.EgressPolicy.ResolveEntry
+	nil,                           // 22: runbox.v1.ListSandboxesRequest.LabelsEntry
+	(*ExecSpec)(nil),              // 23: runbox.v1.ExecSpec
+	(*Result)(nil),                // 24: runbox.v1.Result
 }
 var file_runbox_v1_sandbox_proto_depIdxs = []int32{
-	14, // 0: runbox.v1.SandboxSpec.labels:type_name -> runbox.v1.SandboxSpec.LabelsEntry
+	20, // 0: runbox.v1.SandboxSpec.labels:type_name -> runbox.v1.SandboxSpec.LabelsEntry
 	2,  // 1: runbox.v1.SandboxSpec.egress:type_name -> runbox.v1.EgressPolicy
-	15, // 2: runbox.v1.EgressPolicy.resolve:type_name -> runbox.v1.EgressPolicy.ResolveEntry
+	21, // 2: runbox.v1.EgressPolicy.resolve:type_name -> runbox.v1.EgressPolicy.ResolveEntry
 	1,  // 3: runbox.v1.Sandbox.spec:type_name -> runbox.v1.SandboxSpec
 	0,  // 4: runbox.v1.Sandbox.state:type_name -> runbox.v1.SandboxState
 	1,  // 5: runbox.v1.CreateSandboxRequest.spec:type_name -> runbox.v1.SandboxSpec
 	3,  // 6: runbox.v1.CreateSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
 	3,  // 7: runbox.v1.GetSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
-	16, // 8: runbox.v1.ListSandboxesRequest.labels:type_name -> runbox.v1.ListSandboxesRequest.LabelsEntry
+	22, // 8: runbox.v1.ListSandboxesRequest.labels:type_name -> runbox.v1.ListSandboxesRequest.LabelsEntry
 	3,  // 9: runbox.v1.ListSandboxesResponse.sandboxes:type_name -> runbox.v1.Sandbox
-	17, // 10: runbox.v1.RunCommandRequest.spec:type_name -> runbox.v1.ExecSpec
-	18, // 11: runbox.v1.RunCommandResponse.result:type_name -> runbox.v1.Result
-	4,  // 12: runbox.v1.SandboxService.Create:input_type -> runbox.v1.CreateSandboxRequest
-	6,  // 13: runbox.v1.SandboxService.Get:input_type -> runbox.v1.GetSandboxRequest
-	8,  // 14: runbox.v1.SandboxService.List:input_type -> runbox.v1.ListSandboxesRequest
-	10, // 15: runbox.v1.SandboxService.Delete:input_type -> runbox.v1.DeleteSandboxRequest
-	12, // 16: runbox.v1.SandboxService.Run:input_type -> runbox.v1.RunCommandRequest
-	5,  // 17: runbox.v1.SandboxService.Create:output_type -> runbox.v1.CreateSandboxResponse
-	7,  // 18: runbox.v1.SandboxService.Get:output_type -> runbox.v1.GetSandboxResponse
-	9,  // 19: runbox.v1.SandboxService.List:output_type -> runbox.v1.ListSandboxesResponse
-	11, // 20: runbox.v1.SandboxService.Delete:output_type -> runbox.v1.DeleteSandboxResponse
-	13, // 21: runbox.v1.SandboxService.Run:output_type -> runbox.v1.RunCommandResponse
-	17, // [17:22] is the sub-list for method output_type
-	12, // [12:17] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	23, // 10: runbox.v1.RunCommandRequest.spec:type_name -> runbox.v1.ExecSpec
+	24, // 11: runbox.v1.RunCommandResponse.result:type_name -> runbox.v1.Result
+	2,  // 12: runbox.v1.SetEgressRequest.egress:type_name -> runbox.v1.EgressPolicy
+	3,  // 13: runbox.v1.SetEgressResponse.sandbox:type_name -> runbox.v1.Sandbox
+	4,  // 14: runbox.v1.SandboxService.Create:input_type -> runbox.v1.CreateSandboxRequest
+	6,  // 15: runbox.v1.SandboxService.Get:input_type -> runbox.v1.GetSandboxRequest
+	8,  // 16: runbox.v1.SandboxService.List:input_type -> runbox.v1.ListSandboxesRequest
+	10, // 17: runbox.v1.SandboxService.Delete:input_type -> runbox.v1.DeleteSandboxRequest
+	12, // 18: runbox.v1.SandboxService.Run:input_type -> runbox.v1.RunCommandRequest
+	14, // 19: runbox.v1.SandboxService.ExposePort:input_type -> runbox.v1.ExposePortRequest
+	16, // 20: runbox.v1.SandboxService.UnexposePort:input_type -> runbox.v1.UnexposePortRequest
+	18, // 21: runbox.v1.SandboxService.SetEgress:input_type -> runbox.v1.SetEgressRequest
+	5,  // 22: runbox.v1.SandboxService.Create:output_type -> runbox.v1.CreateSandboxResponse
+	7,  // 23: runbox.v1.SandboxService.Get:output_type -> runbox.v1.GetSandboxResponse
+	9,  // 24: runbox.v1.SandboxService.List:output_type -> runbox.v1.ListSandboxesResponse
+	11, // 25: runbox.v1.SandboxService.Delete:output_type -> runbox.v1.DeleteSandboxResponse
+	13, // 26: runbox.v1.SandboxService.Run:output_type -> runbox.v1.RunCommandResponse
+	15, // 27: runbox.v1.SandboxService.ExposePort:output_type -> runbox.v1.ExposePortResponse
+	17, // 28: runbox.v1.SandboxService.UnexposePort:output_type -> runbox.v1.UnexposePortResponse
+	19, // 29: runbox.v1.SandboxService.SetEgress:output_type -> runbox.v1.SetEgressResponse
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_sandbox_proto_init() }
@@ -1077,7 +1444,7 @@ func file_runbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_sandbox_proto_rawDesc), len(file_runbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   16,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

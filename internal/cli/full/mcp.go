@@ -28,6 +28,7 @@ type mcpFlags struct {
 	cpus, maxCPUs                     float64
 	network                           string
 	allowNetworks                     []string
+	allow                             []string
 }
 
 func (a *app) mcpCmd() *cobra.Command {
@@ -95,7 +96,8 @@ docs/mcp.md.`,
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPU limit of a sandbox that names none, e.g. 1.5 (default: the provider's)")
 	fs.Float64Var(&f.maxCPUs, "max-cpus", mcpserver.DefaultMaxCPUs, "the most CPUs a model may ask a sandbox to have (default: this machine's count)")
 	fs.StringVar(&f.network, "network", "", "network mode of a sandbox that names none (default: the provider's)")
-	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "network modes a model may ask for besides none and --network (e.g. host)")
+	fs.StringSliceVar(&f.allowNetworks, "allow-network", nil, "network modes a model may ask for besides none and --network (e.g. host, private)")
+	fs.StringSliceVar(&f.allow, "allow", nil, "names a model may let a --network private sandbox reach (*, *.example.com, or a name); none: it opens no name")
 	return c
 }
 
@@ -122,7 +124,7 @@ func (a *app) mcpConfig(f mcpFlags) (mcpserver.Config, error) {
 		return mcpserver.Config{}, fmt.Errorf("--max-pids and --max-cpus must be above zero")
 	}
 	limits := mcpserver.Limits{Memory: mem, Pids: f.pids, CPUs: f.cpus, MaxMemory: maxMem, MaxPids: f.maxPids, Disk: disk, MaxDisk: maxDisk,
-		MaxCPUs: f.maxCPUs, Network: f.network, Networks: f.allowNetworks}
+		MaxCPUs: f.maxCPUs, Network: f.network, Networks: f.allowNetworks, Allow: f.allow}
 	if err := limits.Check(); err != nil {
 		return mcpserver.Config{}, err
 	}

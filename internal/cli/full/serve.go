@@ -36,6 +36,8 @@ type serveFlags struct {
 	mcpIdle                     time.Duration
 	allowHost, sharedNetworks   bool
 	egressCIDRs                 []string
+	publicURL                   string
+	mcpNetworks, mcpAllow       []string
 	maxMemory, defMemory        int64
 	maxPids, defPids            int64
 	maxCPUs, defCPUs            float64
@@ -91,6 +93,9 @@ The API, with curl examples: docs/serve.md.`,
 	fs.BoolVar(&f.mcpAnyHost, "mcp-any-host", false, "accept /mcp requests that arrive on a loopback address with a non-loopback Host header (a reverse proxy on this machine); off: DNS-rebinding protection")
 	fs.BoolVar(&f.allowHost, "allow-host-provider", false, "let --providers name host (no isolation: a tenant's command runs as this server's user)")
 	fs.BoolVar(&f.sharedNetworks, "allow-shared-networks", false, "let docker sandboxes use network host or container:X (they see the host's or another container's traffic)")
+	fs.StringVar(&f.publicURL, "public-url", "", "this server's address as its users reach it (https://runbox.example.com), the base of port URLs (default: the scheme and Host of the request asking)")
+	fs.StringSliceVar(&f.mcpNetworks, "mcp-allow-network", nil, "network modes an MCP model may ask for besides none (e.g. private)")
+	fs.StringSliceVar(&f.mcpAllow, "mcp-allow", nil, "names an MCP model may let a private sandbox reach (*, *.example.com, or a name); none: it opens no name")
 	fs.StringSliceVar(&f.egressCIDRs, "allow-egress-cidr", nil, "address ranges a tenant's private-network sandbox may open with allow_cidr (by default none: loopback, private and metadata addresses stay closed)")
 	fs.Int64Var(&f.maxMemory, "max-memory", 8<<30, "ceiling on a sandbox's memory in bytes (0: none)")
 	fs.Int64Var(&f.defMemory, "default-memory", 2<<30, "memory in bytes of a sandbox that asks for none")
@@ -208,12 +213,13 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	if f.mcp {
 		mcpserver.Version = buildinfo.Current()
 		mcp = &server.MCPConfig{SessionIdle: f.mcpIdle, AnyHost: f.mcpAnyHost,
-			Server: mcpserver.Config{Providers: f.providers, Logger: log.With("component", "mcp")}}
+			Server: mcpserver.Config{Providers: f.providers, Logger: log.With("component", "mcp"),
+				Limits: mcpserver.Limits{Networks: f.mcpNetworks, Allow: f.mcpAllow}}}
 	}
 	srv := server.New(server.Config{
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],
 		Home: a.env.Home, WorkspaceDir: workspaces, WorkdirRoots: roots,
-		Limits: limits, AllowSharedNetworks: f.sharedNetworks, EgressCIDRs: egressCIDRs,
+		Limits: limits, AllowSharedNetworks: f.sharedNetworks, EgressCIDRs: egressCIDRs, PublicURL: f.publicURL,
 		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
 		IdleIgnoresBackground: f.idleIgnoresBg, OperatorTenant: f.operator,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors
 from ._connect import Transport
@@ -18,6 +18,28 @@ __all__ = ["Client", "DEFAULT_HOST"]
 DEFAULT_HOST = "http://127.0.0.1:7070"
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*$", re.IGNORECASE)
+
+
+def egress_policy(
+    allow: Optional[Sequence[str]] = None,
+    allow_cidr: Optional[Sequence[str]] = None,
+    deny: Optional[Sequence[str]] = None,
+    resolve: Optional[Mapping[str, str]] = None,
+) -> Dict[str, Any]:
+    """The ``runbox.v1.EgressPolicy`` JSON of the rules given."""
+    for what, v in (("allow", allow), ("allow_cidr", allow_cidr), ("deny", deny)):
+        if isinstance(v, str):
+            raise TypeError(f"{what}: want a list of strings, not one string")
+    out: Dict[str, Any] = {}
+    if allow:
+        out["allow"] = list(allow)
+    if allow_cidr:
+        out["allowCidr"] = list(allow_cidr)
+    if deny:
+        out["deny"] = list(deny)
+    if resolve:
+        out["resolve"] = dict(resolve)
+    return out
 
 
 def parse_size(size: Union[int, str, None]) -> Optional[int]:
@@ -107,6 +129,10 @@ class Client:
         idle_ttl: Optional[float] = None,
         max_lifetime: Optional[float] = None,
         recreate: bool = False,
+        allow: Optional[Sequence[str]] = None,
+        allow_cidr: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+        resolve: Optional[Mapping[str, str]] = None,
     ) -> Sandbox:
         """Creates a sandbox and returns it once its runboxd answers.
 
@@ -119,18 +145,30 @@ class Client:
             memory: a memory limit in bytes, or "512M", "2G".
             pids: a limit on the number of processes.
             cpus: a CPU limit ("1.5" CPUs).
-            network: "none" or "host".
+            network: "none", "host" or "private" (loopback only; egress
+                through the sandbox's proxy by ``allow``).
             labels: key/value labels; :meth:`list` filters by them.
             idle_ttl: remove the sandbox after this many seconds with no
                 exec running and no client attached.
             max_lifetime: remove it this many seconds after creation.
             recreate: when it is found lost, the next call that uses it gets
                 a fresh sandbox with the same spec under the same id.
+            allow: with network "private": names the sandbox may reach
+                through its egress proxy ("pypi.org", "*.example.com", "*").
+            allow_cidr: with network "private": address ranges that may be
+                reached although not public (within the server's
+                ``--allow-egress-cidr``).
+            deny: names or ranges refused whatever ``allow`` says.
+            resolve: names pinned to addresses on the host side.
         """
-        out = self._call("Create", self._create_request(
+        req = self._create_request(
             provider=provider, name=name, image=image, workdir=workdir, memory=memory, pids=pids, cpus=cpus,
             network=network, labels=labels, idle_ttl=idle_ttl, max_lifetime=max_lifetime, recreate=recreate,
-        ))  # fmt: skip
+        )  # fmt: skip
+        egress = egress_policy(allow, allow_cidr, deny, resolve)
+        if egress:
+            req["spec"]["egress"] = egress
+        out = self._call("Create", req)
         return Sandbox(self, SandboxInfo.from_json(out.get("sandbox") or {}))
 
     def _create_request(

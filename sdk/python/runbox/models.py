@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 __all__ = ["Result", "Chunk", "Gap", "SandboxInfo", "FileInfo", "ArchiveStats", "ExecInfo"]
 
@@ -208,7 +208,10 @@ class SandboxInfo:
         recreated: times a lost sandbox was replaced (spec ``recreate``).
         running_execs: execs the server knows to be running in it.
         provider_id: the provider's own id (a container's name, ...).
-        spec: the spec it was created with, as the server's JSON.
+        spec: the spec it was created with, as the server's JSON (its
+            ``egress`` is the policy in force after :meth:`Sandbox.set_egress`).
+        exposed_ports: the ports reachable through the server's port route
+            (:meth:`Sandbox.expose`), ascending.
     """
 
     id: str
@@ -223,6 +226,7 @@ class SandboxInfo:
     running_execs: int = 0
     provider_id: str = ""
     spec: Dict[str, Any] = field(default_factory=dict)
+    exposed_ports: List[int] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, m: Mapping[str, Any]) -> "SandboxInfo":
@@ -242,7 +246,29 @@ class SandboxInfo:
             running_execs=_int(m, "runningExecs"),
             provider_id=str(m.get("providerId", "")),
             spec=spec,
+            exposed_ports=[int(p) for p in m.get("exposedPorts") or []],
         )
+
+
+@dataclass(frozen=True)
+class ExposedPort:
+    """A sandbox port reachable through the server's route
+    (:meth:`Sandbox.expose`).
+
+    Attributes:
+        port: the TCP port on the sandbox's loopback.
+        url: the route, ``BASE/sandboxes/{id}/ports/{port}/``: send the
+            tenant's token as ``Authorization: Bearer TOKEN``.
+        signed_url: the route with a signature bound to the tenant, the
+            sandbox and the port: it needs no token until ``expires_at``
+            (give it to a browser; its later requests carry a cookie).
+        expires_at: the signed URL's expiry, Unix seconds.
+    """
+
+    port: int
+    url: str
+    signed_url: str
+    expires_at: float
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from . import errors
 from ._connect import ConnectionLost, ServerStream
 from .files import Files
-from .models import ExecInfo, Result, SandboxInfo
+from .models import ExecInfo, ExposedPort, Result, SandboxInfo
 from ._follow import merge_buffer
 from .process import Process, _transient
 
@@ -121,6 +121,47 @@ class Sandbox:
         """Stops every exec with the stop protocol and destroys the sandbox.
         A lost sandbox needs ``force=True``."""
         self.client.remove(self.id, force=force)
+
+    # -- network --------------------------------------------------------------
+
+    def set_egress(
+        self,
+        allow: Optional[Sequence[str]] = None,
+        allow_cidr: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+        resolve: Optional[Mapping[str, str]] = None,
+    ) -> SandboxInfo:
+        """Replaces the egress policy of a sandbox made with
+        ``network="private"`` (no rule: it reaches nothing). The change
+        applies to every connection opened from then on. Returns the
+        sandbox as the server now describes it."""
+        from .client import egress_policy
+
+        out = self.client._call("SetEgress", {"sandboxId": self.id, "egress": egress_policy(allow, allow_cidr, deny, resolve)})
+        self.info = SandboxInfo.from_json(out.get("sandbox") or {})
+        return self.info
+
+    def expose(self, port: int, ttl: Optional[float] = None) -> ExposedPort:
+        """Makes ``port`` on the sandbox's loopback reachable through the
+        server's route (HTTP and WebSocket) and returns its URLs: ``url``
+        for a caller with the tenant's token, ``signed_url`` (valid ``ttl``
+        seconds, default one hour, at most seven days) for anyone holding
+        it. A port never exposed is not reachable."""
+        req: Dict[str, Any] = {"sandboxId": self.id, "port": int(port)}
+        if ttl is not None:
+            req["urlTtlMs"] = _ms(ttl)
+        out = self.client._call("ExposePort", req)
+        return ExposedPort(
+            port=int(port),
+            url=str(out.get("url", "")),
+            signed_url=str(out.get("signedUrl", "")),
+            expires_at=int(out.get("expiresAtUnixMs") or 0) / 1e3,
+        )
+
+    def unexpose(self, port: int) -> None:
+        """Closes ``port``'s route: its token access and every signed URL
+        are refused from then on."""
+        self.client._call("UnexposePort", {"sandboxId": self.id, "port": int(port)})
 
     # -- execs ----------------------------------------------------------------
 

@@ -50,8 +50,16 @@ export interface CreateOptions extends CallOptions {
   pids?: number;
   /** A CPU limit. */
   cpus?: number;
-  /** "none" or "host". */
+  /** "none", "host" or "private" (loopback only; egress through the sandbox's proxy by allow). */
   network?: string;
+  /** With network "private": names the sandbox may reach ("pypi.org", "*.example.com", "*"). */
+  allow?: string[];
+  /** With network "private": address ranges that may be reached although not public (within the server's --allow-egress-cidr). */
+  allowCidr?: string[];
+  /** Names or ranges refused whatever allow says. */
+  deny?: string[];
+  /** Names pinned to addresses on the host side. */
+  resolve?: Record<string, string>;
   /** Key/value labels; list() filters by them. */
   labels?: Record<string, string>;
   /** Remove the sandbox after this many ms with no exec running and no client attached. */
@@ -192,6 +200,7 @@ export class Client implements AsyncDisposable {
       idleTtlMs: ms(opts.idleTtlMs),
       maxLifetimeMs: ms(opts.maxLifetimeMs),
       recreate: opts.recreate,
+      egress: egressPolicy(opts),
     };
     const out = await this.call(
       (signal) => this.sandboxes.create({ spec }, { signal, timeoutMs: this.timeoutMs }),
@@ -229,6 +238,23 @@ export class Client implements AsyncDisposable {
       false,
     );
   }
+}
+
+/** The rules of an egress policy. */
+export interface EgressRules {
+  allow?: string[];
+  allowCidr?: string[];
+  deny?: string[];
+  resolve?: Record<string, string>;
+}
+
+/** The wire's runbox.v1.EgressPolicy of rules (undefined when there is none). @internal */
+export function egressPolicy(r: EgressRules) {
+  for (const [what, v] of [["allow", r.allow], ["allowCidr", r.allowCidr], ["deny", r.deny]] as const) {
+    if (typeof v === "string") throw new InvalidArgument(`${what}: want an array of strings, not one string`);
+  }
+  if (!r.allow?.length && !r.allowCidr?.length && !r.deny?.length && !Object.keys(r.resolve ?? {}).length) return undefined;
+  return { allow: r.allow ?? [], allowCidr: r.allowCidr ?? [], deny: r.deny ?? [], resolve: r.resolve ?? {} };
 }
 
 /** Milliseconds for the wire, rounded up (a tiny positive duration never becomes 0, "no limit"). */

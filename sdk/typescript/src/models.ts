@@ -179,6 +179,29 @@ export interface SandboxInfo {
   readonly labels: Readonly<Record<string, string>>;
   /** The provider's own id of it (a container id, a directory name). */
   readonly providerId: string;
+  /** The network it was made with ("" is the provider's default). */
+  readonly network: string;
+  /** The egress policy in force (network "private"), after any setEgress. */
+  readonly egress: {
+    readonly allow: readonly string[];
+    readonly allowCidr: readonly string[];
+    readonly deny: readonly string[];
+    readonly resolve: Readonly<Record<string, string>>;
+  };
+  /** Ports reachable through the server's port route (expose), ascending. */
+  readonly exposedPorts: readonly number[];
+}
+
+/** A sandbox port reachable through the server's route (Sandbox.expose). */
+export interface ExposedPort {
+  /** The TCP port on the sandbox's loopback. */
+  readonly port: number;
+  /** The route, BASE/sandboxes/{id}/ports/{port}/: send "Authorization: Bearer TOKEN". */
+  readonly url: string;
+  /** The route with a signature bound to the tenant, sandbox and port: no token needed until expiresAt. */
+  readonly signedUrl: string;
+  /** When the signed URL expires. */
+  readonly expiresAt: Date;
 }
 
 /** Makes a SandboxInfo of the wire's runbox.v1.Sandbox. */
@@ -194,6 +217,14 @@ export function sandboxInfoOf(s: PbSandbox | undefined): SandboxInfo {
     runningExecs: s?.runningExecs ?? 0,
     labels: { ...(s?.spec?.labels ?? {}) },
     providerId: s?.providerId ?? "",
+    network: s?.spec?.network ?? "",
+    egress: {
+      allow: [...(s?.spec?.egress?.allow ?? [])],
+      allowCidr: [...(s?.spec?.egress?.allowCidr ?? [])],
+      deny: [...(s?.spec?.egress?.deny ?? [])],
+      resolve: { ...(s?.spec?.egress?.resolve ?? {}) },
+    },
+    exposedPorts: [...(s?.exposedPorts ?? [])],
   };
 }
 

@@ -2,12 +2,12 @@
 
 import { randomBytes } from "node:crypto";
 import type { Client, CallOptions } from "./client.js";
-import { ms, sleep } from "./client.js";
+import { egressPolicy, ms, sleep, type EgressRules } from "./client.js";
 import { InvalidArgument, NotFound, SandboxLost, isTransient, toRunboxError } from "./errors.js";
 import type { ExecSpecSchema } from "./gen/runbox/v1/runbox_pb.js";
 import { SpillMode } from "./gen/runbox/v1/runbox_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { Result, execInfoOf, sandboxInfoOf, type ExecInfo, type SandboxInfo } from "./models.js";
+import { Result, execInfoOf, sandboxInfoOf, type ExecInfo, type ExposedPort, type SandboxInfo } from "./models.js";
 import { Process } from "./process.js";
 import { Files } from "./files.js";
 
@@ -105,6 +105,50 @@ export class Sandbox implements AsyncDisposable {
     );
     this.info = sandboxInfoOf(out.sandbox);
     return this.info;
+  }
+
+  /**
+   * Replaces the egress policy of a sandbox made with network "private"
+   * (no rule: it reaches nothing); it applies to every connection opened
+   * from then on. Returns the sandbox as the server now describes it.
+   */
+  async setEgress(rules: EgressRules, opts: CallOptions = {}): Promise<SandboxInfo> {
+    const egress = egressPolicy(rules) ?? {};
+    const out = await this.client.call(
+      (signal) => this.client.sandboxes.setEgress({ sandboxId: this.id, egress }, { signal, timeoutMs: this.client.timeoutMs }),
+      opts.signal,
+      true,
+    );
+    this.info = sandboxInfoOf(out.sandbox);
+    return this.info;
+  }
+
+  /**
+   * Makes a port on the sandbox's loopback reachable through the server's
+   * route (HTTP and WebSocket) and returns its URLs: url for a caller with
+   * the tenant's token, signedUrl (valid ttlMs, default one hour, at most
+   * seven days) for anyone holding it. A port never exposed is not reachable.
+   */
+  async expose(port: number, opts: CallOptions & { ttlMs?: number } = {}): Promise<ExposedPort> {
+    const out = await this.client.call(
+      (signal) =>
+        this.client.sandboxes.exposePort(
+          { sandboxId: this.id, port, urlTtlMs: ms(opts.ttlMs) },
+          { signal, timeoutMs: this.client.timeoutMs },
+        ),
+      opts.signal,
+      true,
+    );
+    return { port, url: out.url, signedUrl: out.signedUrl, expiresAt: new Date(Number(out.expiresAtUnixMs)) };
+  }
+
+  /** Closes a port's route: its token access and every signed URL are refused from then on. */
+  async unexpose(port: number, opts: CallOptions = {}): Promise<void> {
+    await this.client.call(
+      (signal) => this.client.sandboxes.unexposePort({ sandboxId: this.id, port }, { signal, timeoutMs: this.client.timeoutMs }),
+      opts.signal,
+      true,
+    );
   }
 
   /** Stops every exec with the stop protocol and destroys the sandbox. A lost sandbox needs force. */

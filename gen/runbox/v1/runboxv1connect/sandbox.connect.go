@@ -49,6 +49,15 @@ const (
 	SandboxServiceDeleteProcedure = "/runbox.v1.SandboxService/Delete"
 	// SandboxServiceRunProcedure is the fully-qualified name of the SandboxService's Run RPC.
 	SandboxServiceRunProcedure = "/runbox.v1.SandboxService/Run"
+	// SandboxServiceExposePortProcedure is the fully-qualified name of the SandboxService's ExposePort
+	// RPC.
+	SandboxServiceExposePortProcedure = "/runbox.v1.SandboxService/ExposePort"
+	// SandboxServiceUnexposePortProcedure is the fully-qualified name of the SandboxService's
+	// UnexposePort RPC.
+	SandboxServiceUnexposePortProcedure = "/runbox.v1.SandboxService/UnexposePort"
+	// SandboxServiceSetEgressProcedure is the fully-qualified name of the SandboxService's SetEgress
+	// RPC.
+	SandboxServiceSetEgressProcedure = "/runbox.v1.SandboxService/SetEgress"
 )
 
 // SandboxServiceClient is a client for the runbox.v1.SandboxService service.
@@ -67,6 +76,18 @@ type SandboxServiceClient interface {
 	// Run runs one command to its end and returns its result: the commonest
 	// agent call as one request.
 	Run(context.Context, *connect.Request[v1.RunCommandRequest]) (*connect.Response[v1.RunCommandResponse], error)
+	// ExposePort lets a TCP port on the sandbox's own loopback be reached
+	// through the server's route /sandboxes/{id}/ports/{port}/ (HTTP and
+	// WebSocket), by the tenant's bearer token or by the signed URL it
+	// returns. A port never exposed is not reachable. Exposing a port again
+	// hands out a fresh signed URL; earlier ones stay valid to their expiry.
+	ExposePort(context.Context, *connect.Request[v1.ExposePortRequest]) (*connect.Response[v1.ExposePortResponse], error)
+	// UnexposePort closes a port's route: the token and every signed URL
+	// for it are refused from then on (connections already open go on).
+	UnexposePort(context.Context, *connect.Request[v1.UnexposePortRequest]) (*connect.Response[v1.UnexposePortResponse], error)
+	// SetEgress replaces the egress policy of a private-network sandbox at
+	// runtime; it applies to every connection opened from then on.
+	SetEgress(context.Context, *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the runbox.v1.SandboxService service. By default,
@@ -110,16 +131,37 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("Run")),
 			connect.WithClientOptions(opts...),
 		),
+		exposePort: connect.NewClient[v1.ExposePortRequest, v1.ExposePortResponse](
+			httpClient,
+			baseURL+SandboxServiceExposePortProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ExposePort")),
+			connect.WithClientOptions(opts...),
+		),
+		unexposePort: connect.NewClient[v1.UnexposePortRequest, v1.UnexposePortResponse](
+			httpClient,
+			baseURL+SandboxServiceUnexposePortProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("UnexposePort")),
+			connect.WithClientOptions(opts...),
+		),
+		setEgress: connect.NewClient[v1.SetEgressRequest, v1.SetEgressResponse](
+			httpClient,
+			baseURL+SandboxServiceSetEgressProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("SetEgress")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sandboxServiceClient implements SandboxServiceClient.
 type sandboxServiceClient struct {
-	create *connect.Client[v1.CreateSandboxRequest, v1.CreateSandboxResponse]
-	get    *connect.Client[v1.GetSandboxRequest, v1.GetSandboxResponse]
-	list   *connect.Client[v1.ListSandboxesRequest, v1.ListSandboxesResponse]
-	delete *connect.Client[v1.DeleteSandboxRequest, v1.DeleteSandboxResponse]
-	run    *connect.Client[v1.RunCommandRequest, v1.RunCommandResponse]
+	create       *connect.Client[v1.CreateSandboxRequest, v1.CreateSandboxResponse]
+	get          *connect.Client[v1.GetSandboxRequest, v1.GetSandboxResponse]
+	list         *connect.Client[v1.ListSandboxesRequest, v1.ListSandboxesResponse]
+	delete       *connect.Client[v1.DeleteSandboxRequest, v1.DeleteSandboxResponse]
+	run          *connect.Client[v1.RunCommandRequest, v1.RunCommandResponse]
+	exposePort   *connect.Client[v1.ExposePortRequest, v1.ExposePortResponse]
+	unexposePort *connect.Client[v1.UnexposePortRequest, v1.UnexposePortResponse]
+	setEgress    *connect.Client[v1.SetEgressRequest, v1.SetEgressResponse]
 }
 
 // Create calls runbox.v1.SandboxService.Create.
@@ -147,6 +189,21 @@ func (c *sandboxServiceClient) Run(ctx context.Context, req *connect.Request[v1.
 	return c.run.CallUnary(ctx, req)
 }
 
+// ExposePort calls runbox.v1.SandboxService.ExposePort.
+func (c *sandboxServiceClient) ExposePort(ctx context.Context, req *connect.Request[v1.ExposePortRequest]) (*connect.Response[v1.ExposePortResponse], error) {
+	return c.exposePort.CallUnary(ctx, req)
+}
+
+// UnexposePort calls runbox.v1.SandboxService.UnexposePort.
+func (c *sandboxServiceClient) UnexposePort(ctx context.Context, req *connect.Request[v1.UnexposePortRequest]) (*connect.Response[v1.UnexposePortResponse], error) {
+	return c.unexposePort.CallUnary(ctx, req)
+}
+
+// SetEgress calls runbox.v1.SandboxService.SetEgress.
+func (c *sandboxServiceClient) SetEgress(ctx context.Context, req *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error) {
+	return c.setEgress.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the runbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create makes a sandbox for the caller's tenant and returns once its
@@ -163,6 +220,18 @@ type SandboxServiceHandler interface {
 	// Run runs one command to its end and returns its result: the commonest
 	// agent call as one request.
 	Run(context.Context, *connect.Request[v1.RunCommandRequest]) (*connect.Response[v1.RunCommandResponse], error)
+	// ExposePort lets a TCP port on the sandbox's own loopback be reached
+	// through the server's route /sandboxes/{id}/ports/{port}/ (HTTP and
+	// WebSocket), by the tenant's bearer token or by the signed URL it
+	// returns. A port never exposed is not reachable. Exposing a port again
+	// hands out a fresh signed URL; earlier ones stay valid to their expiry.
+	ExposePort(context.Context, *connect.Request[v1.ExposePortRequest]) (*connect.Response[v1.ExposePortResponse], error)
+	// UnexposePort closes a port's route: the token and every signed URL
+	// for it are refused from then on (connections already open go on).
+	UnexposePort(context.Context, *connect.Request[v1.UnexposePortRequest]) (*connect.Response[v1.UnexposePortResponse], error)
+	// SetEgress replaces the egress policy of a private-network sandbox at
+	// runtime; it applies to every connection opened from then on.
+	SetEgress(context.Context, *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -202,6 +271,24 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("Run")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServiceExposePortHandler := connect.NewUnaryHandler(
+		SandboxServiceExposePortProcedure,
+		svc.ExposePort,
+		connect.WithSchema(sandboxServiceMethods.ByName("ExposePort")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceUnexposePortHandler := connect.NewUnaryHandler(
+		SandboxServiceUnexposePortProcedure,
+		svc.UnexposePort,
+		connect.WithSchema(sandboxServiceMethods.ByName("UnexposePort")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceSetEgressHandler := connect.NewUnaryHandler(
+		SandboxServiceSetEgressProcedure,
+		svc.SetEgress,
+		connect.WithSchema(sandboxServiceMethods.ByName("SetEgress")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/runbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -214,6 +301,12 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceDeleteHandler.ServeHTTP(w, r)
 		case SandboxServiceRunProcedure:
 			sandboxServiceRunHandler.ServeHTTP(w, r)
+		case SandboxServiceExposePortProcedure:
+			sandboxServiceExposePortHandler.ServeHTTP(w, r)
+		case SandboxServiceUnexposePortProcedure:
+			sandboxServiceUnexposePortHandler.ServeHTTP(w, r)
+		case SandboxServiceSetEgressProcedure:
+			sandboxServiceSetEgressHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -241,4 +334,16 @@ func (UnimplementedSandboxServiceHandler) Delete(context.Context, *connect.Reque
 
 func (UnimplementedSandboxServiceHandler) Run(context.Context, *connect.Request[v1.RunCommandRequest]) (*connect.Response[v1.RunCommandResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.Run is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ExposePort(context.Context, *connect.Request[v1.ExposePortRequest]) (*connect.Response[v1.ExposePortResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.ExposePort is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) UnexposePort(context.Context, *connect.Request[v1.UnexposePortRequest]) (*connect.Response[v1.UnexposePortResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.UnexposePort is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) SetEgress(context.Context, *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.SetEgress is not implemented"))
 }

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file runbox/v1/sandbox.proto.
  */
 export const file_runbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChdydW5ib3gvdjEvc2FuZGJveC5wcm90bxIJcnVuYm94LnYxIvACCgtTYW5kYm94U3BlYxIQCghwcm92aWRlchgBIAEoCRIMCgRuYW1lGAIgASgJEg0KBWltYWdlGAMgASgJEg8KB3dvcmtkaXIYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgDEgwKBHBpZHMYBiABKAMSDAoEY3B1cxgHIAEoARIPCgduZXR3b3JrGAggASgJEjIKBmxhYmVscxgJIAMoCzIiLnJ1bmJveC52MS5TYW5kYm94U3BlYy5MYWJlbHNFbnRyeRITCgtpZGxlX3R0bF9tcxgKIAEoAxIXCg9tYXhfbGlmZXRpbWVfbXMYCyABKAMSEAoIcmVjcmVhdGUYDCABKAgSEgoKZGlza19ieXRlcxgNIAEoAxInCgZlZ3Jlc3MYDiABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipgEKDEVncmVzc1BvbGljeRINCgVhbGxvdxgBIAMoCRISCgphbGxvd19jaWRyGAIgAygJEgwKBGRlbnkYAyADKAkSNQoHcmVzb2x2ZRgEIAMoCzIkLnJ1bmJveC52MS5FZ3Jlc3NQb2xpY3kuUmVzb2x2ZUVudHJ5Gi4KDFJlc29sdmVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIpECCgdTYW5kYm94EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSJAoEc3BlYxgEIAEoCzIWLnJ1bmJveC52MS5TYW5kYm94U3BlYxImCgVzdGF0ZRgFIAEoDjIXLnJ1bmJveC52MS5TYW5kYm94U3RhdGUSEwoLbG9zdF9yZWFzb24YBiABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAcgASgDEhwKFGxhc3RfdXNlZF9hdF91bml4X21zGAggASgDEhEKCXJlY3JlYXRlZBgJIAEoBRIVCg1ydW5uaW5nX2V4ZWNzGAogASgFEhMKC3Byb3ZpZGVyX2lkGAsgASgJIjwKFENyZWF0ZVNhbmRib3hSZXF1ZXN0EiQKBHNwZWMYASABKAsyFi5ydW5ib3gudjEuU2FuZGJveFNwZWMiPAoVQ3JlYXRlU2FuZGJveFJlc3BvbnNlEiMKB3NhbmRib3gYASABKAsyEi5ydW5ib3gudjEuU2FuZGJveCIfChFHZXRTYW5kYm94UmVxdWVzdBIKCgJpZBgBIAEoCSI5ChJHZXRTYW5kYm94UmVzcG9uc2USIwoHc2FuZGJveBgBIAEoCzISLnJ1bmJveC52MS5TYW5kYm94IoIBChRMaXN0U2FuZGJveGVzUmVxdWVzdBI7CgZsYWJlbHMYASADKAsyKy5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QuTGFiZWxzRW50cnkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI+ChVMaXN0U2FuZGJveGVzUmVzcG9uc2USJQoJc2FuZGJveGVzGAEgAygLMhIucnVuYm94LnYxLlNhbmRib3giMQoURGVsZXRlU2FuZGJveFJlcXVlc3QSCgoCaWQYASABKAkSDQoFZm9yY2UYAiABKAgiFwoVRGVsZXRlU2FuZGJveFJlc3BvbnNlIkoKEVJ1bkNvbW1hbmRSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkSIQoEc3BlYxgCIAEoCzITLnJ1bmJveC52MS5FeGVjU3BlYyJKChJSdW5Db21tYW5kUmVzcG9uc2USIQoGcmVzdWx0GAEgASgLMhEucnVuYm94LnYxLlJlc3VsdBIRCglyZWNyZWF0ZWQYAiABKAgqXgoMU2FuZGJveFN0YXRlEh0KGVNBTkRCT1hfU1RBVEVfVU5TUEVDSUZJRUQQABIXChNTQU5EQk9YX1NUQVRFX1JFQURZEAESFgoSU0FOREJPWF9TVEFURV9MT1NUEAIy/QIKDlNhbmRib3hTZXJ2aWNlEksKBkNyZWF0ZRIfLnJ1bmJveC52MS5DcmVhdGVTYW5kYm94UmVxdWVzdBogLnJ1bmJveC52MS5DcmVhdGVTYW5kYm94UmVzcG9uc2USQgoDR2V0EhwucnVuYm94LnYxLkdldFNhbmRib3hSZXF1ZXN0Gh0ucnVuYm94LnYxLkdldFNhbmRib3hSZXNwb25zZRJJCgRMaXN0Eh8ucnVuYm94LnYxLkxpc3RTYW5kYm94ZXNSZXF1ZXN0GiAucnVuYm94LnYxLkxpc3RTYW5kYm94ZXNSZXNwb25zZRJLCgZEZWxldGUSHy5ydW5ib3gudjEuRGVsZXRlU2FuZGJveFJlcXVlc3QaIC5ydW5ib3gudjEuRGVsZXRlU2FuZGJveFJlc3BvbnNlEkIKA1J1bhIcLnJ1bmJveC52MS5SdW5Db21tYW5kUmVxdWVzdBodLnJ1bmJveC52MS5SdW5Db21tYW5kUmVzcG9uc2VCMVovZ2l0aHViLmNvbS9ydW5ib3gvcnVuYm94L2dlbi9ydW5ib3gvdjE7cnVuYm94djFiBnByb3RvMw", [file_runbox_v1_runbox]);
+  fileDesc("ChdydW5ib3gvdjEvc2FuZGJveC5wcm90bxIJcnVuYm94LnYxIvACCgtTYW5kYm94U3BlYxIQCghwcm92aWRlchgBIAEoCRIMCgRuYW1lGAIgASgJEg0KBWltYWdlGAMgASgJEg8KB3dvcmtkaXIYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgDEgwKBHBpZHMYBiABKAMSDAoEY3B1cxgHIAEoARIPCgduZXR3b3JrGAggASgJEjIKBmxhYmVscxgJIAMoCzIiLnJ1bmJveC52MS5TYW5kYm94U3BlYy5MYWJlbHNFbnRyeRITCgtpZGxlX3R0bF9tcxgKIAEoAxIXCg9tYXhfbGlmZXRpbWVfbXMYCyABKAMSEAoIcmVjcmVhdGUYDCABKAgSEgoKZGlza19ieXRlcxgNIAEoAxInCgZlZ3Jlc3MYDiABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipgEKDEVncmVzc1BvbGljeRINCgVhbGxvdxgBIAMoCRISCgphbGxvd19jaWRyGAIgAygJEgwKBGRlbnkYAyADKAkSNQoHcmVzb2x2ZRgEIAMoCzIkLnJ1bmJveC52MS5FZ3Jlc3NQb2xpY3kuUmVzb2x2ZUVudHJ5Gi4KDFJlc29sdmVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIqgCCgdTYW5kYm94EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSJAoEc3BlYxgEIAEoCzIWLnJ1bmJveC52MS5TYW5kYm94U3BlYxImCgVzdGF0ZRgFIAEoDjIXLnJ1bmJveC52MS5TYW5kYm94U3RhdGUSEwoLbG9zdF9yZWFzb24YBiABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAcgASgDEhwKFGxhc3RfdXNlZF9hdF91bml4X21zGAggASgDEhEKCXJlY3JlYXRlZBgJIAEoBRIVCg1ydW5uaW5nX2V4ZWNzGAogASgFEhMKC3Byb3ZpZGVyX2lkGAsgASgJEhUKDWV4cG9zZWRfcG9ydHMYMiADKA0iPAoUQ3JlYXRlU2FuZGJveFJlcXVlc3QSJAoEc3BlYxgBIAEoCzIWLnJ1bmJveC52MS5TYW5kYm94U3BlYyI8ChVDcmVhdGVTYW5kYm94UmVzcG9uc2USIwoHc2FuZGJveBgBIAEoCzISLnJ1bmJveC52MS5TYW5kYm94Ih8KEUdldFNhbmRib3hSZXF1ZXN0EgoKAmlkGAEgASgJIjkKEkdldFNhbmRib3hSZXNwb25zZRIjCgdzYW5kYm94GAEgASgLMhIucnVuYm94LnYxLlNhbmRib3giggEKFExpc3RTYW5kYm94ZXNSZXF1ZXN0EjsKBmxhYmVscxgBIAMoCzIrLnJ1bmJveC52MS5MaXN0U2FuZGJveGVzUmVxdWVzdC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj4KFUxpc3RTYW5kYm94ZXNSZXNwb25zZRIlCglzYW5kYm94ZXMYASADKAsyEi5ydW5ib3gudjEuU2FuZGJveCIxChREZWxldGVTYW5kYm94UmVxdWVzdBIKCgJpZBgBIAEoCRINCgVmb3JjZRgCIAEoCCIXChVEZWxldGVTYW5kYm94UmVzcG9uc2UiSgoRUnVuQ29tbWFuZFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIhCgRzcGVjGAIgASgLMhMucnVuYm94LnYxLkV4ZWNTcGVjIkoKElJ1bkNvbW1hbmRSZXNwb25zZRIhCgZyZXN1bHQYASABKAsyES5ydW5ib3gudjEuUmVzdWx0EhEKCXJlY3JlYXRlZBgCIAEoCCJJChFFeHBvc2VQb3J0UmVxdWVzdBISCgpzYW5kYm94X2lkGDIgASgJEgwKBHBvcnQYMyABKA0SEgoKdXJsX3R0bF9tcxg0IAEoAyJRChJFeHBvc2VQb3J0UmVzcG9uc2USCwoDdXJsGDIgASgJEhIKCnNpZ25lZF91cmwYMyABKAkSGgoSZXhwaXJlc19hdF91bml4X21zGDQgASgDIjcKE1VuZXhwb3NlUG9ydFJlcXVlc3QSEgoKc2FuZGJveF9pZBgyIAEoCRIMCgRwb3J0GDMgASgNIhYKFFVuZXhwb3NlUG9ydFJlc3BvbnNlIk8KEFNldEVncmVzc1JlcXVlc3QSEgoKc2FuZGJveF9pZBgyIAEoCRInCgZlZ3Jlc3MYMyABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5IjgKEVNldEVncmVzc1Jlc3BvbnNlEiMKB3NhbmRib3gYMiABKAsyEi5ydW5ib3gudjEuU2FuZGJveCpeCgxTYW5kYm94U3RhdGUSHQoZU0FOREJPWF9TVEFURV9VTlNQRUNJRklFRBAAEhcKE1NBTkRCT1hfU1RBVEVfUkVBRFkQARIWChJTQU5EQk9YX1NUQVRFX0xPU1QQAjLhBAoOU2FuZGJveFNlcnZpY2USSwoGQ3JlYXRlEh8ucnVuYm94LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GiAucnVuYm94LnYxLkNyZWF0ZVNhbmRib3hSZXNwb25zZRJCCgNHZXQSHC5ydW5ib3gudjEuR2V0U2FuZGJveFJlcXVlc3QaHS5ydW5ib3gudjEuR2V0U2FuZGJveFJlc3BvbnNlEkkKBExpc3QSHy5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QaIC5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1Jlc3BvbnNlEksKBkRlbGV0ZRIfLnJ1bmJveC52MS5EZWxldGVTYW5kYm94UmVxdWVzdBogLnJ1bmJveC52MS5EZWxldGVTYW5kYm94UmVzcG9uc2USQgoDUnVuEhwucnVuYm94LnYxLlJ1bkNvbW1hbmRSZXF1ZXN0Gh0ucnVuYm94LnYxLlJ1bkNvbW1hbmRSZXNwb25zZRJJCgpFeHBvc2VQb3J0EhwucnVuYm94LnYxLkV4cG9zZVBvcnRSZXF1ZXN0Gh0ucnVuYm94LnYxLkV4cG9zZVBvcnRSZXNwb25zZRJPCgxVbmV4cG9zZVBvcnQSHi5ydW5ib3gudjEuVW5leHBvc2VQb3J0UmVxdWVzdBofLnJ1bmJveC52MS5VbmV4cG9zZVBvcnRSZXNwb25zZRJGCglTZXRFZ3Jlc3MSGy5ydW5ib3gudjEuU2V0RWdyZXNzUmVxdWVzdBocLnJ1bmJveC52MS5TZXRFZ3Jlc3NSZXNwb25zZUIxWi9naXRodWIuY29tL3J1bmJveC9ydW5ib3gvZ2VuL3J1bmJveC92MTtydW5ib3h2MWIGcHJvdG8z", [file_runbox_v1_runbox]);
 
 /**
  * SandboxSpec describes a sandbox to create. Durations are milliseconds; a
@@ -242,6 +242,14 @@ export type Sandbox = Message<"runbox.v1.Sandbox"> & {
    * @generated from field: string provider_id = 11;
    */
   providerId: string;
+
+  /**
+   * exposed_ports are the ports reachable through the server's route
+   * (ExposePort), ascending.
+   *
+   * @generated from field: repeated uint32 exposed_ports = 50;
+   */
+  exposedPorts: number[];
 };
 
 /**
@@ -445,6 +453,153 @@ export const RunCommandResponseSchema: GenMessage<RunCommandResponse> = /*@__PUR
   messageDesc(file_runbox_v1_sandbox, 12);
 
 /**
+ * @generated from message runbox.v1.ExposePortRequest
+ */
+export type ExposePortRequest = Message<"runbox.v1.ExposePortRequest"> & {
+  /**
+   * sandbox_id is the sandbox's id or name.
+   *
+   * @generated from field: string sandbox_id = 50;
+   */
+  sandboxId: string;
+
+  /**
+   * port is a TCP port on the sandbox's loopback, 1 to 65535.
+   *
+   * @generated from field: uint32 port = 51;
+   */
+  port: number;
+
+  /**
+   * url_ttl_ms is how long the signed URL is valid; 0 is one hour, at most
+   * seven days.
+   *
+   * @generated from field: int64 url_ttl_ms = 52;
+   */
+  urlTtlMs: bigint;
+};
+
+/**
+ * Describes the message runbox.v1.ExposePortRequest.
+ * Use `create(ExposePortRequestSchema)` to create a new message.
+ */
+export const ExposePortRequestSchema: GenMessage<ExposePortRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 13);
+
+/**
+ * @generated from message runbox.v1.ExposePortResponse
+ */
+export type ExposePortResponse = Message<"runbox.v1.ExposePortResponse"> & {
+  /**
+   * url is the port's route, for a caller sending the tenant's bearer
+   * token: BASE/sandboxes/{id}/ports/{port}/.
+   *
+   * @generated from field: string url = 50;
+   */
+  url: string;
+
+  /**
+   * signed_url is url with a signature bound to the tenant, the sandbox
+   * and the port, and its expiry: it needs no token (give it to a
+   * browser).
+   *
+   * @generated from field: string signed_url = 51;
+   */
+  signedUrl: string;
+
+  /**
+   * @generated from field: int64 expires_at_unix_ms = 52;
+   */
+  expiresAtUnixMs: bigint;
+};
+
+/**
+ * Describes the message runbox.v1.ExposePortResponse.
+ * Use `create(ExposePortResponseSchema)` to create a new message.
+ */
+export const ExposePortResponseSchema: GenMessage<ExposePortResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 14);
+
+/**
+ * @generated from message runbox.v1.UnexposePortRequest
+ */
+export type UnexposePortRequest = Message<"runbox.v1.UnexposePortRequest"> & {
+  /**
+   * @generated from field: string sandbox_id = 50;
+   */
+  sandboxId: string;
+
+  /**
+   * @generated from field: uint32 port = 51;
+   */
+  port: number;
+};
+
+/**
+ * Describes the message runbox.v1.UnexposePortRequest.
+ * Use `create(UnexposePortRequestSchema)` to create a new message.
+ */
+export const UnexposePortRequestSchema: GenMessage<UnexposePortRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 15);
+
+/**
+ * @generated from message runbox.v1.UnexposePortResponse
+ */
+export type UnexposePortResponse = Message<"runbox.v1.UnexposePortResponse"> & {
+};
+
+/**
+ * Describes the message runbox.v1.UnexposePortResponse.
+ * Use `create(UnexposePortResponseSchema)` to create a new message.
+ */
+export const UnexposePortResponseSchema: GenMessage<UnexposePortResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 16);
+
+/**
+ * @generated from message runbox.v1.SetEgressRequest
+ */
+export type SetEgressRequest = Message<"runbox.v1.SetEgressRequest"> & {
+  /**
+   * sandbox_id is the sandbox's id or name.
+   *
+   * @generated from field: string sandbox_id = 50;
+   */
+  sandboxId: string;
+
+  /**
+   * egress replaces the policy whole (empty reaches nothing); allow_cidr is
+   * limited to the operator's --allow-egress-cidr as at create.
+   *
+   * @generated from field: runbox.v1.EgressPolicy egress = 51;
+   */
+  egress?: EgressPolicy | undefined;
+};
+
+/**
+ * Describes the message runbox.v1.SetEgressRequest.
+ * Use `create(SetEgressRequestSchema)` to create a new message.
+ */
+export const SetEgressRequestSchema: GenMessage<SetEgressRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 17);
+
+/**
+ * @generated from message runbox.v1.SetEgressResponse
+ */
+export type SetEgressResponse = Message<"runbox.v1.SetEgressResponse"> & {
+  /**
+   * @generated from field: runbox.v1.Sandbox sandbox = 50;
+   */
+  sandbox?: Sandbox | undefined;
+};
+
+/**
+ * Describes the message runbox.v1.SetEgressResponse.
+ * Use `create(SetEgressResponseSchema)` to create a new message.
+ */
+export const SetEgressResponseSchema: GenMessage<SetEgressResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 18);
+
+/**
  * @generated from enum runbox.v1.SandboxState
  */
 export enum SandboxState {
@@ -532,6 +687,42 @@ export const SandboxService: GenService<{
     methodKind: "unary";
     input: typeof RunCommandRequestSchema;
     output: typeof RunCommandResponseSchema;
+  },
+  /**
+   * ExposePort lets a TCP port on the sandbox's own loopback be reached
+   * through the server's route /sandboxes/{id}/ports/{port}/ (HTTP and
+   * WebSocket), by the tenant's bearer token or by the signed URL it
+   * returns. A port never exposed is not reachable. Exposing a port again
+   * hands out a fresh signed URL; earlier ones stay valid to their expiry.
+   *
+   * @generated from rpc runbox.v1.SandboxService.ExposePort
+   */
+  exposePort: {
+    methodKind: "unary";
+    input: typeof ExposePortRequestSchema;
+    output: typeof ExposePortResponseSchema;
+  },
+  /**
+   * UnexposePort closes a port's route: the token and every signed URL
+   * for it are refused from then on (connections already open go on).
+   *
+   * @generated from rpc runbox.v1.SandboxService.UnexposePort
+   */
+  unexposePort: {
+    methodKind: "unary";
+    input: typeof UnexposePortRequestSchema;
+    output: typeof UnexposePortResponseSchema;
+  },
+  /**
+   * SetEgress replaces the egress policy of a private-network sandbox at
+   * runtime; it applies to every connection opened from then on.
+   *
+   * @generated from rpc runbox.v1.SandboxService.SetEgress
+   */
+  setEgress: {
+    methodKind: "unary";
+    input: typeof SetEgressRequestSchema;
+    output: typeof SetEgressResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_runbox_v1_sandbox, 0);
