@@ -47,7 +47,7 @@ type config struct {
 // only when asked for by name: they take long, and write files of their own.
 func (c *config) want(section string) bool {
 	if section == "soak" || section == "security" {
-		return c.only["soak"]
+		return c.only[section]
 	}
 	return len(c.only) == 0 || c.only[section]
 }
