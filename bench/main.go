@@ -5,6 +5,7 @@
 //	go run ./bench -quick          # fewer rounds and smaller sizes, for a look
 //	go run ./bench -only latency,throughput
 //	go run ./bench -only soak      # 100,000 mixed commands (-soak-ops N), to soak.json and soak.png
+//	go run ./bench -only security  # what the local sandbox's isolation costs, to security.json
 //	go run ./bench -soak-partial N # soak.json and soak.png of a soak stopped after N commands
 //
 // It builds runbox and runboxd (CGO_ENABLED=0) into a temporary directory,
@@ -42,11 +43,11 @@ type config struct {
 	soakOps int    // commands of the soak
 }
 
-// want reports whether section runs. The soak runs only when asked for by
-// name: it takes hours, and writes files of its own.
+// want reports whether section runs. The soak and the security section run
+// only when asked for by name: they take long, and write files of their own.
 func (c *config) want(section string) bool {
-	if section == "soak" {
-		return c.only["soak"]
+	if section == "soak" || section == "security" {
+		return c.only[section]
 	}
 	return len(c.only) == 0 || c.only[section]
 }
@@ -78,7 +79,7 @@ func main() {
 	var only string
 	flag.StringVar(&cfg.out, "out", "docs/performance", "directory for results.json and the plots")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer rounds and smaller outputs")
-	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes,soak (soak runs only when named)")
+	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes,soak,security (soak and security run only when named)")
 	flag.IntVar(&cfg.soakOps, "soak-ops", 100000, "commands of the soak")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds of the interleaved latency comparison (default 20, quick 5)")
 	replot := flag.Bool("replot", false, "only redraw the plots (and print the tables) from the -out directory's results.json")
@@ -156,6 +157,17 @@ func run(cfg *config) error {
 			return fmt.Errorf("soak: %w", err)
 		}
 		printSoak(soak)
+		if len(cfg.only) == 1 {
+			return nil // results.json keeps the other sections' last run
+		}
+	}
+	if cfg.want("security") {
+		log.Printf("security: the local sandbox's isolation against the host provider")
+		sec, err := benchSecurity(cfg, env)
+		if err != nil {
+			return fmt.Errorf("security: %w", err)
+		}
+		printSecurity(os.Stdout, sec)
 		if len(cfg.only) == 1 {
 			return nil // results.json keeps the other sections' last run
 		}
