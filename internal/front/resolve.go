@@ -53,7 +53,13 @@ func resolve(key string) (reach, bool) {
 	}
 	switch provider {
 	case "", "docker":
-		return reachDocker(home, id, name)
+		if r, ok := reachDocker(home, id, name); ok || provider != "" {
+			return r, ok
+		}
+	}
+	switch provider {
+	case "", "ssh":
+		return reachSSH(home, id, name)
 	}
 	return reach{}, false
 }
