@@ -84,7 +84,9 @@ func endpointPid(t testing.TB, sock string) int {
 		t.Fatal(err)
 	}
 	var cred *syscall.Ucred
-	raw.Control(func(fd uintptr) { cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED) })
+	raw.Control(func(fd uintptr) {
+		cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +109,6 @@ func waitGone(t testing.TB, pid int, what string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
-
 
 // TestEndpoint drives the ssh sandbox's persistent endpoint through the
 // real CLI: the first exec starts it and later ones reuse its one SSH
