@@ -23,6 +23,7 @@ type reach struct {
 
 // resolve finds the sandbox key names, when the front can reach it
 // itself: a host, local or docker sandbox with a socket on this machine,
+// or an ssh sandbox through its persistent endpoint (reachSSH),
 // named by its exact id or by a name the name index (package
 // sandboxnames) gives, whose record still has that name, and whose
 // runboxd accepts a connection with its secret. Anything else (an id
