@@ -46,7 +46,11 @@ func (a *app) endpointCmd() *cobra.Command {
 				var sock string
 				if sock, err = endpoint.Socket(a.env.Home, provider, id); err == nil {
 					s := &endpoint.Server{Socket: sock, Idle: idle, Dial: dial, Gone: gone, Ready: ready}
-					return s.Serve()
+					err = s.Serve()
+					if gone() {
+						endpoint.Forget(a.env.Home, provider, id) // the sandbox is removed
+					}
+					return err
 				}
 			}
 			fmt.Fprintln(ready, err)

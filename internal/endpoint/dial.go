@@ -124,3 +124,12 @@ const readyWord = "ok"
 func logPath(home, provider, id string) string {
 	return filepath.Join(Dir(home), provider+"-"+id+".log")
 }
+
+// Forget removes what an endpoint leaves beside its socket (its lock and
+// log), once its sandbox is removed.
+func Forget(home, provider, id string) {
+	if sock, err := Socket(home, provider, id); err == nil {
+		os.Remove(sock + ".lock")
+	}
+	os.Remove(logPath(home, provider, id))
+}
