@@ -175,7 +175,7 @@ func (s *Server) carry(c net.Conn) {
 // watch stops the endpoint when it has been idle for s.Idle, or when the
 // sandbox is gone.
 func (s *Server) watch() {
-	every := min(s.Idle/4, goneCheckEvery)
+	every := max(min(s.Idle/4, goneCheckEvery), 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for range t.C {
