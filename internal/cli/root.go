@@ -173,6 +173,7 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.cpCmd(),
 		a.syncCmd(),
 		a.versionCmd(),
+		a.endpointCmd(),
 	)
 	for _, mk := range a.features.Commands {
 		root.AddCommand(mk(App{a}))

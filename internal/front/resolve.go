@@ -23,6 +23,7 @@ type reach struct {
 
 // resolve finds the sandbox key names, when the front can reach it
 // itself: a host, local or docker sandbox with a socket on this machine,
+// or an ssh sandbox through its persistent endpoint (reachSSH),
 // named by its exact id or by a name the name index (package
 // sandboxnames) gives, whose record still has that name, and whose
 // runboxd accepts a connection with its secret. Anything else (an id
@@ -53,7 +54,13 @@ func resolve(key string) (reach, bool) {
 	}
 	switch provider {
 	case "", "docker":
-		return reachDocker(home, id, name)
+		if r, ok := reachDocker(home, id, name); ok || provider != "" {
+			return r, ok
+		}
+	}
+	switch provider {
+	case "", "ssh":
+		return reachSSH(home, id, name)
 	}
 	return reach{}, false
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/endpoint"
 	"github.com/runbox/runbox/internal/providertest"
 )
 
@@ -43,13 +44,24 @@ func BenchmarkExecOnSandbox(b *testing.B) {
 }
 
 // BenchmarkCLIExecOnSandbox is `runbox exec SANDBOX -- true`, a fresh
-// runbox process (and so a fresh SSH connection) per command.
+// runbox process per command: through the sandbox's persistent endpoint
+// (a local dial; the endpoint holds the SSH connection), and, as
+// "/no-endpoint", with endpoints off ($RUNBOX_ENDPOINT_IDLE=off: runbox-full
+// makes an SSH connection per command).
 func BenchmarkCLIExecOnSandbox(b *testing.B) {
+	b.Run("endpoint", func(b *testing.B) { benchCLIExec(b, "") })
+	b.Run("no-endpoint", func(b *testing.B) { benchCLIExec(b, "off") })
+}
+
+func benchCLIExec(b *testing.B, idle string) {
 	e := newEnv(b, nonRootUser(b))
 	bins := providertest.BuildForAnyUser(b)
 	home := filepath.Dir(e.config)
 	env := []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "RUNBOX_HOME=" + filepath.Join(home, "rb"),
 		"RUNBOX_RUNBOXD=" + filepath.Join(bins, "runboxd")}
+	if idle != "" {
+		env = append(env, endpoint.IdleEnv+"="+idle)
+	}
 	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
 		b.Fatal(err)
 	}
@@ -73,6 +85,7 @@ func BenchmarkCLIExecOnSandbox(b *testing.B) {
 	}
 	run("up", "--ssh", "rbx", "--name", "bench")
 	b.Cleanup(func() { exec.Command(filepath.Join(bins, "runbox"), "rm", "-f", "bench").Run() })
+	run("exec", "bench", "--", "true") // starts the endpoint
 	for b.Loop() {
 		run("exec", "bench", "--", "true")
 	}

@@ -35,4 +35,8 @@
 // end of its log. Remove stops everything through runboxd's stop protocol,
 // kills anything a dead runboxd's commands left (found by RUNBOX_SANDBOX in
 // their environment), and deletes the state directory on the host.
+//
+// The CLI, a fresh process per command, reaches a sandbox through its
+// persistent endpoint (package internal/endpoint), which holds one provider
+// and so one SSH connection, and opens channels with StreamDialer.
 package ssh
