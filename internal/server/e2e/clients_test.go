@@ -12,14 +12,14 @@ import (
 )
 
 // repoRoot is the module's root directory.
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Join(filepath.Dir(file), "..", "..", "..")
 }
 
 // need returns the path of program, failing when require is set in the
 // environment and skipping (saying how to get it) otherwise.
-func need(t *testing.T, program, require, how string) string {
+func need(t testing.TB, program, require, how string) string {
 	t.Helper()
 	p, err := exec.LookPath(program)
 	if err == nil {

@@ -57,7 +57,7 @@ var bins struct {
 }
 
 // binDir builds runbox and runboxd once for the package's tests.
-func binDir(t *testing.T) string {
+func binDir(t testing.TB) string {
 	t.Helper()
 	bins.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rbe2e-bin")
@@ -81,7 +81,7 @@ func binDir(t *testing.T) string {
 
 // serveProc is a real runbox serve process with its home and database.
 type serveProc struct {
-	t      *testing.T
+	t      testing.TB
 	bin    string
 	home   string
 	db     string
@@ -112,7 +112,7 @@ func (s *syncBuffer) String() string {
 
 // startServe starts runbox serve with the host provider on a free
 // loopback port; extra flags are added.
-func startServe(t *testing.T, extra ...string) *serveProc {
+func startServe(t testing.TB, extra ...string) *serveProc {
 	t.Helper()
 	home, err := os.MkdirTemp("", "rbe")
 	if err != nil {
@@ -261,14 +261,14 @@ func (sp *serveProc) metric(name string) float64 {
 	return 0
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
 // waitFor polls cond until it holds, failing after a generous deadline.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {

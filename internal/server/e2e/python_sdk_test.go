@@ -14,7 +14,7 @@ import (
 // python3 in PATH, or Debian's /usr/bin/python3 (where apt's python3-pytest
 // lands, whatever other python3 comes first in PATH). It fails when
 // RUNBOX_REQUIRE_PYTHON=1 and there is none, and skips otherwise.
-func pythonWithPytest(t *testing.T) string {
+func pythonWithPytest(t testing.TB) string {
 	t.Helper()
 	var tried []string
 	for _, p := range []string{os.Getenv("RUNBOX_PYTHON"), "python3", "/usr/bin/python3"} {
@@ -59,7 +59,7 @@ func TestPythonSDKLocal(t *testing.T) {
 }
 
 // runPytest runs python3 -m pytest with args in sdk/python.
-func runPytest(t *testing.T, args ...string) {
+func runPytest(t testing.TB, args ...string) {
 	t.Helper()
 	python := pythonWithPytest(t)
 	bins := binDir(t)

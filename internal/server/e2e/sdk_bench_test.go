@@ -18,17 +18,18 @@ import (
 	"github.com/runbox/runbox/provider/host"
 )
 
-// TestSDKRoundTrip measures Run("true") on one host sandbox through every
+// BenchmarkSDKRoundTrip measures Run("true") on one host sandbox through every
 // client in the same run, interleaved batch by batch so the machine's load
 // hits them alike: the Go client straight to runboxd and through a real
 // runbox serve (streaming and unary), and the Python SDK through the server
 // (sync and runbox.aio) and in local mode (straight to runboxd). It only
 // reports medians (docs/performance.md, "SDK round trips"); it checks no
-// time. A measurement, not a test: it runs with RUNBOX_BENCH_SDK=1.
-func TestSDKRoundTrip(t *testing.T) {
-	if os.Getenv("RUNBOX_BENCH_SDK") != "1" {
-		t.Skip("a benchmark, not a check: it reports round-trip medians, asserts no time and takes minutes, so the suite leaves it out; run it with RUNBOX_BENCH_SDK=1 go test -run '^TestSDKRoundTrip$' -v ./internal/server/e2e/")
-	}
+// time. A benchmark that does its own rounds, so it runs once:
+//
+//	go test -run '^$' -bench '^BenchmarkSDKRoundTrip$' -benchtime 1x -v ./internal/server/e2e/
+func BenchmarkSDKRoundTrip(b *testing.B) {
+	t := b // its helpers take testing.TB; the measurement runs once, whatever b.N
+	b.StopTimer()
 	python := pythonWithPytest(t)
 	sp := startServe(t)
 	tok := sp.token("bench")
@@ -151,7 +152,7 @@ func TestSDKRoundTrip(t *testing.T) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // selfCPU is this process's user and system CPU time so far.
-func selfCPU(t *testing.T) time.Duration {
+func selfCPU(t testing.TB) time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 // (tsc into dist/). It fails when RUNBOX_REQUIRE_NODE=1 and node or the
 // SDK's packages (npm ci in sdk/typescript) are missing, and skips
 // otherwise.
-func typescriptSDK(t *testing.T) (node, dir string) {
+func typescriptSDK(t testing.TB) (node, dir string) {
 	t.Helper()
 	node = need(t, "node", "RUNBOX_REQUIRE_NODE", "install Node.js 20+ and run npm ci in sdk/typescript")
 	dir = filepath.Join(repoRoot(t), "sdk", "typescript")
@@ -75,16 +75,17 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 }
 
-// TestTypeScriptSDKRoundTrip measures run("true") on a host sandbox through
+// BenchmarkTypeScriptSDKRoundTrip measures run("true") on a host sandbox through
 // the TypeScript SDK (sdk/typescript/bench/run-true.mjs, one long-lived
 // node process) beside the Go client's SandboxService.Run on the same
 // server and sandbox, interleaved in short rounds so the machine's load
-// hits both alike; it logs the medians and the per-round ratio. A benchmark, not a check:
-// it runs only with RUNBOX_BENCH_SDK=1 (docs/performance.md).
-func TestTypeScriptSDKRoundTrip(t *testing.T) {
-	if os.Getenv("RUNBOX_BENCH_SDK") != "1" {
-		t.Skip("a benchmark, not a check: it reports round-trip medians, asserts no time and takes minutes, so the suite leaves it out; run it with RUNBOX_BENCH_SDK=1 go test -run '^TestTypeScriptSDKRoundTrip$' -v ./internal/server/e2e/")
-	}
+// hits both alike; it logs the medians and the per-round ratio (docs/performance.md).
+// It does its own rounds, so it runs once:
+//
+//	go test -run '^$' -bench '^BenchmarkTypeScriptSDKRoundTrip$' -benchtime 1x -v ./internal/server/e2e/
+func BenchmarkTypeScriptSDKRoundTrip(b *testing.B) {
+	t := b // its helpers take testing.TB; the measurement runs once, whatever b.N
+	b.StopTimer()
 	const rounds, calls = 20, 25
 	node, dir := typescriptSDK(t)
 	sp := startServe(t)

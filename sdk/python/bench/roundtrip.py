@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Python side of the SDK round-trip benchmark (TestSDKRoundTrip in
+"""The Python side of the SDK round-trip benchmark (BenchmarkSDKRoundTrip in
 internal/server/e2e, which measures the Go client in the same run).
 
 Usage: roundtrip.py URL TOKEN SANDBOX_ID RUNBOX_BIN HOME PROVIDER_ID

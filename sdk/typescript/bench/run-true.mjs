@@ -1,5 +1,5 @@
 // run("true") round trips through the SDK, for the Go test that measures
-// them beside the Go client (TestTypeScriptSDKRoundTrip). The sandbox is
+// them beside the Go client (BenchmarkTypeScriptSDKRoundTrip). The sandbox is
 // RUNBOX_SANDBOX; each line on stdin is a count N: run N times, then print
 // one line, the JSON array of each call's round trip in microseconds. One
 // client (one HTTP/2 connection) for the whole run, as an agent keeps.
