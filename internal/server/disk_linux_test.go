@@ -7,10 +7,7 @@ import (
 	"testing"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/internal/server"
-	"github.com/runbox/runbox/provider/host"
-	"github.com/runbox/runbox/provider/local"
 )
 
 // TestTenantDiskCeiling: with a real local provider, a tenant that asks
@@ -21,14 +18,7 @@ func TestTenantDiskCeiling(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("a local sandbox's disk bound needs root (a loop-mounted filesystem)")
 	}
-	bin, err := providertest.BuildRunboxd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := startServer(t, func(c *serverConfig) {
-		home := c.Providers["host"].(*host.Provider).Home
-		c.Providers = map[string]runbox.Provider{"local": &local.Provider{Home: home, Runboxd: bin}}
-		c.DefaultProvider = "local"
+	ts := startServer(t, onLocalProvider(t), func(c *serverConfig) {
 		c.Limits = server.Limits{MaxDisk: 64 << 20, DefaultDisk: 32 << 20}
 	})
 	ctx := ctxT(t)

@@ -19,9 +19,6 @@ import (
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
-	"github.com/runbox/runbox/internal/providertest"
-	"github.com/runbox/runbox/provider/host"
-	"github.com/runbox/runbox/provider/local"
 )
 
 // sandboxAPI is a SandboxService client with tok's tenant.
@@ -81,15 +78,7 @@ func TestPortRoute(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
 	}
-	bin, err := providertest.BuildRunboxd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := startServer(t, func(c *serverConfig) {
-		home := c.Providers["host"].(*host.Provider).Home
-		c.Providers = map[string]runbox.Provider{"local": &local.Provider{Home: home, Runboxd: bin}}
-		c.DefaultProvider = "local"
-	})
+	ts := startServer(t, onLocalProvider(t))
 	ctx := ctxT(t)
 	tok, other := ts.token(t, "a"), ts.token(t, "b")
 	srv := ts.tenant(t, "a")

@@ -14,9 +14,6 @@ import (
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
-	"github.com/runbox/runbox/internal/providertest"
-	"github.com/runbox/runbox/provider/host"
-	"github.com/runbox/runbox/provider/local"
 )
 
 // TestSetEgressThroughServe: a private local sandbox made with no rule
@@ -29,10 +26,6 @@ func TestSetEgressThroughServe(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
 	}
-	bin, err := providertest.BuildRunboxd()
-	if err != nil {
-		t.Fatal(err)
-	}
 	marker := rand.Text()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -43,10 +36,7 @@ func TestSetEgressThroughServe(t *testing.T) {
 	defer hs.Close()
 	port := ln.Addr().(*net.TCPAddr).Port
 
-	ts := startServer(t, func(c *serverConfig) {
-		home := c.Providers["host"].(*host.Provider).Home
-		c.Providers = map[string]runbox.Provider{"local": &local.Provider{Home: home, Runboxd: bin}}
-		c.DefaultProvider = "local"
+	ts := startServer(t, onLocalProvider(t), func(c *serverConfig) {
 		c.EgressCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
 	})
 	ctx := ctxT(t)

@@ -1,18 +1,14 @@
 package ssh_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	gossh "golang.org/x/crypto/ssh"
-
-	"github.com/runbox/runbox/internal/providertest"
 )
 
 // TestCLI drives the real runbox binary against the test sshd as a user
@@ -22,36 +18,11 @@ import (
 // host contains commands; rm leaves no state on the host.
 func TestCLI(t *testing.T) {
 	e := newEnv(t, nonRootUser(t))
-	bins := providertest.BuildForAnyUser(t)
-	home, err := os.MkdirTemp("", "rbxh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	dotSSH := filepath.Join(home, ".ssh")
-	if err := os.MkdirAll(dotSSH, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	conf, err := os.ReadFile(e.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dotSSH, "config"), conf, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	c := newCLIEnv(t, e, false) // no known_hosts: the first up meets an unknown host key
+	dotSSH := filepath.Join(c.home, ".ssh")
 	runbox := func(args ...string) (int, string, string) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(bins, "runbox"), args...)
-		cmd.Env = []string{"HOME=" + home, "PATH=" + os.Getenv("PATH"), "RUNBOX_HOME=" + filepath.Join(home, "rb"),
-			"RUNBOX_RUNBOXD=" + filepath.Join(bins, "runboxd")}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		var ee *exec.ExitError
-		if err != nil && !errors.As(err, &ee) {
-			t.Fatalf("runbox %v: %v", args, err)
-		}
-		return cmd.ProcessState.ExitCode(), out.String(), errb.String()
+		return c.run(t, args...)
 	}
 
 	code, _, stderr := runbox("up", "--ssh", "rbx", "--name", "remote")

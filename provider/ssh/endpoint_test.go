@@ -25,7 +25,9 @@ type cliEnv struct {
 	extra              []string // more environment, per call
 }
 
-func newCLIEnv(t testing.TB, e *testEnv) *cliEnv {
+// newCLIEnv makes a home whose .ssh holds the test sshd's client config
+// and, with knownHosts, its known_hosts file.
+func newCLIEnv(t testing.TB, e *testEnv, knownHosts bool) *cliEnv {
 	t.Helper()
 	bins := providertest.BuildForAnyUser(t)
 	home, err := os.MkdirTemp("", "rbxh")
@@ -37,7 +39,11 @@ func newCLIEnv(t testing.TB, e *testEnv) *cliEnv {
 	if err := os.MkdirAll(dotSSH, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	for src, dst := range map[string]string{e.config: "config", e.knownHosts: "known_hosts"} {
+	files := map[string]string{e.config: "config"}
+	if knownHosts {
+		files[e.knownHosts] = "known_hosts"
+	}
+	for src, dst := range files {
 		b, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
@@ -120,7 +126,7 @@ func waitGone(t testing.TB, pid int, what string) {
 // "no such sandbox".
 func TestEndpoint(t *testing.T) {
 	e := newEnv(t, nonRootUser(t))
-	c := newCLIEnv(t, e)
+	c := newCLIEnv(t, e, true)
 	c.extra = []string{endpoint.IdleEnv + "=5m"}
 	code, stdout, stderr := c.run(t, "up", "--ssh", "rbx", "--name", "ep")
 	if code != 0 {
