@@ -216,6 +216,23 @@ func (s *Server) sandbox(p *runboxv1.Sandbox) runbox.Sandbox {
 	if life := p.GetSpec().GetMaxLifetimeMs(); life > 0 {
 		detail["max_lifetime"] = wire.MsToDuration(life).String()
 	}
+	if n := p.GetSpec().GetNetwork(); n != "" {
+		detail["network"] = n
+	}
+	if e := p.GetSpec().GetEgress(); e != nil {
+		for key, list := range map[string][]string{"egress_allow": e.GetAllow(), "egress_allow_cidr": e.GetAllowCidr(), "egress_deny": e.GetDeny()} {
+			if len(list) > 0 {
+				detail[key] = strings.Join(list, ",")
+			}
+		}
+	}
+	if ports := p.GetExposedPorts(); len(ports) > 0 {
+		s := make([]string, len(ports))
+		for i, port := range ports {
+			s[i] = strconv.FormatUint(uint64(port), 10)
+		}
+		detail["exposed_ports"] = strings.Join(s, ",")
+	}
 	return runbox.Sandbox{
 		ID: p.GetId(), Name: p.GetName(), Provider: p.GetProvider(),
 		Created: time.UnixMilli(p.GetCreatedAtUnixMs()), Alive: state == "ready", Detail: detail,

@@ -104,11 +104,11 @@ func TestPortRoute(t *testing.T) {
 		t.Fatalf("start the servers: %+v %v", res, err)
 	}
 
-	exp, err := api.ExposePort(ctx, connect.NewRequest(&runboxv1.ExposePortRequest{SandboxId: sb.ID, Port: httpPort}))
+	exp, err := srv.ExposePort(ctx, sb.ID, httpPort, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	route, signed := exp.Msg.GetUrl(), exp.Msg.GetSignedUrl()
+	route, signed := exp.URL, exp.SignedURL
 	if want := ts.url + "/sandboxes/" + sb.ID + "/ports/8123/"; route != want || !strings.HasPrefix(signed, want+"?") {
 		t.Fatalf("ExposePort: url %q signed %q, want %s", route, signed, want)
 	}
@@ -220,14 +220,14 @@ func TestPortRoute(t *testing.T) {
 	}
 
 	// An expired signed URL is refused, naming the expiry.
-	short, err := api.ExposePort(ctx, connect.NewRequest(&runboxv1.ExposePortRequest{SandboxId: sb.ID, Port: httpPort, UrlTtlMs: 1}))
+	short, err := srv.ExposePort(ctx, sb.ID, httpPort, time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for time.Now().UnixMilli() <= short.Msg.GetExpiresAtUnixMs() {
+	for !time.Now().After(short.ExpiresAt) {
 		time.Sleep(100 * time.Millisecond)
 	}
-	if code, body, _ = get(t, short.Msg.GetSignedUrl()); code != 403 || !strings.Contains(body, "expired at") {
+	if code, body, _ = get(t, short.SignedURL); code != 403 || !strings.Contains(body, "expired at") {
 		t.Errorf("an expired signed URL: %d %q, want 403 naming the expiry", code, body)
 	}
 
@@ -236,7 +236,7 @@ func TestPortRoute(t *testing.T) {
 	if code, body, _ = get(t, fmt.Sprintf("%s/sandboxes/%s/ports/%d/", ts.url, sb.ID, 8126), "Authorization", "Bearer "+tok); code != 403 || !strings.Contains(body, "not exposed") {
 		t.Errorf("a port not exposed: %d %q, want 403", code, body)
 	}
-	if _, err := api.UnexposePort(ctx, connect.NewRequest(&runboxv1.UnexposePortRequest{SandboxId: sb.ID, Port: httpPort})); err != nil {
+	if err := srv.UnexposePort(ctx, sb.ID, httpPort); err != nil {
 		t.Fatal(err)
 	}
 	if code, body, _ = get(t, route, "Authorization", "Bearer "+tok); code != 403 || !strings.Contains(body, "not exposed") {
@@ -245,12 +245,12 @@ func TestPortRoute(t *testing.T) {
 	if code, body, _ = get(t, signed); code != 403 || !strings.Contains(body, "not exposed") {
 		t.Errorf("an unexposed port's signed URL: %d %q, want 403", code, body)
 	}
-	got, err := api.Get(ctx, connect.NewRequest(&runboxv1.GetSandboxRequest{Id: sb.ID}))
+	got, err := srv.Get(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ports := got.Msg.GetSandbox().GetExposedPorts(); fmt.Sprint(ports) != fmt.Sprint([]uint32{wsPort, closedPort}) {
-		t.Errorf("exposed_ports %v, want [%d %d]", ports, wsPort, closedPort)
+	if ports, want := got.Detail["exposed_ports"], fmt.Sprintf("%d,%d", wsPort, closedPort); ports != want {
+		t.Errorf("exposed_ports %q, want %q", ports, want)
 	}
 	// Another tenant cannot expose it.
 	if _, err := sandboxAPI(ts, other).ExposePort(ctx, connect.NewRequest(&runboxv1.ExposePortRequest{SandboxId: sb.ID, Port: httpPort})); connect.CodeOf(err) != connect.CodeNotFound {

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -53,12 +54,12 @@ func TestSetEgressThroughServe(t *testing.T) {
 		t.Fatalf("before the change the fetch must be refused: %+v %v", res, err)
 	}
 	pol := &runboxv1.EgressPolicy{Allow: []string{"pkg.test"}, AllowCidr: []string{"127.0.0.1/32"}, Resolve: map[string]string{"pkg.test": "127.0.0.1"}}
-	got, err := api.SetEgress(ctx, connect.NewRequest(&runboxv1.SetEgressRequest{SandboxId: sb.ID, Egress: pol}))
+	got, err := srv.SetEgress(ctx, sb.ID, runbox.EgressPolicy{Allow: pol.Allow, AllowCIDR: pol.AllowCidr, Resolve: pol.Resolve})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := got.Msg.GetSandbox().GetSpec().GetEgress().GetAllow(); len(a) != 1 || a[0] != "pkg.test" {
-		t.Errorf("SetEgress answered the sandbox with allow %v", a)
+	if a := got.Detail["egress_allow"]; a != "pkg.test" {
+		t.Errorf("SetEgress answered the sandbox with egress_allow %q", a)
 	}
 	res, _, err = srv.Run(ctx, sb.ID, runbox.ExecSpec{Command: fetch})
 	if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != marker {
@@ -71,6 +72,12 @@ func TestSetEgressThroughServe(t *testing.T) {
 	_, err = api.SetEgress(ctx, connect.NewRequest(&runboxv1.SetEgressRequest{SandboxId: sb.ID, Egress: &runboxv1.EgressPolicy{AllowCidr: []string{"10.0.0.0/8"}}}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "--allow-egress-cidr") {
 		t.Errorf("a range outside the operator's: %v, want invalid_argument naming --allow-egress-cidr", err)
+	}
+	if _, err := srv.SetEgress(ctx, sb.ID, runbox.EgressPolicy{AllowCIDR: []string{"10.0.0.0/8"}}); !errors.Is(err, runbox.ErrInvalidSpec) {
+		t.Errorf("the Go client's SetEgress with a range outside the operator's: %v, want ErrInvalidSpec", err)
+	}
+	if _, err := srv.SetEgress(ctx, "sb-nosuch", runbox.EgressPolicy{}); !errors.Is(err, runbox.ErrSandboxNotFound) {
+		t.Errorf("the Go client's SetEgress on an unknown sandbox: %v, want ErrSandboxNotFound", err)
 	}
 	other, err := srv.Create(ctx, runbox.SandboxSpec{Network: "none"})
 	if err != nil {
