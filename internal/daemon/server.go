@@ -90,7 +90,7 @@ func (s *Server) Handler() http.Handler {
 	for _, r := range s.extra {
 		mux.Handle(r.path, r.h)
 	}
-	return mux
+	return withRawOutput(mux)
 }
 
 // ShutdownRequested is closed once a Shutdown RPC has stopped every exec:
@@ -198,7 +198,7 @@ func ListenMode(path string, mode os.FileMode) (net.Listener, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listen: %w", err)
 		}
-		return ln, nil
+		return widenSendBuffers(ln), nil
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
@@ -224,7 +224,7 @@ func ListenMode(path string, mode os.FileMode) (net.Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	return ln, nil
+	return widenSendBuffers(ln), nil
 }
 
 // Proxy copies r to the daemon's socket at path and the socket to w, for
