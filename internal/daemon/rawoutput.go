@@ -70,8 +70,8 @@ type rawOutput struct {
 }
 
 // newRawOutput returns the raw writer for stream's response, or nil when
-// the request came over HTTP/2 or the response is compressed (Connect then
-// frames what it writes differently). It must be called before the first
+// the request came over HTTP/2, or the response is JSON or compressed
+// (Connect then frames what it writes differently). It must be called before the first
 // event is sent: it sets the response's transfer encoding.
 func newRawOutput(ctx context.Context, stream *connect.ServerStream[runboxv1.ExecEvent]) *rawOutput {
 	w, ok := ctx.Value(rawKey{}).(http.ResponseWriter)
@@ -79,8 +79,9 @@ func newRawOutput(ctx context.Context, stream *connect.ServerStream[runboxv1.Exe
 		return nil
 	}
 	f, ok := w.(http.Flusher)
-	if !ok || stream.ResponseHeader().Get("Connect-Content-Encoding") != "" {
-		return nil
+	h := stream.ResponseHeader()
+	if !ok || h.Get("Content-Type") != "application/connect+proto" || h.Get("Connect-Content-Encoding") != "" {
+		return nil // JSON (the Python SDK's local mode), or compressed
 	}
 	stream.ResponseHeader().Set("Transfer-Encoding", "identity")
 	return &rawOutput{w: w, f: f}
