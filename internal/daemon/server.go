@@ -99,8 +99,9 @@ func (s *Server) ShutdownRequested() <-chan struct{} { return s.stop }
 
 func (s *Server) requestShutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
 
-// Serve serves the API on ln over HTTP/2 cleartext (HTTP/1 is accepted too,
-// for curl) until ctx is done or a Shutdown RPC arrives. It then stops new
+// Serve serves the API on ln over HTTP/2 cleartext and HTTP/1 (the runbox
+// front's, the Python SDK's local mode's and curl's; see rawoutput.go for
+// HTTP/1 Run streams) until ctx is done or a Shutdown RPC arrives. It then stops new
 // calls, stops every exec with the stop protocol (runbox.DefaultGrace), lets open
 // streams deliver their exit events, and returns nil. It closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
