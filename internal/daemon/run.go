@@ -49,6 +49,10 @@ func (s *Server) Run(ctx context.Context, req *connect.Request[runboxv1.RunReque
 func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *supervisor.OutputReader, stream *connect.ServerStream[runboxv1.ExecEvent]) (err error) {
 	leave := e.Follow()
 	defer func() { leave(err == nil) }()
+	var raw *rawOutput
+	if r != nil {
+		raw = newRawOutput(ctx, stream)
+	}
 	if err := stream.Send(startedEvent(e, attached)); err != nil {
 		return sendFailed(ctx, e, "started event", err)
 	}
@@ -61,7 +65,12 @@ func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *superviso
 			if err != nil {
 				return err
 			}
-			if err := stream.Send(outputEvent(ev)); err != nil {
+			if raw != nil {
+				err = raw.send(stream, ev)
+			} else {
+				err = stream.Send(outputEvent(ev))
+			}
+			if err != nil {
 				return sendFailed(ctx, e, "output", err)
 			}
 		}

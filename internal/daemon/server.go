@@ -90,7 +90,7 @@ func (s *Server) Handler() http.Handler {
 	for _, r := range s.extra {
 		mux.Handle(r.path, r.h)
 	}
-	return mux
+	return withRawOutput(mux)
 }
 
 // ShutdownRequested is closed once a Shutdown RPC has stopped every exec:
@@ -99,8 +99,9 @@ func (s *Server) ShutdownRequested() <-chan struct{} { return s.stop }
 
 func (s *Server) requestShutdown() { s.stopOnce.Do(func() { close(s.stop) }) }
 
-// Serve serves the API on ln over HTTP/2 cleartext (HTTP/1 is accepted too,
-// for curl) until ctx is done or a Shutdown RPC arrives. It then stops new
+// Serve serves the API on ln over HTTP/2 cleartext and HTTP/1 (the runbox
+// front's, the Python SDK's local mode's and curl's; see rawoutput.go for
+// HTTP/1 Run streams) until ctx is done or a Shutdown RPC arrives. It then stops new
 // calls, stops every exec with the stop protocol (runbox.DefaultGrace), lets open
 // streams deliver their exit events, and returns nil. It closes ln.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
@@ -198,7 +199,7 @@ func ListenMode(path string, mode os.FileMode) (net.Listener, error) {
 		if err != nil {
 			return nil, fmt.Errorf("listen: %w", err)
 		}
-		return ln, nil
+		return widenSendBuffers(ln), nil
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != os.ModeSocket {
@@ -224,7 +225,7 @@ func ListenMode(path string, mode os.FileMode) (net.Listener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
-	return ln, nil
+	return widenSendBuffers(ln), nil
 }
 
 // Proxy copies r to the daemon's socket at path and the socket to w, for

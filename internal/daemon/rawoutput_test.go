@@ -1,0 +1,206 @@
+package daemon_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/execwire"
+)
+
+// writeCountingConn counts the Write calls the server makes on it.
+type writeCountingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c writeCountingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// TestHTTP1RunWritesEachOutputOnce runs a command through the front's
+// HTTP/1 Run (package execwire) and checks that every byte of both streams
+// arrives in order, with consecutive sequence numbers and no gap, and that
+// runboxd made about one write per Output event: before the HTTP/1 output
+// path, net/http's buffered, chunked writer made two to three per event.
+func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
+	var writes atomic.Int64
+	_, socket, served := serveWrapped(t, func(ln net.Listener) net.Listener {
+		return &writeCountingListener{Listener: ln, writes: &writes}
+	})
+	defer func() {
+		c := client.DialUnix(socket)
+		defer c.Close()
+		if err := c.Shutdown(testCtx(t), 0); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	conn, err := net.Dial("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	s, err := execwire.Run(conn, runbox.ExecSpec{
+		Command: "seq 1 300000; seq 1 2000 >&2; seq 300001 500000",
+	}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	var outputs int64
+	var next uint64 = 1
+	var result *runbox.Result
+	for {
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch ev.Kind {
+		case execwire.EventOutput:
+			outputs++
+			if ev.Seq != next {
+				t.Fatalf("output seq %d, want %d", ev.Seq, next)
+			}
+			next++
+			if ev.Stream == runbox.Stderr {
+				stderr.Write(ev.Data)
+			} else {
+				stdout.Write(ev.Data)
+			}
+		case execwire.EventGap:
+			t.Fatalf("a gap for the exec's own stream: %+v", ev.Gap)
+		case execwire.EventExited:
+			r := ev.Result
+			result = &r
+		}
+	}
+	if result == nil || result.ExitCode != 0 {
+		t.Fatalf("result %+v", result)
+	}
+	var want bytes.Buffer
+	for i := 1; i <= 500000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if !bytes.Equal(stdout.Bytes(), want.Bytes()) {
+		t.Fatalf("stdout: %d bytes, want %d, or they differ", stdout.Len(), want.Len())
+	}
+	want.Reset()
+	for i := 1; i <= 2000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if !bytes.Equal(stderr.Bytes(), want.Bytes()) {
+		t.Fatalf("stderr: %d bytes, want %d, or they differ", stderr.Len(), want.Len())
+	}
+	// Besides one write per Output: the headers with the started event,
+	// the exited event, the end of the stream (its prefix and message).
+	if n := writes.Load(); n > outputs+4 {
+		t.Fatalf("runboxd made %d writes for %d Output events", n, outputs)
+	}
+	t.Logf("%d writes, %d Output events", writes.Load(), outputs)
+}
+
+type writeCountingListener struct {
+	net.Listener
+	writes *atomic.Int64
+}
+
+func (l *writeCountingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return writeCountingConn{Conn: c, writes: l.writes}, nil
+}
+
+// TestHTTP1JSONRunKeepsConnectFraming runs a command through an HTTP/1 Run
+// in Connect's JSON codec (the Python SDK's local mode): the HTTP/1 output
+// path, which frames protobuf, must leave it to Connect, and every byte
+// must arrive.
+func TestHTTP1JSONRunKeepsConnectFraming(t *testing.T) {
+	_, socket, served := serve(t)
+	hc := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+	}}
+	defer func() {
+		hc.CloseIdleConnections()
+		c := client.DialUnix(socket)
+		defer c.Close()
+		if err := c.Shutdown(testCtx(t), 0); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	msg := []byte(`{"spec":{"command":"seq 1 200000"},"streamOutput":true}`)
+	body := append([]byte{0, 0, 0, 0, 0}, msg...)
+	binary.BigEndian.PutUint32(body[1:5], uint32(len(msg)))
+	req, err := http.NewRequestWithContext(testCtx(t), "POST", "http://runboxd"+runboxv1connect.RunboxServiceRunProcedure, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/connect+json")
+	req.Header.Set("Connect-Protocol-Version", "1")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/connect+json" {
+		t.Fatalf("status %d, content type %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var stdout bytes.Buffer
+	ended := false
+	for !ended {
+		var prefix [5]byte
+		if _, err := io.ReadFull(resp.Body, prefix[:]); err != nil {
+			t.Fatalf("read envelope: %v", err)
+		}
+		m := make([]byte, binary.BigEndian.Uint32(prefix[1:]))
+		if _, err := io.ReadFull(resp.Body, m); err != nil {
+			t.Fatalf("read envelope: %v", err)
+		}
+		if prefix[0]&2 != 0 {
+			if string(m) != "{}" {
+				t.Fatalf("end of stream %s", m)
+			}
+			ended = true
+			continue
+		}
+		var ev runboxv1.ExecEvent
+		if err := protojson.Unmarshal(m, &ev); err != nil {
+			t.Fatalf("an event that is not Connect JSON: %v: %.100q", err, m)
+		}
+		stdout.Write(ev.GetOutput().GetData())
+	}
+	var want bytes.Buffer
+	for i := 1; i <= 200000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if !bytes.Equal(stdout.Bytes(), want.Bytes()) {
+		t.Fatalf("stdout: %d bytes, want %d, or they differ", stdout.Len(), want.Len())
+	}
+}
