@@ -157,9 +157,12 @@ func (b *branchEnv) snapshotDisk(name string) (int64, error) {
 }
 
 // sandboxDisk is what the sandbox id takes on disk: its state directory
-// (local: its disk image's allocated blocks among them) or its
+// (local: its disk image's allocated blocks among them, after a sync) or its
 // container's writable layer (docker).
 func (b *branchEnv) sandboxDisk(id string) (int64, error) {
+	// A local sandbox's writes reach its disk image through a loop
+	// device's cache: flushed first, or the image looks empty.
+	unix.Sync()
 	out, err := b.runbox("inspect", id)
 	if err != nil {
 		return 0, err
