@@ -137,7 +137,14 @@ func benchLatency(ctx context.Context, cfg *config, env *sandboxes) (*LatencyRep
 			w.perRound = append(w.perRound, xs)
 		}
 	}
-	rep := &LatencyReport{Rounds: cfg.rounds, PerRound: perRound}
+	return latencyReport(ways, cfg.rounds, perRound), nil
+}
+
+// latencyReport summarises ways measured round by round: each row's
+// samples, and its ratio to its baseline (the median of each round's ratio
+// of medians).
+func latencyReport(ways []*way, rounds, perRound int) *LatencyReport {
+	rep := &LatencyReport{Rounds: rounds, PerRound: perRound}
 	byName := map[string]*way{}
 	for _, w := range ways {
 		byName[w.name] = w
@@ -164,5 +171,5 @@ func benchLatency(ctx context.Context, cfg *config, env *sandboxes) (*LatencyRep
 		}
 		rep.Ways = append(rep.Ways, lw)
 	}
-	return rep, nil
+	return rep
 }

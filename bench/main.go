@@ -6,6 +6,7 @@
 //	go run ./bench -only latency,throughput
 //	go run ./bench -only soak      # 100,000 mixed commands (-soak-ops N), to soak.json and soak.png
 //	go run ./bench -only security  # what the local sandbox's isolation costs, to security.json
+//	go run ./bench -only snapshot  # pause, snapshot and fork (issue 32), to snapshot.json; -full adds 1 GiB and 50 forks
 //	go run ./bench -soak-partial N # soak.json and soak.png of a soak stopped after N commands
 //
 // It builds runbox and runboxd (CGO_ENABLED=0) into a temporary directory,
@@ -41,12 +42,14 @@ type config struct {
 	bin     string // where runbox and runboxd were built
 	home    string // RUNBOX_HOME of this run
 	soakOps int    // commands of the soak
+	full    bool   // the slow sizes of the snapshot section
 }
 
-// want reports whether section runs. The soak and the security section run
-// only when asked for by name: they take long, and write files of their own.
+// want reports whether section runs. The soak, security and snapshot
+// sections run only when asked for by name: they take long, and write
+// files of their own.
 func (c *config) want(section string) bool {
-	if section == "soak" || section == "security" {
+	if section == "soak" || section == "security" || section == "snapshot" {
 		return c.only[section]
 	}
 	return len(c.only) == 0 || c.only[section]
@@ -79,7 +82,8 @@ func main() {
 	var only string
 	flag.StringVar(&cfg.out, "out", "docs/performance", "directory for results.json and the plots")
 	flag.BoolVar(&cfg.quick, "quick", false, "fewer rounds and smaller outputs")
-	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes,soak,security (soak and security run only when named)")
+	flag.StringVar(&only, "only", "", "comma-separated sections: latency,throughput,stop,concurrent,sandboxes,soak,security,snapshot (soak, security and snapshot run only when named)")
+	flag.BoolVar(&cfg.full, "full", false, "snapshot: also 1 GiB of changes and a fork of 50 (slow)")
 	flag.IntVar(&cfg.soakOps, "soak-ops", 100000, "commands of the soak")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds of the interleaved latency comparison (default 20, quick 5)")
 	replot := flag.Bool("replot", false, "only redraw the plots (and print the tables) from the -out directory's results.json")
@@ -168,6 +172,17 @@ func run(cfg *config) error {
 			return fmt.Errorf("security: %w", err)
 		}
 		printSecurity(os.Stdout, sec)
+		if len(cfg.only) == 1 {
+			return nil // results.json keeps the other sections' last run
+		}
+	}
+	if cfg.want("snapshot") {
+		log.Printf("snapshot: pause, snapshot and fork on local and docker")
+		snap, err := benchSnapshot(ctx, cfg, env, cfg.full)
+		if err != nil {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		printSnapshot(os.Stdout, snap)
 		if len(cfg.only) == 1 {
 			return nil // results.json keeps the other sections' last run
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -197,14 +198,11 @@ limits.`,
 			if err != nil {
 				return fail("fork", key, "", err)
 			}
-			var errs []error
-			for range count {
-				nsb, err := p.Create(c.Context(), runbox.SandboxSpec{FromSnapshot: s.Name})
-				if err != nil {
-					errs = append(errs, err)
-					continue
+			ids, errs := createForks(c.Context(), p, s.Name, count)
+			for _, id := range ids {
+				if id != "" {
+					fmt.Fprintln(a.stdout, id)
 				}
-				fmt.Fprintln(a.stdout, nsb.ID)
 			}
 			if err := errors.Join(errs...); err != nil {
 				return fail("fork", key, "", err)
@@ -215,4 +213,30 @@ limits.`,
 	c.Flags().IntVar(&count, "count", 1, "how many sandboxes to make")
 	c.Flags().BoolVar(&noWorkspace, "no-workspace", false, "leave the workspace out (the forks get none copied)")
 	return c
+}
+
+// forkParallel is how many of a fork's sandboxes are made at once: each
+// waits mostly on its runboxd's start (and docker on the engine), so a few
+// at a time cost little more than one.
+const forkParallel = 8
+
+// createForks makes count sandboxes from the snapshot name, forkParallel
+// at a time, and returns their ids in order ("" where one failed) and the
+// errors.
+func createForks(ctx context.Context, p runbox.Provider, name string, count int) ([]string, []error) {
+	ids := make([]string, count)
+	errs := make([]error, count)
+	sem := make(chan struct{}, forkParallel)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			sb, err := p.Create(ctx, runbox.SandboxSpec{FromSnapshot: name})
+			ids[i], errs[i] = sb.ID, err
+		}()
+	}
+	wg.Wait()
+	return ids, errs
 }
