@@ -2,6 +2,7 @@ package local_test
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -211,5 +212,55 @@ func TestSnapshotOptionsAndErrors(t *testing.T) {
 	defer runCLI(t, "rm", "-f", hostID)
 	if code, _, errs := runCLI(t, "snapshot", hostID); code != 125 || !strings.Contains(errs, "provider host cannot snapshot") {
 		t.Errorf("snapshot of a host sandbox: exit %d, %q; want 125 saying host cannot snapshot", code, errs)
+	}
+}
+
+// TestSnapshotOfASandboxFromASnapshot: three generations, each made from a
+// snapshot of the one before. The last sees every generation's changes to
+// the root: a file only the first wrote, a file the second overwrote, a
+// file the second deleted stays deleted, a directory the second emptied
+// stays empty; and it keeps seeing them once every earlier snapshot and
+// sandbox is removed. (Before, a snapshot held only its sandbox's own
+// changes: the first generation's files were gone from the third.)
+func TestSnapshotOfASandboxFromASnapshot(t *testing.T) {
+	p := newProvider(t)
+	ctx := context.Background()
+	t.Cleanup(func() { os.RemoveAll(p.Home + "-workspaces") })
+	marker := rand.Text()
+	first, c1 := create(t, p, runbox.SandboxSpec{Workdir: t.TempDir()})
+	run(t, c1, "mkdir -p /opt/gen/dir && echo one > /opt/gen/first && echo one > /opt/gen/changed && echo one > /opt/gen/deleted && touch /opt/gen/dir/a /opt/gen/dir/b && echo "+marker+" > /usr/local/bin/marker")
+	s1, err := p.Snapshot(ctx, first, "", runbox.SnapshotOptions{NoWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, c2 := create(t, p, runbox.SandboxSpec{FromSnapshot: s1.Name, Workdir: t.TempDir()})
+	run(t, c2, "echo two > /opt/gen/changed && rm /opt/gen/deleted && rm -r /opt/gen/dir && mkdir /opt/gen/dir && echo two > /opt/gen/second")
+	s2, err := p.Snapshot(ctx, second, "", runbox.SnapshotOptions{NoWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range []runbox.Sandbox{first, second} {
+		if err := p.Remove(ctx, sb, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.RemoveSnapshot(ctx, s1.Name); err != nil {
+		t.Fatal(err)
+	}
+	third, c3 := create(t, p, runbox.SandboxSpec{FromSnapshot: s2.Name, Workdir: t.TempDir()})
+	if err := p.RemoveSnapshot(ctx, s2.Name); err != nil {
+		t.Fatal(err)
+	}
+	want := "one\ntwo\ntwo\n" + marker + "\nno deleted\nempty dir\n"
+	got := run(t, c3, "cat /opt/gen/first /opt/gen/changed /opt/gen/second /usr/local/bin/marker; test -e /opt/gen/deleted || echo no deleted; test -z \"$(ls -A /opt/gen/dir)\" && echo empty dir")
+	if got != want {
+		t.Errorf("the third generation sees %q, want %q", got, want)
+	}
+	if n := third.Detail["snapshot_layers"]; n != "2" {
+		t.Errorf("the third generation stands on %q snapshot layers, want 2", n)
+	}
+	// Its own writes still go to its own layer.
+	if got := run(t, c3, "echo three > /opt/gen/first && cat /opt/gen/first"); got != "three\n" {
+		t.Errorf("a write over a lower layer's file reads back %q", got)
 	}
 }

@@ -137,13 +137,15 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			return nil, fmt.Errorf("snapshot %s: a local sandbox stacks a snapshot on the host's root served through %s; not with --rootfs, --host-root or without root: %w",
 				spec.FromSnapshot, FuseServer, runbox.ErrUnsupported)
 		}
-		if err := p.stackSnapshot(spec.FromSnapshot, layers); err != nil {
+		depth, err := p.stackSnapshot(spec.FromSnapshot, layers)
+		if err != nil {
 			return nil, err
 		}
 		if rec.Extra == nil {
 			rec.Extra = map[string]string{}
 		}
 		rec.Extra["snapshot"] = spec.FromSnapshot
+		rec.Extra[extraSnapshotLayers] = strconv.Itoa(depth)
 	}
 	inLayers := func(name string) string { return filepath.Join(layers, name) }
 	if ids.mapped() || dk != nil {
@@ -425,10 +427,7 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 	}
 	layersTree := os.NewFile(uintptr(fd), "layers")
 	defer layersTree.Close()
-	var lowers []string
-	if l.Spec.FromSnapshot != "" {
-		lowers = []string{snapshotLayerDir}
-	}
+	lowers := snapshotLowers(stackedLayers(runbox.Sandbox{Detail: l.Record.Extra}))
 	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, ids, lowers, l.Log)
 	srv, err := procbox.StartDetached(cmd)
 	if err != nil {

@@ -36,6 +36,9 @@ const (
 	// snapshotLayerDir is the snapshot's layer's name in a sandbox's
 	// layers directory (see jail.ExecFuseServer's lowers).
 	snapshotLayerDir = "snapshot"
+	// extraSnapshotLayers is the record's count of the snapshot layers a
+	// sandbox stands on (its Detail's "snapshot_layers").
+	extraSnapshotLayers = "snapshot_layers"
 	// workspacesSuffix names the directory beside the home where the
 	// workspaces of sandboxes made from snapshots go: a workdir must not
 	// lie in the home.
@@ -106,6 +109,13 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	}
 	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
 	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
+	// A sandbox made from a snapshot sees that snapshot's layers under its
+	// own: they go with it, below its changes. They are read-only in the
+	// sandbox, so hard links serve (a copy where the sandbox's own disk
+	// holds them).
+	for i := 0; err == nil && i < stackedLayers(sb); i++ {
+		err = copyTree(filepath.Join(filepath.Dir(upper), stackedName(snapshotLayerDir, i)), filepath.Join(tmp, stackedName(snapshotLayer, i+1)), linkFiles)
+	}
 	if err == nil && !opts.NoWorkspace && sb.Detail["workdir"] != "" {
 		err = copyTree(sb.Detail["workdir"], filepath.Join(tmp, snapshotWorkspace), cloneFiles)
 		snap.Workspace = err == nil
@@ -231,32 +241,85 @@ func makeRemovable(dir string) error {
 	})
 }
 
-// stackSnapshot puts the snapshot name's layer in a new sandbox's layers
-// directory, as hard links (see snapshotLayerDir), and takes out of the
-// sandbox's seeded upper layer every file the snapshot's layer also has,
-// so the snapshot's version shows through (its own seeding was done the
-// same way when its sandbox was made, and what else it holds the sandbox
-// wrote).
-func (p *Provider) stackSnapshot(name, layers string) error {
+// stackedName is the name of the i-th layer of a stack, top first: base
+// itself, then base.1, base.2, ... A snapshot's directory holds its
+// sandbox's changes as "layer" and, when that sandbox was itself made
+// from a snapshot, that snapshot's layers below as "layer.1", ...; a
+// sandbox made from it gets them as "snapshot", "snapshot.1", ...
+func stackedName(base string, i int) string {
+	if i == 0 {
+		return base
+	}
+	return base + "." + strconv.Itoa(i)
+}
+
+// snapshotDepth is how many layers the snapshot in dir holds.
+func snapshotDepth(dir string) int {
+	n := 1
+	for {
+		if _, err := os.Lstat(filepath.Join(dir, stackedName(snapshotLayer, n))); err != nil {
+			return n
+		}
+		n++
+	}
+}
+
+// stackedLayers is how many snapshot layers sb stands on (0: made from
+// none). A record from before stacks were recorded has one when it names
+// a snapshot.
+func stackedLayers(sb runbox.Sandbox) int {
+	if n, err := strconv.Atoi(sb.Detail[extraSnapshotLayers]); err == nil && n >= 0 {
+		return n
+	}
+	if sb.Detail["snapshot"] != "" {
+		return 1
+	}
+	return 0
+}
+
+// snapshotLowers are the lower layers (in the layers directory, top
+// first) of a sandbox standing on n snapshot layers.
+func snapshotLowers(n int) []string {
+	lowers := make([]string, n)
+	for i := range lowers {
+		lowers[i] = stackedName(snapshotLayerDir, i)
+	}
+	return lowers
+}
+
+// stackSnapshot puts every layer of the snapshot name in a new sandbox's
+// layers directory, as hard links (see snapshotLayerDir), takes out of the
+// sandbox's seeded upper layer every file a snapshot layer also has, so the
+// snapshot's version shows through (its own seeding was done the same way
+// when its sandbox was made, and what else it holds the sandbox wrote),
+// and returns how many layers it stacked.
+func (p *Provider) stackSnapshot(name, layers string) (int, error) {
 	if _, err := p.readSnapshot(name); err != nil {
-		return err
+		return 0, err
 	}
 	dir, _ := p.snapshotPath(name)
-	src := filepath.Join(dir, snapshotLayer)
-	if err := copyTree(src, filepath.Join(layers, snapshotLayerDir), linkFiles); err != nil {
-		return fmt.Errorf("snapshot %s: %w", name, err)
-	}
+	depth := snapshotDepth(dir)
 	upper := filepath.Join(layers, upperDir)
-	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
+	for i := 0; i < depth; i++ {
+		src := filepath.Join(dir, stackedName(snapshotLayer, i))
+		if err := copyTree(src, filepath.Join(layers, stackedName(snapshotLayerDir, i)), linkFiles); err != nil {
+			return 0, fmt.Errorf("snapshot %s: %w", name, err)
 		}
-		rel, _ := filepath.Rel(src, path)
-		if fi, err := os.Lstat(filepath.Join(upper, rel)); err == nil && !fi.IsDir() {
-			return os.Remove(filepath.Join(upper, rel))
+		err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			rel, _ := filepath.Rel(src, path)
+			if fi, err := os.Lstat(filepath.Join(upper, rel)); err == nil && !fi.IsDir() {
+				return os.Remove(filepath.Join(upper, rel))
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("snapshot %s: %w", name, err)
 		}
-		return nil
-	})
+	}
+	return depth, nil
 }
 
 // snapshotWorkdir makes the workspace of a sandbox made from the snapshot
