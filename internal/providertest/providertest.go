@@ -100,31 +100,58 @@ const (
 	caseTimeout = 3 * time.Minute
 )
 
+// lightParallel is how many light cases run at once. A light case mostly
+// waits (timeouts of a second or two, sleeps, polls, a sandbox's start), so
+// the suite runs more of them at once than -test.parallel (GOMAXPROCS: 2 on
+// CI's machine) would let t.Parallel subtests run. Each still has its own
+// sandbox and its own markers, and every bound it checks is a liveness
+// bound generous enough for a loaded machine.
+const lightParallel = 6
+
 // testCase is one named behaviour of the suite.
 type testCase struct {
 	name string
 	run  func(t *testing.T, fx Fixture)
 	// heavy cases load the machine (thousands of execs, a gigabyte of
-	// output); they run one at a time before the light cases run in parallel.
+	// output); they run one at a time before the light cases run, up to
+	// lightParallel at once.
 	heavy bool
 }
 
 // Run runs every case of the suite as a subtest of t: the heavy ones one at a
-// time, then the rest in parallel. newFixture is called once per case, so
-// each case may get its own provider state.
+// time, then the rest, lightParallel at a time. newFixture is called once per
+// case, so each case may get its own provider state.
 func Run(t *testing.T, newFixture func(t *testing.T) Fixture) {
+	var light []testCase
 	for _, tc := range cases() {
-		t.Run(tc.name, func(t *testing.T) {
-			if !tc.heavy {
-				t.Parallel()
-			}
-			fx := newFixture(t)
-			if fx.Provider == nil || fx.CountProcesses == nil || fx.Zombies == nil || fx.KillDaemon == nil {
-				t.Fatal("providertest: fixture needs Provider, CountProcesses, Zombies and KillDaemon")
-			}
-			tc.run(t, fx)
+		if !tc.heavy {
+			light = append(light, tc)
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) { runCase(t, tc, newFixture) })
+	}
+	// t.Run may be called from several goroutines at once; the light cases
+	// are not t.Parallel subtests, so -test.parallel does not bound them:
+	// slots does.
+	slots := make(chan struct{}, lightParallel)
+	var wg sync.WaitGroup
+	for _, tc := range light {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			t.Run(tc.name, func(t *testing.T) { runCase(t, tc, newFixture) })
 		})
 	}
+	wg.Wait()
+}
+
+// runCase runs one case on a fixture of its own.
+func runCase(t *testing.T, tc testCase, newFixture func(t *testing.T) Fixture) {
+	fx := newFixture(t)
+	if fx.Provider == nil || fx.CountProcesses == nil || fx.Zombies == nil || fx.KillDaemon == nil {
+		t.Fatal("providertest: fixture needs Provider, CountProcesses, Zombies and KillDaemon")
+	}
+	tc.run(t, fx)
 }
 
 // sandbox is a sandbox created for one case, with a client to it.
