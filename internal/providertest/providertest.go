@@ -106,7 +106,7 @@ const (
 // CI's machine) would let t.Parallel subtests run. Each still has its own
 // sandbox and its own markers, and every bound it checks is a liveness
 // bound generous enough for a loaded machine.
-const lightParallel = 6
+const lightParallel = 4
 
 // testCase is one named behaviour of the suite.
 type testCase struct {
