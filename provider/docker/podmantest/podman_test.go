@@ -91,9 +91,18 @@ func rootful() service {
 		return s
 	}
 	s.missing = notPodman(host)
-	s.env = []string{"DOCKER_HOST=" + host}
+	// The cases that run inside runboxd alone once the container exists
+	// (files, large output and input, exec churn) take the same path here
+	// as under rootless Podman and Docker, which run them: rootful skips
+	// them, and keeps every case that involves the engine (limits, kill,
+	// remove, fork bombs, OOM, load).
+	s.env = []string{"DOCKER_HOST=" + host, providertest.SkipCasesEnv + "=" + rootfulSkips}
 	return s
 }
+
+// rootfulSkips are the conformance cases the rootful run leaves to the
+// rootless one (see rootful).
+const rootfulSkips = "^(ZeroDelayCancel|OutputBinary|OutputHuge|SequentialExecsNoLeak|InputOversizeRaw|FilesRoundTrip|FilesLargeFile)$"
 
 // rootless is the plain user's service, which the provider finds itself
 // under $XDG_RUNTIME_DIR (DOCKER_HOST unset: socket discovery is tested).
