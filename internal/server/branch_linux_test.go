@@ -11,6 +11,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/server"
 )
 
 // hostPidOf is the host pid of the one process whose command line holds
@@ -272,5 +273,51 @@ func TestServeSnapshotForkLocal(t *testing.T) {
 	}
 	if _, err := a.CreateSandbox(ctx, runbox.SandboxSpec{FromSnapshot: "base"}, client.SandboxOptions{}); !errors.Is(err, runbox.ErrInvalidSpec) {
 		t.Errorf("from a deleted snapshot: %v, want ErrInvalidSpec", err)
+	}
+}
+
+// TestMCPBranchLocal: over /mcp on local sandboxes, a model pauses and
+// resumes its sandbox (a command on it fails while paused), snapshots it,
+// makes a sandbox from the snapshot and forks it; the new sandboxes are
+// the session's own, each with its own files.
+func TestMCPBranchLocal(t *testing.T) {
+	ts := startServer(t, onLocalProvider(t), withMCP(server.MCPConfig{}))
+	cs := ts.mustMCP(t, ts.token(t, "a"))
+	t.Cleanup(func() { os.RemoveAll(ts.home + "-workspaces") })
+	toolOK(t, cs, "exec", map[string]any{"command": "echo base > f.txt"})
+	toolOK(t, cs, "sandbox_pause", nil)
+	if msg := toolFails(t, cs, "exec", map[string]any{"command": "true"}); !strings.Contains(msg, "paused") {
+		t.Errorf("exec on a paused sandbox: %q", msg)
+	}
+	toolOK(t, cs, "sandbox_resume", nil)
+	sn := toolOK(t, cs, "sandbox_snapshot", map[string]any{"name": "s1"})
+	if sn["name"] != "s1" || sn["workspace"] != true {
+		t.Fatalf("sandbox_snapshot: %v", sn)
+	}
+	made := toolOK(t, cs, "sandbox_create", map[string]any{"from_snapshot": "s1"})
+	id, _ := made["id"].(string)
+	if out := toolOK(t, cs, "exec", map[string]any{"command": "cat f.txt", "sandbox": id}); out["stdout"] != "base\n" {
+		t.Errorf("from the snapshot: %v", out)
+	}
+	fork := toolOK(t, cs, "sandbox_fork", map[string]any{"sandbox": id, "count": 2})
+	sbs, _ := fork["sandboxes"].([]any)
+	if len(sbs) != 2 {
+		t.Fatalf("sandbox_fork: %v", fork)
+	}
+	for i, x := range sbs {
+		fid, _ := x.(map[string]any)["id"].(string)
+		toolOK(t, cs, "exec", map[string]any{"command": "echo " + strconv.Itoa(i) + " > f.txt", "sandbox": fid})
+	}
+	for i, x := range sbs {
+		fid, _ := x.(map[string]any)["id"].(string)
+		if out := toolOK(t, cs, "exec", map[string]any{"command": "cat f.txt", "sandbox": fid}); out["stdout"] != strconv.Itoa(i)+"\n" {
+			t.Errorf("fork %d: %v", i, out)
+		}
+	}
+	if out := toolOK(t, cs, "exec", map[string]any{"command": "cat f.txt", "sandbox": id}); out["stdout"] != "base\n" {
+		t.Errorf("the forked sandbox after its forks wrote: %v", out)
+	}
+	if l := toolOK(t, cs, "sandbox_list", nil); len(l["sandboxes"].([]any)) != 4 {
+		t.Errorf("the session lists %v, want its 4 sandboxes", l)
 	}
 }
