@@ -98,7 +98,8 @@ func (s *Server) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sa
 
 // CreateSandbox creates a sandbox for the token's tenant. spec's Rootfs,
 // HostRoot and DaemonArgs are not available through a server (an error);
-// its Workdir must be a directory the server allows.
+// its Workdir must be a directory the server allows; its FromSnapshot
+// names one of the tenant's snapshots (Snapshot).
 func (s *Server) CreateSandbox(ctx context.Context, spec runbox.SandboxSpec, o SandboxOptions) (runbox.Sandbox, error) {
 	if spec.Rootfs != "" || spec.HostRoot || len(spec.DaemonArgs) > 0 {
 		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: spec.Name,
@@ -108,7 +109,7 @@ func (s *Server) CreateSandbox(ctx context.Context, spec runbox.SandboxSpec, o S
 		Provider: o.Provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
 		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, DiskBytes: spec.Disk, Network: spec.Network, Labels: o.Labels,
 		IdleTtlMs: wiretime.DurationToMs(o.IdleTTL), MaxLifetimeMs: wiretime.DurationToMs(o.MaxLifetime), Recreate: o.Recreate,
-		Egress: egressToWire(spec.Egress),
+		Egress: egressToWire(spec.Egress), FromSnapshot: spec.FromSnapshot,
 	}}))
 	if err != nil {
 		return runbox.Sandbox{}, s.error("create", spec.Name, ctx, err)
@@ -198,6 +199,9 @@ func (s *Server) sandbox(p *runboxv1.Sandbox) runbox.Sandbox {
 	}
 	if p.GetLostReason() != "" {
 		detail["lost"] = p.GetLostReason()
+	}
+	if p.GetPaused() {
+		detail["paused"] = "true"
 	}
 	if p.GetRecreated() > 0 {
 		detail["recreated"] = strconv.Itoa(int(p.GetRecreated()))

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/branching"
 )
 
 func (a *app) pauseCmd() *cobra.Command {
@@ -58,18 +59,10 @@ func (a *app) setPaused(ctx context.Context, key string, pause bool) error {
 	return nil
 }
 
-// pauseSandbox pauses (or resumes) sb.
+// pauseSandbox pauses (or resumes) sb, as serve does (branching.SetPaused).
 func (a *app) pauseSandbox(ctx context.Context, p runbox.Provider, sb runbox.Sandbox, pause bool) error {
-	if pp, ok := p.(runbox.Pauser); ok {
-		if pause {
-			return pp.Pause(ctx, sb)
-		}
-		return pp.Resume(ctx, sb)
-	}
-	cl := a.clientFor(p, sb)
-	defer cl.Close()
-	if pause {
-		return cl.Pause(ctx)
-	}
-	return cl.Resume(ctx)
+	return branching.SetPaused(ctx, p, sb, pause, func() (branching.Daemon, func()) {
+		cl := a.clientFor(p, sb)
+		return cl, func() { cl.Close() }
+	})
 }

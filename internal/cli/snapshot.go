@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/branching"
 )
 
 func (a *app) snapshotCmd() *cobra.Command {
@@ -61,14 +62,8 @@ snapshot (exit 125, "not supported by this provider").`,
 	return c
 }
 
-// snapshotterOf is p as a runbox.Snapshotter, or an ErrUnsupported error
-// naming it.
-func snapshotterOf(p runbox.Provider) (runbox.Snapshotter, error) {
-	if s, ok := p.(runbox.Snapshotter); ok {
-		return s, nil
-	}
-	return nil, fmt.Errorf("provider %s cannot snapshot: %w", p.Name(), runbox.ErrUnsupported)
-}
+// snapshotterOf is p as a runbox.Snapshotter, or ErrUnsupported.
+var snapshotterOf = branching.SnapshotterOf
 
 // snapshotJSON is a snapshot as ls --json prints it.
 type snapshotJSON struct {

@@ -80,7 +80,9 @@ type SandboxCreateInput struct {
 	Allow    []string `json:"allow,omitempty" jsonschema:"with network private: names the sandbox may reach (pypi.org, *.github.com), within what the server allows"`
 	DiskMB   *int64   `json:"disk_mb,omitempty" jsonschema:"what the sandbox may write to disk outside its workspace, in MiB (default and ceiling: the server's)"`
 	Keep     bool     `json:"keep,omitempty" jsonschema:"keep the sandbox when this MCP session ends"`
-	Use      bool     `json:"use,omitempty" jsonschema:"make it this session's default sandbox"`
+	// FromSnapshot names a snapshot (sandbox_snapshot) to start from.
+	FromSnapshot string `json:"from_snapshot,omitempty" jsonschema:"start from this snapshot's files (sandbox_snapshot) instead of a fresh sandbox"`
+	Use          bool   `json:"use,omitempty" jsonschema:"make it this session's default sandbox"`
 }
 
 // SandboxInfo describes a sandbox.
@@ -121,6 +123,9 @@ func (s *Server) sandboxCreate(ctx context.Context, st *session, _ *mcp.CallTool
 	}
 	if in.Image != "" {
 		spec.Image = in.Image
+	}
+	if in.FromSnapshot != "" {
+		spec.FromSnapshot, spec.Image = in.FromSnapshot, ""
 	}
 	sb, err := s.place.Create(ctx, provider, spec)
 	if err != nil {

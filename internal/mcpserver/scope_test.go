@@ -138,15 +138,19 @@ func TestMCPModelCannotReachOtherSandboxes(t *testing.T) {
 	ghost := "ghost" + m
 	unknown := func(key string) map[string]string {
 		return map[string]string{
-			"exec":           failing(t, s.cs, "exec", map[string]any{"command": "cat secret.txt; touch pwned; sleep " + m, "timeout_seconds": 1, "sandbox": key}),
-			"exec_list":      failing(t, s.cs, "exec_list", map[string]any{"sandbox": key}),
-			"exec_cancel":    failing(t, s.cs, "exec_cancel", map[string]any{"id": "x", "sandbox": key}),
-			"file_read":      failing(t, s.cs, "file_read", map[string]any{"path": "secret.txt", "sandbox": key}),
-			"file_write":     failing(t, s.cs, "file_write", map[string]any{"path": "pwned", "content": "x", "sandbox": key}),
-			"file_edit":      failing(t, s.cs, "file_edit", map[string]any{"path": "secret.txt", "old_string": secret, "new_string": "x", "sandbox": key}),
-			"file_list":      failing(t, s.cs, "file_list", map[string]any{"sandbox": key}),
-			"file_delete":    failing(t, s.cs, "file_delete", map[string]any{"path": "secret.txt", "sandbox": key}),
-			"sandbox_remove": failing(t, s.cs, "sandbox_remove", map[string]any{"sandbox": key, "force": true}),
+			"exec":             failing(t, s.cs, "exec", map[string]any{"command": "cat secret.txt; touch pwned; sleep " + m, "timeout_seconds": 1, "sandbox": key}),
+			"exec_list":        failing(t, s.cs, "exec_list", map[string]any{"sandbox": key}),
+			"exec_cancel":      failing(t, s.cs, "exec_cancel", map[string]any{"id": "x", "sandbox": key}),
+			"file_read":        failing(t, s.cs, "file_read", map[string]any{"path": "secret.txt", "sandbox": key}),
+			"file_write":       failing(t, s.cs, "file_write", map[string]any{"path": "pwned", "content": "x", "sandbox": key}),
+			"file_edit":        failing(t, s.cs, "file_edit", map[string]any{"path": "secret.txt", "old_string": secret, "new_string": "x", "sandbox": key}),
+			"file_list":        failing(t, s.cs, "file_list", map[string]any{"sandbox": key}),
+			"file_delete":      failing(t, s.cs, "file_delete", map[string]any{"path": "secret.txt", "sandbox": key}),
+			"sandbox_remove":   failing(t, s.cs, "sandbox_remove", map[string]any{"sandbox": key, "force": true}),
+			"sandbox_pause":    failing(t, s.cs, "sandbox_pause", map[string]any{"sandbox": key}),
+			"sandbox_resume":   failing(t, s.cs, "sandbox_resume", map[string]any{"sandbox": key}),
+			"sandbox_snapshot": failing(t, s.cs, "sandbox_snapshot", map[string]any{"sandbox": key, "name": "stolen"}),
+			"sandbox_fork":     failing(t, s.cs, "sandbox_fork", map[string]any{"sandbox": key}),
 		}
 	}
 	want := unknown(ghost)
@@ -213,7 +217,7 @@ func TestMCPBoundSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tool := range tools.Tools {
-		if tool.Name == "sandbox_create" || tool.Name == "sandbox_remove" {
+		if tool.Name == "sandbox_create" || tool.Name == "sandbox_remove" || tool.Name == "sandbox_fork" {
 			t.Errorf("a bound session is offered %s", tool.Name)
 		}
 	}

@@ -22,6 +22,13 @@ const (
 	KindExpose   = "expose"
 	KindUnexpose = "unexpose"
 	KindEgress   = "egress"
+	// KindPause and KindResume record a sandbox paused or resumed through
+	// the server; KindSnapshot a snapshot taken of it (detail: its name)
+	// and KindSnapshotDelete one removed.
+	KindPause          = "pause"
+	KindResume         = "resume"
+	KindSnapshot       = "snapshot"
+	KindSnapshotDelete = "snapshot-delete"
 )
 
 // Outcomes of an exec row.

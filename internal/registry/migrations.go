@@ -83,6 +83,22 @@ var migrations = []string{
 		created_ms INTEGER NOT NULL,
 		PRIMARY KEY (sandbox, port)
 	);`,
+	// 4: whether each sandbox is paused, and the tenants' snapshots: a
+	// tenant's name for each, mapped to the provider's own (which no
+	// tenant chooses or sees).
+	`ALTER TABLE sandboxes ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+	CREATE TABLE snapshots (
+		tenant        TEXT NOT NULL,
+		name          TEXT NOT NULL,
+		provider      TEXT NOT NULL,
+		provider_name TEXT NOT NULL,
+		sandbox       TEXT NOT NULL,
+		created_ms    INTEGER NOT NULL,
+		bytes         INTEGER NOT NULL DEFAULT 0,
+		workspace     INTEGER NOT NULL DEFAULT 0,
+		PRIMARY KEY (tenant, name),
+		UNIQUE (provider, provider_name)
+	);`,
 }
 
 // SchemaVersion is the schema version this build writes.

@@ -32,9 +32,11 @@ type Sandbox struct {
 	Created    time.Time
 	LastUsed   time.Time
 	Recreated  int
+	// Paused says the sandbox was paused through the server.
+	Paused bool
 }
 
-const sandboxCols = `id, tenant, name, provider, provider_id, spec, labels, workspace, state, lost_reason, created_ms, last_used_ms, recreated`
+const sandboxCols = `id, tenant, name, provider, provider_id, spec, labels, workspace, state, lost_reason, created_ms, last_used_ms, recreated, paused`
 
 func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
@@ -42,7 +44,7 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var labels string
 	var created, used int64
 	if err := row.Scan(&sb.ID, &sb.Tenant, &name, &sb.Provider, &sb.ProviderID, &sb.Spec, &labels,
-		&sb.Workspace, &sb.State, &sb.LostReason, &created, &used, &sb.Recreated); err != nil {
+		&sb.Workspace, &sb.State, &sb.LostReason, &created, &used, &sb.Recreated, &sb.Paused); err != nil {
 		return Sandbox{}, err
 	}
 	sb.Name = nullString(name)
@@ -63,9 +65,9 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	if sb.Labels == nil {
 		labels = []byte("{}")
 	}
-	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.Tenant, orNull(sb.Name), sb.Provider, sb.ProviderID, sb.Spec, string(labels), sb.Workspace,
-		sb.State, sb.LostReason, ms(sb.Created), ms(sb.LastUsed), sb.Recreated)
+		sb.State, sb.LostReason, ms(sb.Created), ms(sb.LastUsed), sb.Recreated, sb.Paused)
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.tenant, sandboxes.name") {
 		return fmt.Errorf("sandbox name %q: %w", sb.Name, ErrNameTaken)
 	}
@@ -146,7 +148,7 @@ func (s *Store) MarkLost(ctx context.Context, id, providerID, reason string) (bo
 // sandbox providerID.
 func (s *Store) Recreated(ctx context.Context, id, providerID string) error {
 	_, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET state = ?, lost_reason = '', provider_id = ?,
-		recreated = recreated + 1, last_used_ms = ? WHERE id = ?`, StateReady, providerID, ms(time.Now()), id)
+		recreated = recreated + 1, paused = 0, last_used_ms = ? WHERE id = ?`, StateReady, providerID, ms(time.Now()), id)
 	if err != nil {
 		return fmt.Errorf("record sandbox %s recreated: %w", id, err)
 	}

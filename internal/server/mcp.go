@@ -94,7 +94,26 @@ var (
 	_ mcpserver.Sandboxes   = (*mcpPlace)(nil)
 	_ mcpserver.Holder      = (*mcpPlace)(nil)
 	_ mcpserver.PortExposer = (*mcpPlace)(nil)
+	_ mcpserver.Brancher    = (*mcpPlace)(nil)
 )
+
+// SetPaused implements mcpserver.Brancher as PauseSandbox does for the
+// tenant.
+func (p *mcpPlace) SetPaused(ctx context.Context, sb runbox.Sandbox, pause bool) error {
+	_, err := p.s.setPaused(ctx, p.tenantNow(), sb.ID, pause)
+	return plainError(err)
+}
+
+// Snapshot implements mcpserver.Brancher as CreateSnapshot does for the
+// tenant (its quota, its names).
+func (p *mcpPlace) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
+	row, err := p.s.createSnapshot(ctx, p.tenantNow(), sb.ID, name, opts.NoWorkspace)
+	if err != nil {
+		return runbox.Snapshot{}, plainError(err)
+	}
+	return runbox.Snapshot{Name: row.Name, Provider: row.Provider, Sandbox: row.Sandbox, Created: row.Created,
+		Workspace: row.Workspace, Bytes: row.Bytes}, nil
+}
 
 // ExposePort implements mcpserver.PortExposer: as SandboxService.ExposePort
 // for the tenant, with the server's --public-url (or the address of the
@@ -126,7 +145,7 @@ func (p *mcpPlace) Create(ctx context.Context, provider string, spec runbox.Sand
 	rec, err := p.s.createSandbox(ctx, p.tenantNow(), &runboxv1.SandboxSpec{
 		Provider: provider, Name: spec.Name, Image: spec.Image, Workdir: spec.Workdir,
 		MemoryBytes: spec.Memory, Pids: spec.Pids, Cpus: spec.CPUs, DiskBytes: spec.Disk, Network: spec.Network,
-		Labels: map[string]string{MCPLabel: "mcp"}, Egress: egressProto(spec.Egress),
+		Labels: map[string]string{MCPLabel: "mcp"}, Egress: egressProto(spec.Egress), FromSnapshot: spec.FromSnapshot,
 	})
 	if err != nil {
 		return runbox.Sandbox{}, plainError(err)

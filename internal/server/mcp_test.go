@@ -259,6 +259,9 @@ func TestMCPTenantIsolation(t *testing.T) {
 			{"file_write", map[string]any{"path": "t.txt", "content": "x", "sandbox": key}},
 			{"exec_list", map[string]any{"sandbox": key}},
 			{"sandbox_remove", map[string]any{"sandbox": key, "force": true}},
+			{"sandbox_pause", map[string]any{"sandbox": key}},
+			{"sandbox_snapshot", map[string]any{"sandbox": key}},
+			{"sandbox_fork", map[string]any{"sandbox": key}},
 		} {
 			if msg := toolFails(t, csB, c.tool, c.args); !strings.Contains(msg, "no such sandbox") {
 				t.Errorf("tenant b, %s on %s: %q", c.tool, key, msg)
@@ -501,6 +504,8 @@ func TestMCPSessionSeesOnlyItsOwn(t *testing.T) {
 			{"file_read", map[string]any{"path": "x", "sandbox": key}},
 			{"exec_list", map[string]any{"sandbox": key}},
 			{"sandbox_remove", map[string]any{"sandbox": key, "force": true}},
+			{"sandbox_pause", map[string]any{"sandbox": key}},
+			{"sandbox_fork", map[string]any{"sandbox": key}},
 		} {
 			if msg := toolFails(t, cs2, c.tool, c.args); !strings.Contains(msg, "no such sandbox") {
 				t.Errorf("a second session, %s on %s: %q", c.tool, key, msg)

@@ -250,16 +250,22 @@ func (p *execProxy) DeleteSession(ctx context.Context, req *connect.Request[runb
 	})
 }
 
+// Pause pauses the sandbox the request is routed to as PauseSandbox does
+// (docker: the engine's pause), not only its runboxd.
 func (p *execProxy) Pause(ctx context.Context, req *connect.Request[runboxv1.PauseRequest]) (*connect.Response[runboxv1.PauseResponse], error) {
-	return forwardUnary(p.s, ctx, req, func(u *upstream) func(context.Context, *connect.Request[runboxv1.PauseRequest]) (*connect.Response[runboxv1.PauseResponse], error) {
-		return u.rpc.Pause
-	})
+	if _, err := p.s.setPaused(ctx, tenantOf(ctx), req.Header().Get(SandboxHeader), true); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&runboxv1.PauseResponse{}), nil
 }
 
+// Resume resumes the sandbox the request is routed to as ResumeSandbox
+// does.
 func (p *execProxy) Resume(ctx context.Context, req *connect.Request[runboxv1.ResumeRequest]) (*connect.Response[runboxv1.ResumeResponse], error) {
-	return forwardUnary(p.s, ctx, req, func(u *upstream) func(context.Context, *connect.Request[runboxv1.ResumeRequest]) (*connect.Response[runboxv1.ResumeResponse], error) {
-		return u.rpc.Resume
-	})
+	if _, err := p.s.setPaused(ctx, tenantOf(ctx), req.Header().Get(SandboxHeader), false); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&runboxv1.ResumeResponse{}), nil
 }
 
 // Shutdown is not forwarded: ending a sandbox's runboxd behind the

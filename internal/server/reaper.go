@@ -36,6 +36,8 @@ func (s *Server) reapLoop() {
 //     removed;
 //   - one whose runboxd is gone is marked lost.
 //
+// A paused sandbox is only checked for its max lifetime.
+//
 // Each removal is audited as "reap" with the reason.
 func (s *Server) reap(ctx context.Context) {
 	s.retryCleanups(ctx)
@@ -58,7 +60,10 @@ func (s *Server) reap(ctx context.Context) {
 			s.reapOne(ctx, rec, false, "max_lifetime", fmt.Sprintf("max lifetime %v reached", life))
 			continue
 		}
-		if rec.State == registry.StateLost {
+		if rec.State == registry.StateLost || rec.Paused {
+			// A paused sandbox is neither idle (its clocks stop) nor
+			// lost (a frozen runboxd may not answer): its resume
+			// counts as a use.
 			continue
 		}
 		if ttl := time.Duration(spec.IdleTtlMs) * time.Millisecond; ttl > 0 {

@@ -72,6 +72,9 @@ func (s *Server) route(ctx context.Context, key string) (*routed, error) {
 	if err != nil {
 		return nil, apiError(err)
 	}
+	if s.pausedByProvider(rec) {
+		return nil, pausedError(rec.ID) // its runboxd is frozen with it
+	}
 	release, ok := s.acquire(rec.ID)
 	if !ok {
 		return nil, notFound(key) // being removed: gone for every purpose

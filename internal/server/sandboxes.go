@@ -49,6 +49,11 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 		spec = &runboxv1.SandboxSpec{}
 	}
 	spec = cloneSpec(spec)
+	if spec.FromSnapshot != "" {
+		if _, err := s.resolveSnapshot(ctx, tenant.Name, spec); err != nil {
+			return registry.Sandbox{}, err
+		}
+	}
 	if spec.Provider == "" {
 		spec.Provider = s.cfg.DefaultProvider
 	}
@@ -71,7 +76,7 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
 	defer cancel()
 	id := newSandboxID()
-	sb, workspace, err := s.provision(cctx, id, spec)
+	sb, workspace, err := s.provision(cctx, tenant.Name, id, spec)
 	if err != nil {
 		return registry.Sandbox{}, err
 	}
@@ -161,12 +166,22 @@ type hostDirectoryProvider interface{ RunsInHostDirectory() bool }
 
 // provision makes a provider sandbox for spec, with a fresh workspace when
 // the spec names no workdir and the provider runs in a directory of this
-// machine (never the server's own directory).
-func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.SandboxSpec) (runbox.Sandbox, string, error) {
+// machine (never the server's own directory). From one of tenant's
+// snapshots that holds a workspace, the provider makes the workspace: a
+// copy of the snapshot's, removed with the sandbox.
+func (s *Server) provision(ctx context.Context, tenant, id string, spec *runboxv1.SandboxSpec) (runbox.Sandbox, string, error) {
 	p := s.cfg.Providers[spec.Provider]
 	rs := runbox.SandboxSpec{
 		Image: spec.Image, Workdir: spec.Workdir, Memory: spec.MemoryBytes, Pids: spec.Pids,
 		CPUs: spec.Cpus, Disk: spec.DiskBytes, Network: spec.Network, Egress: egressPolicy(spec.GetEgress()),
+	}
+	snapWorkspace := false
+	if spec.FromSnapshot != "" {
+		row, err := s.resolveSnapshot(ctx, tenant, spec)
+		if err != nil {
+			return runbox.Sandbox{}, "", err
+		}
+		rs.FromSnapshot, snapWorkspace = row.ProviderName, row.Workspace
 	}
 	workspace := ""
 	var held *os.File // the workdir as opened, compared after the create
@@ -178,7 +193,7 @@ func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.Sandbo
 		defer f.Close()
 		held = f
 	}
-	if hd, ok := p.(hostDirectoryProvider); ok && hd.RunsInHostDirectory() && rs.Workdir == "" {
+	if hd, ok := p.(hostDirectoryProvider); ok && hd.RunsInHostDirectory() && rs.Workdir == "" && !snapWorkspace {
 		workspace = filepath.Join(s.cfg.WorkspaceDir, id)
 		f, err := safepath.MkdirBeneath(s.cfg.WorkspaceDir, id, 0o700)
 		if err != nil {
@@ -208,6 +223,9 @@ func (s *Server) provision(ctx context.Context, id string, spec *runboxv1.Sandbo
 			return runbox.Sandbox{}, "", connect.NewError(connect.CodeFailedPrecondition, err)
 		}
 		return runbox.Sandbox{}, "", apiError(fmt.Errorf("create %s sandbox: %w", spec.Provider, err))
+	}
+	if snapWorkspace && rs.Workdir == "" {
+		workspace = sb.Detail["workdir"] // the provider's copy of the snapshot's
 	}
 	return sb, workspace, nil
 }
@@ -353,7 +371,7 @@ func (s *Server) recreateOrFail(ctx context.Context, r *routed) error {
 		}
 	}
 	s.removeWorkspace(cur.Workspace)
-	sb, _, err := s.provision(cctx, cur.ID, &spec)
+	sb, _, err := s.provision(cctx, cur.Tenant, cur.ID, &spec)
 	if err != nil {
 		return err
 	}
@@ -405,6 +423,7 @@ func (s *Server) sandboxProto(rec registry.Sandbox) *runboxv1.Sandbox {
 		Id: rec.ID, Name: rec.Name, Provider: rec.Provider, Spec: &spec, State: state,
 		LostReason: rec.LostReason, CreatedAtUnixMs: rec.Created.UnixMilli(), LastUsedAtUnixMs: lastUsed.UnixMilli(),
 		Recreated: int32(rec.Recreated), RunningExecs: int32(running), ProviderId: rec.ProviderID,
+		Paused: rec.Paused,
 	}
 }
 

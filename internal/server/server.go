@@ -51,6 +51,8 @@ type Quotas struct {
 	MaxSandboxes int
 	// MaxExecs bounds the tenant's concurrently running execs.
 	MaxExecs int
+	// MaxSnapshots bounds the snapshots the tenant keeps.
+	MaxSnapshots int
 }
 
 // Config is what a Server is made of.
@@ -129,6 +131,7 @@ type Server struct {
 	usage     map[string]*usage      // by sandbox id
 	execs     map[execKey]*execTrack // execs known to be running
 	creating  map[string]int         // sandboxes being created, by tenant (admitMu)
+	snapping  map[string]int         // snapshots being taken, by tenant (admitMu)
 	unknown   []runbox.Sandbox       // found at start, not in the registry
 	conns     *capListener           // Serve's listener (nil before)
 
@@ -168,6 +171,7 @@ func New(cfg Config) *Server {
 		usage:     make(map[string]*usage),
 		execs:     make(map[execKey]*execTrack),
 		creating:  make(map[string]int),
+		snapping:  make(map[string]int),
 	}
 	s.metrics = newMetrics(s)
 	if cfg.MCP != nil {

@@ -114,7 +114,12 @@ type SandboxSpec struct {
 	// server's default (--default-disk), within its ceiling (--max-disk).
 	DiskBytes int64 `protobuf:"varint,13,opt,name=disk_bytes,json=diskBytes,proto3" json:"disk_bytes,omitempty"`
 	// egress is the allowlist of a sandbox on the "private" network.
-	Egress        *EgressPolicy `protobuf:"bytes,14,opt,name=egress,proto3" json:"egress,omitempty"`
+	Egress *EgressPolicy `protobuf:"bytes,14,opt,name=egress,proto3" json:"egress,omitempty"`
+	// from_snapshot names one of the tenant's snapshots (CreateSnapshot)
+	// the sandbox starts from: its files, and a copy of its workspace when
+	// it holds one and no workdir is given. The provider must be the
+	// snapshot's (empty: the snapshot's).
+	FromSnapshot  string `protobuf:"bytes,40,opt,name=from_snapshot,json=fromSnapshot,proto3" json:"from_snapshot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +252,13 @@ func (x *SandboxSpec) GetEgress() *EgressPolicy {
 	return nil
 }
 
+func (x *SandboxSpec) GetFromSnapshot() string {
+	if x != nil {
+		return x.FromSnapshot
+	}
+	return ""
+}
+
 // EgressPolicy is what a private-network sandbox may reach through its
 // egress proxy (docs/security.md); empty reaches nothing.
 type EgressPolicy struct {
@@ -342,7 +354,9 @@ type Sandbox struct {
 	ProviderId string `protobuf:"bytes,11,opt,name=provider_id,json=providerId,proto3" json:"provider_id,omitempty"`
 	// exposed_ports are the ports reachable through the server's route
 	// (ExposePort), ascending.
-	ExposedPorts  []uint32 `protobuf:"varint,50,rep,packed,name=exposed_ports,json=exposedPorts,proto3" json:"exposed_ports,omitempty"`
+	ExposedPorts []uint32 `protobuf:"varint,50,rep,packed,name=exposed_ports,json=exposedPorts,proto3" json:"exposed_ports,omitempty"`
+	// paused says the sandbox is paused (PauseSandbox).
+	Paused        bool `protobuf:"varint,40,opt,name=paused,proto3" json:"paused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -459,6 +473,13 @@ func (x *Sandbox) GetExposedPorts() []uint32 {
 		return x.ExposedPorts
 	}
 	return nil
+}
+
+func (x *Sandbox) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
 }
 
 type CreateSandboxRequest struct {
@@ -1240,11 +1261,666 @@ func (x *SetEgressResponse) GetSandbox() *Sandbox {
 	return nil
 }
 
+type PauseSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox's id or name.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSandboxRequest) Reset() {
+	*x = PauseSandboxRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSandboxRequest) ProtoMessage() {}
+
+func (x *PauseSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSandboxRequest.ProtoReflect.Descriptor instead.
+func (*PauseSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *PauseSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type PauseSandboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PauseSandboxResponse) Reset() {
+	*x = PauseSandboxResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PauseSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PauseSandboxResponse) ProtoMessage() {}
+
+func (x *PauseSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PauseSandboxResponse.ProtoReflect.Descriptor instead.
+func (*PauseSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *PauseSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+type ResumeSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox's id or name.
+	SandboxId     string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxRequest) Reset() {
+	*x = ResumeSandboxRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxRequest) ProtoMessage() {}
+
+func (x *ResumeSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ResumeSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+type ResumeSandboxResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Sandbox       *Sandbox               `protobuf:"bytes,1,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResumeSandboxResponse) Reset() {
+	*x = ResumeSandboxResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResumeSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResumeSandboxResponse) ProtoMessage() {}
+
+func (x *ResumeSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResumeSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ResumeSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ResumeSandboxResponse) GetSandbox() *Sandbox {
+	if x != nil {
+		return x.Sandbox
+	}
+	return nil
+}
+
+// Snapshot is one of the tenant's snapshots.
+type Snapshot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is unique within the tenant.
+	Name     string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Provider string `protobuf:"bytes,2,opt,name=provider,proto3" json:"provider,omitempty"`
+	// sandbox_id is the id of the sandbox it was taken of (which may since
+	// have been deleted).
+	SandboxId       string `protobuf:"bytes,3,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	CreatedAtUnixMs int64  `protobuf:"varint,4,opt,name=created_at_unix_ms,json=createdAtUnixMs,proto3" json:"created_at_unix_ms,omitempty"`
+	// workspace says it holds a copy of the sandbox's workspace.
+	Workspace bool `protobuf:"varint,5,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// bytes is the disk it takes, where the provider knows.
+	Bytes         int64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Snapshot) Reset() {
+	*x = Snapshot{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Snapshot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Snapshot) ProtoMessage() {}
+
+func (x *Snapshot) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
+func (*Snapshot) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *Snapshot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Snapshot) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *Snapshot) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetCreatedAtUnixMs() int64 {
+	if x != nil {
+		return x.CreatedAtUnixMs
+	}
+	return 0
+}
+
+func (x *Snapshot) GetWorkspace() bool {
+	if x != nil {
+		return x.Workspace
+	}
+	return false
+}
+
+func (x *Snapshot) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+type CreateSnapshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox's id or name.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// name is the snapshot's name within the tenant (letters, digits, '_',
+	// '.', '-', at most 63, not starting with punctuation); empty generates
+	// one.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// no_workspace leaves the sandbox's workspace out.
+	NoWorkspace   bool `protobuf:"varint,3,opt,name=no_workspace,json=noWorkspace,proto3" json:"no_workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotRequest) Reset() {
+	*x = CreateSnapshotRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotRequest) ProtoMessage() {}
+
+func (x *CreateSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *CreateSnapshotRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateSnapshotRequest) GetNoWorkspace() bool {
+	if x != nil {
+		return x.NoWorkspace
+	}
+	return false
+}
+
+type CreateSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshot      *Snapshot              `protobuf:"bytes,1,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSnapshotResponse) Reset() {
+	*x = CreateSnapshotResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSnapshotResponse) ProtoMessage() {}
+
+func (x *CreateSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*CreateSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *CreateSnapshotResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
+type ListSnapshotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsRequest) Reset() {
+	*x = ListSnapshotsRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsRequest) ProtoMessage() {}
+
+func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+}
+
+type ListSnapshotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Snapshots     []*Snapshot            `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListSnapshotsResponse) Reset() {
+	*x = ListSnapshotsResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListSnapshotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListSnapshotsResponse) ProtoMessage() {}
+
+func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
+func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
+	if x != nil {
+		return x.Snapshots
+	}
+	return nil
+}
+
+type DeleteSnapshotRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotRequest) Reset() {
+	*x = DeleteSnapshotRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotRequest) ProtoMessage() {}
+
+func (x *DeleteSnapshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotRequest.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *DeleteSnapshotRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DeleteSnapshotResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSnapshotResponse) Reset() {
+	*x = DeleteSnapshotResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSnapshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSnapshotResponse) ProtoMessage() {}
+
+func (x *DeleteSnapshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSnapshotResponse.ProtoReflect.Descriptor instead.
+func (*DeleteSnapshotResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+type ForkSandboxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandbox_id is the sandbox's id or name.
+	SandboxId string `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	// count is how many sandboxes to make, 1 to 50; 0 is 1.
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// no_workspace leaves the workspace out of the snapshot.
+	NoWorkspace   bool `protobuf:"varint,3,opt,name=no_workspace,json=noWorkspace,proto3" json:"no_workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxRequest) Reset() {
+	*x = ForkSandboxRequest{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxRequest) ProtoMessage() {}
+
+func (x *ForkSandboxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxRequest.ProtoReflect.Descriptor instead.
+func (*ForkSandboxRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ForkSandboxRequest) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *ForkSandboxRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ForkSandboxRequest) GetNoWorkspace() bool {
+	if x != nil {
+		return x.NoWorkspace
+	}
+	return false
+}
+
+type ForkSandboxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sandboxes are the new sandboxes, count of them.
+	Sandboxes []*Sandbox `protobuf:"bytes,1,rep,name=sandboxes,proto3" json:"sandboxes,omitempty"`
+	// snapshot is the snapshot they were made from, kept until
+	// DeleteSnapshot.
+	Snapshot      *Snapshot `protobuf:"bytes,2,opt,name=snapshot,proto3" json:"snapshot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkSandboxResponse) Reset() {
+	*x = ForkSandboxResponse{}
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkSandboxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkSandboxResponse) ProtoMessage() {}
+
+func (x *ForkSandboxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkSandboxResponse.ProtoReflect.Descriptor instead.
+func (*ForkSandboxResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ForkSandboxResponse) GetSandboxes() []*Sandbox {
+	if x != nil {
+		return x.Sandboxes
+	}
+	return nil
+}
+
+func (x *ForkSandboxResponse) GetSnapshot() *Snapshot {
+	if x != nil {
+		return x.Snapshot
+	}
+	return nil
+}
+
 var File_runbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
-	"\x17runbox/v1/sandbox.proto\x12\trunbox.v1\x1a\x16runbox/v1/runbox.proto\"\xfd\x03\n" +
+	"\x17runbox/v1/sandbox.proto\x12\trunbox.v1\x1a\x16runbox/v1/runbox.proto\"\xa2\x04\n" +
 	"\vSandboxSpec\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1261,7 +1937,8 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\brecreate\x18\f \x01(\bR\brecreate\x12\x1d\n" +
 	"\n" +
 	"disk_bytes\x18\r \x01(\x03R\tdiskBytes\x12/\n" +
-	"\x06egress\x18\x0e \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\x1a9\n" +
+	"\x06egress\x18\x0e \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\x12#\n" +
+	"\rfrom_snapshot\x18( \x01(\tR\ffromSnapshot\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd3\x01\n" +
@@ -1273,7 +1950,7 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\aresolve\x18\x04 \x03(\v2$.runbox.v1.EgressPolicy.ResolveEntryR\aresolve\x1a:\n" +
 	"\fResolveEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xab\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc3\x03\n" +
 	"\aSandbox\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1a\n" +
@@ -1289,7 +1966,8 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\x05R\frunningExecs\x12\x1f\n" +
 	"\vprovider_id\x18\v \x01(\tR\n" +
 	"providerId\x12#\n" +
-	"\rexposed_ports\x182 \x03(\rR\fexposedPorts\"B\n" +
+	"\rexposed_ports\x182 \x03(\rR\fexposedPorts\x12\x16\n" +
+	"\x06paused\x18( \x01(\bR\x06paused\"B\n" +
 	"\x14CreateSandboxRequest\x12*\n" +
 	"\x04spec\x18\x01 \x01(\v2\x16.runbox.v1.SandboxSpecR\x04spec\"E\n" +
 	"\x15CreateSandboxResponse\x12,\n" +
@@ -1337,11 +2015,50 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"sandbox_id\x182 \x01(\tR\tsandboxId\x12/\n" +
 	"\x06egress\x183 \x01(\v2\x17.runbox.v1.EgressPolicyR\x06egress\"A\n" +
 	"\x11SetEgressResponse\x12,\n" +
-	"\asandbox\x182 \x01(\v2\x12.runbox.v1.SandboxR\asandbox*^\n" +
+	"\asandbox\x182 \x01(\v2\x12.runbox.v1.SandboxR\asandbox\"4\n" +
+	"\x13PauseSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"D\n" +
+	"\x14PauseSandboxResponse\x12,\n" +
+	"\asandbox\x18\x01 \x01(\v2\x12.runbox.v1.SandboxR\asandbox\"5\n" +
+	"\x14ResumeSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\"E\n" +
+	"\x15ResumeSandboxResponse\x12,\n" +
+	"\asandbox\x18\x01 \x01(\v2\x12.runbox.v1.SandboxR\asandbox\"\xba\x01\n" +
+	"\bSnapshot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x03 \x01(\tR\tsandboxId\x12+\n" +
+	"\x12created_at_unix_ms\x18\x04 \x01(\x03R\x0fcreatedAtUnixMs\x12\x1c\n" +
+	"\tworkspace\x18\x05 \x01(\bR\tworkspace\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x03R\x05bytes\"m\n" +
+	"\x15CreateSnapshotRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
+	"\fno_workspace\x18\x03 \x01(\bR\vnoWorkspace\"I\n" +
+	"\x16CreateSnapshotResponse\x12/\n" +
+	"\bsnapshot\x18\x01 \x01(\v2\x13.runbox.v1.SnapshotR\bsnapshot\"\x16\n" +
+	"\x14ListSnapshotsRequest\"J\n" +
+	"\x15ListSnapshotsResponse\x121\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x13.runbox.v1.SnapshotR\tsnapshots\"+\n" +
+	"\x15DeleteSnapshotRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x18\n" +
+	"\x16DeleteSnapshotResponse\"l\n" +
+	"\x12ForkSandboxRequest\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12!\n" +
+	"\fno_workspace\x18\x03 \x01(\bR\vnoWorkspace\"x\n" +
+	"\x13ForkSandboxResponse\x120\n" +
+	"\tsandboxes\x18\x01 \x03(\v2\x12.runbox.v1.SandboxR\tsandboxes\x12/\n" +
+	"\bsnapshot\x18\x02 \x01(\v2\x13.runbox.v1.SnapshotR\bsnapshot*^\n" +
 	"\fSandboxState\x12\x1d\n" +
 	"\x19SANDBOX_STATE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13SANDBOX_STATE_READY\x10\x01\x12\x16\n" +
-	"\x12SANDBOX_STATE_LOST\x10\x022\xe1\x04\n" +
+	"\x12SANDBOX_STATE_LOST\x10\x022\xd6\b\n" +
 	"\x0eSandboxService\x12K\n" +
 	"\x06Create\x12\x1f.runbox.v1.CreateSandboxRequest\x1a .runbox.v1.CreateSandboxResponse\x12B\n" +
 	"\x03Get\x12\x1c.runbox.v1.GetSandboxRequest\x1a\x1d.runbox.v1.GetSandboxResponse\x12I\n" +
@@ -1351,7 +2068,13 @@ const file_runbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"ExposePort\x12\x1c.runbox.v1.ExposePortRequest\x1a\x1d.runbox.v1.ExposePortResponse\x12O\n" +
 	"\fUnexposePort\x12\x1e.runbox.v1.UnexposePortRequest\x1a\x1f.runbox.v1.UnexposePortResponse\x12F\n" +
-	"\tSetEgress\x12\x1b.runbox.v1.SetEgressRequest\x1a\x1c.runbox.v1.SetEgressResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\tSetEgress\x12\x1b.runbox.v1.SetEgressRequest\x1a\x1c.runbox.v1.SetEgressResponse\x12O\n" +
+	"\fPauseSandbox\x12\x1e.runbox.v1.PauseSandboxRequest\x1a\x1f.runbox.v1.PauseSandboxResponse\x12R\n" +
+	"\rResumeSandbox\x12\x1f.runbox.v1.ResumeSandboxRequest\x1a .runbox.v1.ResumeSandboxResponse\x12U\n" +
+	"\x0eCreateSnapshot\x12 .runbox.v1.CreateSnapshotRequest\x1a!.runbox.v1.CreateSnapshotResponse\x12R\n" +
+	"\rListSnapshots\x12\x1f.runbox.v1.ListSnapshotsRequest\x1a .runbox.v1.ListSnapshotsResponse\x12U\n" +
+	"\x0eDeleteSnapshot\x12 .runbox.v1.DeleteSnapshotRequest\x1a!.runbox.v1.DeleteSnapshotResponse\x12L\n" +
+	"\vForkSandbox\x12\x1d.runbox.v1.ForkSandboxRequest\x1a\x1e.runbox.v1.ForkSandboxResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_sandbox_proto_rawDescOnce sync.Once
@@ -1366,70 +2089,101 @@ func file_runbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_runbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_runbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_runbox_v1_sandbox_proto_goTypes = []any{
-	(SandboxState)(0),             // 0: runbox.v1.SandboxState
-	(*SandboxSpec)(nil),           // 1: runbox.v1.SandboxSpec
-	(*EgressPolicy)(nil),          // 2: runbox.v1.EgressPolicy
-	(*Sandbox)(nil),               // 3: runbox.v1.Sandbox
-	(*CreateSandboxRequest)(nil),  // 4: runbox.v1.CreateSandboxRequest
-	(*CreateSandboxResponse)(nil), // 5: runbox.v1.CreateSandboxResponse
-	(*GetSandboxRequest)(nil),     // 6: runbox.v1.GetSandboxRequest
-	(*GetSandboxResponse)(nil),    // 7: runbox.v1.GetSandboxResponse
-	(*ListSandboxesRequest)(nil),  // 8: runbox.v1.ListSandboxesRequest
-	(*ListSandboxesResponse)(nil), // 9: runbox.v1.ListSandboxesResponse
-	(*DeleteSandboxRequest)(nil),  // 10: runbox.v1.DeleteSandboxRequest
-	(*DeleteSandboxResponse)(nil), // 11: runbox.v1.DeleteSandboxResponse
-	(*RunCommandRequest)(nil),     // 12: runbox.v1.RunCommandRequest
-	(*RunCommandResponse)(nil),    // 13: runbox.v1.RunCommandResponse
-	(*ExposePortRequest)(nil),     // 14: runbox.v1.ExposePortRequest
-	(*ExposePortResponse)(nil),    // 15: runbox.v1.ExposePortResponse
-	(*UnexposePortRequest)(nil),   // 16: runbox.v1.UnexposePortRequest
-	(*UnexposePortResponse)(nil),  // 17: runbox.v1.UnexposePortResponse
-	(*SetEgressRequest)(nil),      // 18: runbox.v1.SetEgressRequest
-	(*SetEgressResponse)(nil),     // 19: runbox.v1.SetEgressResponse
-	nil,                           // 20: runbox.v1.SandboxSpec.LabelsEntry
-	nil,                           // 21: runbox.v1.EgressPolicy.ResolveEntry
-	nil,                           // 22: runbox.v1.ListSandboxesRequest.LabelsEntry
-	(*ExecSpec)(nil),              // 23: runbox.v1.ExecSpec
-	(*Result)(nil),                // 24: runbox.v1.Result
+	(SandboxState)(0),              // 0: runbox.v1.SandboxState
+	(*SandboxSpec)(nil),            // 1: runbox.v1.SandboxSpec
+	(*EgressPolicy)(nil),           // 2: runbox.v1.EgressPolicy
+	(*Sandbox)(nil),                // 3: runbox.v1.Sandbox
+	(*CreateSandboxRequest)(nil),   // 4: runbox.v1.CreateSandboxRequest
+	(*CreateSandboxResponse)(nil),  // 5: runbox.v1.CreateSandboxResponse
+	(*GetSandboxRequest)(nil),      // 6: runbox.v1.GetSandboxRequest
+	(*GetSandboxResponse)(nil),     // 7: runbox.v1.GetSandboxResponse
+	(*ListSandboxesRequest)(nil),   // 8: runbox.v1.ListSandboxesRequest
+	(*ListSandboxesResponse)(nil),  // 9: runbox.v1.ListSandboxesResponse
+	(*DeleteSandboxRequest)(nil),   // 10: runbox.v1.DeleteSandboxRequest
+	(*DeleteSandboxResponse)(nil),  // 11: runbox.v1.DeleteSandboxResponse
+	(*RunCommandRequest)(nil),      // 12: runbox.v1.RunCommandRequest
+	(*RunCommandResponse)(nil),     // 13: runbox.v1.RunCommandResponse
+	(*ExposePortRequest)(nil),      // 14: runbox.v1.ExposePortRequest
+	(*ExposePortResponse)(nil),     // 15: runbox.v1.ExposePortResponse
+	(*UnexposePortRequest)(nil),    // 16: runbox.v1.UnexposePortRequest
+	(*UnexposePortResponse)(nil),   // 17: runbox.v1.UnexposePortResponse
+	(*SetEgressRequest)(nil),       // 18: runbox.v1.SetEgressRequest
+	(*SetEgressResponse)(nil),      // 19: runbox.v1.SetEgressResponse
+	(*PauseSandboxRequest)(nil),    // 20: runbox.v1.PauseSandboxRequest
+	(*PauseSandboxResponse)(nil),   // 21: runbox.v1.PauseSandboxResponse
+	(*ResumeSandboxRequest)(nil),   // 22: runbox.v1.ResumeSandboxRequest
+	(*ResumeSandboxResponse)(nil),  // 23: runbox.v1.ResumeSandboxResponse
+	(*Snapshot)(nil),               // 24: runbox.v1.Snapshot
+	(*CreateSnapshotRequest)(nil),  // 25: runbox.v1.CreateSnapshotRequest
+	(*CreateSnapshotResponse)(nil), // 26: runbox.v1.CreateSnapshotResponse
+	(*ListSnapshotsRequest)(nil),   // 27: runbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),  // 28: runbox.v1.ListSnapshotsResponse
+	(*DeleteSnapshotRequest)(nil),  // 29: runbox.v1.DeleteSnapshotRequest
+	(*DeleteSnapshotResponse)(nil), // 30: runbox.v1.DeleteSnapshotResponse
+	(*ForkSandboxRequest)(nil),     // 31: runbox.v1.ForkSandboxRequest
+	(*ForkSandboxResponse)(nil),    // 32: runbox.v1.ForkSandboxResponse
+	nil,                            // 33: runbox.v1.SandboxSpec.LabelsEntry
+	nil,                            // 34: runbox.v1.EgressPolicy.ResolveEntry
+	nil,                            // 35: runbox.v1.ListSandboxesRequest.LabelsEntry
+	(*ExecSpec)(nil),               // 36: runbox.v1.ExecSpec
+	(*Result)(nil),                 // 37: runbox.v1.Result
 }
 var file_runbox_v1_sandbox_proto_depIdxs = []int32{
-	20, // 0: runbox.v1.SandboxSpec.labels:type_name -> runbox.v1.SandboxSpec.LabelsEntry
+	33, // 0: runbox.v1.SandboxSpec.labels:type_name -> runbox.v1.SandboxSpec.LabelsEntry
 	2,  // 1: runbox.v1.SandboxSpec.egress:type_name -> runbox.v1.EgressPolicy
-	21, // 2: runbox.v1.EgressPolicy.resolve:type_name -> runbox.v1.EgressPolicy.ResolveEntry
+	34, // 2: runbox.v1.EgressPolicy.resolve:type_name -> runbox.v1.EgressPolicy.ResolveEntry
 	1,  // 3: runbox.v1.Sandbox.spec:type_name -> runbox.v1.SandboxSpec
 	0,  // 4: runbox.v1.Sandbox.state:type_name -> runbox.v1.SandboxState
 	1,  // 5: runbox.v1.CreateSandboxRequest.spec:type_name -> runbox.v1.SandboxSpec
 	3,  // 6: runbox.v1.CreateSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
 	3,  // 7: runbox.v1.GetSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
-	22, // 8: runbox.v1.ListSandboxesRequest.labels:type_name -> runbox.v1.ListSandboxesRequest.LabelsEntry
+	35, // 8: runbox.v1.ListSandboxesRequest.labels:type_name -> runbox.v1.ListSandboxesRequest.LabelsEntry
 	3,  // 9: runbox.v1.ListSandboxesResponse.sandboxes:type_name -> runbox.v1.Sandbox
-	23, // 10: runbox.v1.RunCommandRequest.spec:type_name -> runbox.v1.ExecSpec
-	24, // 11: runbox.v1.RunCommandResponse.result:type_name -> runbox.v1.Result
+	36, // 10: runbox.v1.RunCommandRequest.spec:type_name -> runbox.v1.ExecSpec
+	37, // 11: runbox.v1.RunCommandResponse.result:type_name -> runbox.v1.Result
 	2,  // 12: runbox.v1.SetEgressRequest.egress:type_name -> runbox.v1.EgressPolicy
 	3,  // 13: runbox.v1.SetEgressResponse.sandbox:type_name -> runbox.v1.Sandbox
-	4,  // 14: runbox.v1.SandboxService.Create:input_type -> runbox.v1.CreateSandboxRequest
-	6,  // 15: runbox.v1.SandboxService.Get:input_type -> runbox.v1.GetSandboxRequest
-	8,  // 16: runbox.v1.SandboxService.List:input_type -> runbox.v1.ListSandboxesRequest
-	10, // 17: runbox.v1.SandboxService.Delete:input_type -> runbox.v1.DeleteSandboxRequest
-	12, // 18: runbox.v1.SandboxService.Run:input_type -> runbox.v1.RunCommandRequest
-	14, // 19: runbox.v1.SandboxService.ExposePort:input_type -> runbox.v1.ExposePortRequest
-	16, // 20: runbox.v1.SandboxService.UnexposePort:input_type -> runbox.v1.UnexposePortRequest
-	18, // 21: runbox.v1.SandboxService.SetEgress:input_type -> runbox.v1.SetEgressRequest
-	5,  // 22: runbox.v1.SandboxService.Create:output_type -> runbox.v1.CreateSandboxResponse
-	7,  // 23: runbox.v1.SandboxService.Get:output_type -> runbox.v1.GetSandboxResponse
-	9,  // 24: runbox.v1.SandboxService.List:output_type -> runbox.v1.ListSandboxesResponse
-	11, // 25: runbox.v1.SandboxService.Delete:output_type -> runbox.v1.DeleteSandboxResponse
-	13, // 26: runbox.v1.SandboxService.Run:output_type -> runbox.v1.RunCommandResponse
-	15, // 27: runbox.v1.SandboxService.ExposePort:output_type -> runbox.v1.ExposePortResponse
-	17, // 28: runbox.v1.SandboxService.UnexposePort:output_type -> runbox.v1.UnexposePortResponse
-	19, // 29: runbox.v1.SandboxService.SetEgress:output_type -> runbox.v1.SetEgressResponse
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	3,  // 14: runbox.v1.PauseSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
+	3,  // 15: runbox.v1.ResumeSandboxResponse.sandbox:type_name -> runbox.v1.Sandbox
+	24, // 16: runbox.v1.CreateSnapshotResponse.snapshot:type_name -> runbox.v1.Snapshot
+	24, // 17: runbox.v1.ListSnapshotsResponse.snapshots:type_name -> runbox.v1.Snapshot
+	3,  // 18: runbox.v1.ForkSandboxResponse.sandboxes:type_name -> runbox.v1.Sandbox
+	24, // 19: runbox.v1.ForkSandboxResponse.snapshot:type_name -> runbox.v1.Snapshot
+	4,  // 20: runbox.v1.SandboxService.Create:input_type -> runbox.v1.CreateSandboxRequest
+	6,  // 21: runbox.v1.SandboxService.Get:input_type -> runbox.v1.GetSandboxRequest
+	8,  // 22: runbox.v1.SandboxService.List:input_type -> runbox.v1.ListSandboxesRequest
+	10, // 23: runbox.v1.SandboxService.Delete:input_type -> runbox.v1.DeleteSandboxRequest
+	12, // 24: runbox.v1.SandboxService.Run:input_type -> runbox.v1.RunCommandRequest
+	14, // 25: runbox.v1.SandboxService.ExposePort:input_type -> runbox.v1.ExposePortRequest
+	16, // 26: runbox.v1.SandboxService.UnexposePort:input_type -> runbox.v1.UnexposePortRequest
+	18, // 27: runbox.v1.SandboxService.SetEgress:input_type -> runbox.v1.SetEgressRequest
+	20, // 28: runbox.v1.SandboxService.PauseSandbox:input_type -> runbox.v1.PauseSandboxRequest
+	22, // 29: runbox.v1.SandboxService.ResumeSandbox:input_type -> runbox.v1.ResumeSandboxRequest
+	25, // 30: runbox.v1.SandboxService.CreateSnapshot:input_type -> runbox.v1.CreateSnapshotRequest
+	27, // 31: runbox.v1.SandboxService.ListSnapshots:input_type -> runbox.v1.ListSnapshotsRequest
+	29, // 32: runbox.v1.SandboxService.DeleteSnapshot:input_type -> runbox.v1.DeleteSnapshotRequest
+	31, // 33: runbox.v1.SandboxService.ForkSandbox:input_type -> runbox.v1.ForkSandboxRequest
+	5,  // 34: runbox.v1.SandboxService.Create:output_type -> runbox.v1.CreateSandboxResponse
+	7,  // 35: runbox.v1.SandboxService.Get:output_type -> runbox.v1.GetSandboxResponse
+	9,  // 36: runbox.v1.SandboxService.List:output_type -> runbox.v1.ListSandboxesResponse
+	11, // 37: runbox.v1.SandboxService.Delete:output_type -> runbox.v1.DeleteSandboxResponse
+	13, // 38: runbox.v1.SandboxService.Run:output_type -> runbox.v1.RunCommandResponse
+	15, // 39: runbox.v1.SandboxService.ExposePort:output_type -> runbox.v1.ExposePortResponse
+	17, // 40: runbox.v1.SandboxService.UnexposePort:output_type -> runbox.v1.UnexposePortResponse
+	19, // 41: runbox.v1.SandboxService.SetEgress:output_type -> runbox.v1.SetEgressResponse
+	21, // 42: runbox.v1.SandboxService.PauseSandbox:output_type -> runbox.v1.PauseSandboxResponse
+	23, // 43: runbox.v1.SandboxService.ResumeSandbox:output_type -> runbox.v1.ResumeSandboxResponse
+	26, // 44: runbox.v1.SandboxService.CreateSnapshot:output_type -> runbox.v1.CreateSnapshotResponse
+	28, // 45: runbox.v1.SandboxService.ListSnapshots:output_type -> runbox.v1.ListSnapshotsResponse
+	30, // 46: runbox.v1.SandboxService.DeleteSnapshot:output_type -> runbox.v1.DeleteSnapshotResponse
+	32, // 47: runbox.v1.SandboxService.ForkSandbox:output_type -> runbox.v1.ForkSandboxResponse
+	34, // [34:48] is the sub-list for method output_type
+	20, // [20:34] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_runbox_v1_sandbox_proto_init() }
@@ -1444,7 +2198,7 @@ func file_runbox_v1_sandbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_sandbox_proto_rawDesc), len(file_runbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ type serveFlags struct {
 	workspaces                  string
 	operator                    string
 	maxSandboxes, maxExecs      int
+	maxSnapshots                int
 	reapInterval, shutdown      time.Duration
 	logLevel                    string
 	mcp, mcpAnyHost             bool
@@ -84,6 +85,7 @@ The API, with curl examples: docs/serve.md.`,
 	fs.StringVar(&f.operator, "operator-tenant", "", "the tenant whose tokens see server-wide /metrics (others see only their own sandboxes and execs)")
 	fs.IntVar(&f.maxSandboxes, "max-sandboxes", 0, "default per-tenant limit of sandboxes (0: none)")
 	fs.IntVar(&f.maxExecs, "max-execs", 0, "default per-tenant limit of concurrently running execs (0: none)")
+	fs.IntVar(&f.maxSnapshots, "max-snapshots", 20, "per-tenant limit of snapshots kept (0: none)")
 	fs.DurationVar(&f.reapInterval, "reap-interval", 10*time.Second, "how often idle, expired and lost sandboxes are looked for")
 	fs.BoolVar(&f.idleIgnoresBg, "idle-ignores-background", false, "count a sandbox idle even while processes its ended execs left run (a background server)")
 	fs.DurationVar(&f.shutdown, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long unary calls in flight get to finish")
@@ -147,8 +149,8 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 	if f.mcpIdle <= 0 {
 		return fmt.Errorf("serve: --mcp-session-idle must be positive")
 	}
-	if f.maxSandboxes < 0 || f.maxExecs < 0 {
-		return fmt.Errorf("serve: --max-sandboxes and --max-execs must not be negative")
+	if f.maxSandboxes < 0 || f.maxExecs < 0 || f.maxSnapshots < 0 {
+		return fmt.Errorf("serve: --max-sandboxes, --max-execs and --max-snapshots must not be negative")
 	}
 	limits, err := f.limits()
 	if err != nil {
@@ -220,7 +222,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		Store: store, Providers: providers, DefaultProvider: f.providers[0],
 		Home: a.env.Home, WorkspaceDir: workspaces, WorkdirRoots: roots,
 		Limits: limits, AllowSharedNetworks: f.sharedNetworks, EgressCIDRs: egressCIDRs, PublicURL: f.publicURL,
-		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs},
+		Quotas:       server.Quotas{MaxSandboxes: f.maxSandboxes, MaxExecs: f.maxExecs, MaxSnapshots: f.maxSnapshots},
 		ReapInterval: f.reapInterval, Log: log, MCP: mcp,
 		IdleIgnoresBackground: f.idleIgnoresBg, OperatorTenant: f.operator,
 	})

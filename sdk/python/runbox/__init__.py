@@ -67,7 +67,7 @@ from .client import DEFAULT_HOST, Client
 from . import errors
 from .errors import *  # noqa: F401,F403
 from .files import Files
-from .models import ArchiveStats, Chunk, ExecInfo, ExposedPort, FileInfo, Gap, Result, SandboxInfo
+from .models import ArchiveStats, Chunk, ExecInfo, ExposedPort, FileInfo, Gap, Result, SandboxInfo, Snapshot
 from .process import Process
 from .popen import DEVNULL, PIPE, STDOUT, Popen
 from .local import Local, local
@@ -93,6 +93,7 @@ __all__ = [
     "Gap",
     "SandboxInfo",
     "ExposedPort",
+    "Snapshot",
     "FileInfo",
     "ArchiveStats",
     "ExecInfo",

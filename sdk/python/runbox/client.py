@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors
 from ._connect import Transport
-from .models import SandboxInfo
+from .models import SandboxInfo, Snapshot
 from .sandbox import Sandbox, _ms
 
 __all__ = ["Client", "DEFAULT_HOST"]
@@ -133,6 +133,7 @@ class Client:
         allow_cidr: Optional[Sequence[str]] = None,
         deny: Optional[Sequence[str]] = None,
         resolve: Optional[Mapping[str, str]] = None,
+        from_snapshot: Optional[str] = None,
     ) -> Sandbox:
         """Creates a sandbox and returns it once its runboxd answers.
 
@@ -160,10 +161,14 @@ class Client:
                 ``--allow-egress-cidr``).
             deny: names or ranges refused whatever ``allow`` says.
             resolve: names pinned to addresses on the host side.
+            from_snapshot: one of the tenant's snapshots
+                (:meth:`Sandbox.snapshot`) to start from: its files, and a
+                copy of its workspace unless ``workdir`` is given.
         """
         req = self._create_request(
             provider=provider, name=name, image=image, workdir=workdir, memory=memory, pids=pids, cpus=cpus,
             network=network, labels=labels, idle_ttl=idle_ttl, max_lifetime=max_lifetime, recreate=recreate,
+            from_snapshot=from_snapshot,
         )  # fmt: skip
         egress = egress_policy(allow, allow_cidr, deny, resolve)
         if egress:
@@ -186,6 +191,7 @@ class Client:
         idle_ttl: Optional[float] = None,
         max_lifetime: Optional[float] = None,
         recreate: bool = False,
+        from_snapshot: Optional[str] = None,
     ) -> Dict[str, Any]:
         """The CreateSandboxRequest JSON of :meth:`create`'s arguments."""
         spec: Dict[str, Any] = {}
@@ -200,6 +206,7 @@ class Client:
             "cpus": cpus,
             "idleTtlMs": _ms(idle_ttl),
             "maxLifetimeMs": _ms(max_lifetime),
+            "fromSnapshot": from_snapshot,
         }
         spec.update({k: v for k, v in fields.items() if v is not None})
         if labels:
@@ -222,6 +229,18 @@ class Client:
         only those carrying every one of them."""
         out = self._call("List", {"labels": dict(labels)} if labels else {})
         return [Sandbox(self, SandboxInfo.from_json(s)) for s in out.get("sandboxes") or []]
+
+    def snapshots(self) -> List[Snapshot]:
+        """The tenant's snapshots, oldest first."""
+        out = self._call("ListSnapshots", {})
+        return [Snapshot.from_json(s) for s in out.get("snapshots") or []]
+
+    def delete_snapshot(self, name: str) -> None:
+        """Deletes one of the tenant's snapshots (:class:`~runbox.InvalidSpec`
+        if it has none of that name). local sandboxes made from it keep
+        working; docker refuses (:class:`~runbox.FailedPrecondition`) while
+        one exists."""
+        self._call("DeleteSnapshot", {"name": name})
 
     def remove(self, id_or_name: str, force: bool = False) -> None:
         """Removes a sandbox, stopping its execs with the stop protocol. A

@@ -212,6 +212,7 @@ class SandboxInfo:
             ``egress`` is the policy in force after :meth:`Sandbox.set_egress`).
         exposed_ports: the ports reachable through the server's port route
             (:meth:`Sandbox.expose`), ascending.
+        paused: the sandbox is paused (:meth:`Sandbox.pause`).
     """
 
     id: str
@@ -227,6 +228,7 @@ class SandboxInfo:
     provider_id: str = ""
     spec: Dict[str, Any] = field(default_factory=dict)
     exposed_ports: List[int] = field(default_factory=list)
+    paused: bool = False
 
     @classmethod
     def from_json(cls, m: Mapping[str, Any]) -> "SandboxInfo":
@@ -247,6 +249,40 @@ class SandboxInfo:
             provider_id=str(m.get("providerId", "")),
             spec=spec,
             exposed_ports=[int(p) for p in m.get("exposedPorts") or []],
+            paused=bool(m.get("paused", False)),
+        )
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One of the tenant's snapshots (:meth:`Sandbox.snapshot`).
+
+    Attributes:
+        name: unique within the tenant; pass it as ``from_snapshot``.
+        provider: the provider that took it (sandboxes from it use it too).
+        sandbox_id: the sandbox it was taken of.
+        created_at: Unix time in seconds.
+        workspace: it holds a copy of the sandbox's workspace.
+        bytes: the disk it takes, where the provider knows.
+    """
+
+    name: str
+    provider: str = ""
+    sandbox_id: str = ""
+    created_at: float = 0.0
+    workspace: bool = False
+    bytes: int = 0
+
+    @classmethod
+    def from_json(cls, m: Mapping[str, Any]) -> "Snapshot":
+        """Builds a Snapshot from a ``runbox.v1.Snapshot`` JSON object."""
+        return cls(
+            name=str(m.get("name", "")),
+            provider=str(m.get("provider", "")),
+            sandbox_id=str(m.get("sandboxId", "")),
+            created_at=_int(m, "createdAtUnixMs") / 1e3,
+            workspace=bool(m.get("workspace", False)),
+            bytes=_int(m, "bytes"),
         )
 
 

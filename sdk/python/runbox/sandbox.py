@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from . import errors
 from ._connect import ConnectionLost, ServerStream
 from .files import Files
-from .models import ExecInfo, ExposedPort, Result, SandboxInfo
+from .models import ExecInfo, ExposedPort, Result, SandboxInfo, Snapshot
 from ._follow import merge_buffer
 from .process import Process, _transient
 
@@ -435,6 +435,31 @@ class Sandbox:
     def paused(self) -> bool:
         """Whether the sandbox is paused (its runboxd's Info)."""
         return bool(self._exec_call("Info", {}).get("paused"))
+
+    def snapshot(self, name: Optional[str] = None, no_workspace: bool = False) -> Snapshot:
+        """Takes a snapshot of the sandbox's files (and its workspace unless
+        ``no_workspace``) as one of the tenant's snapshots, ``name`` or a
+        generated one; :meth:`Client.create` with ``from_snapshot`` starts
+        new sandboxes from it. Over the tenant's ``--max-snapshots``:
+        :class:`~runbox.QuotaExceeded`; a provider that cannot:
+        :class:`~runbox.Unsupported`."""
+        req: Dict[str, Any] = {"sandboxId": self.id}
+        if name:
+            req["name"] = name
+        if no_workspace:
+            req["noWorkspace"] = True
+        out = self.client._call("CreateSnapshot", req)
+        return Snapshot.from_json(out.get("snapshot") or {})
+
+    def fork(self, count: int = 1, no_workspace: bool = False) -> List["Sandbox"]:
+        """Makes ``count`` new sandboxes from a snapshot of this one, each
+        independent of the others and of this one. The snapshot is kept
+        (:meth:`Client.snapshots`)."""
+        req: Dict[str, Any] = {"sandboxId": self.id, "count": int(count)}
+        if no_workspace:
+            req["noWorkspace"] = True
+        out = self.client._call("ForkSandbox", req)
+        return [Sandbox(self.client, SandboxInfo.from_json(s)) for s in out.get("sandboxes") or []]
 
     # -- plumbing -------------------------------------------------------------
 

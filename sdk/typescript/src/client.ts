@@ -6,7 +6,7 @@ import { SandboxService } from "./gen/runbox/v1/sandbox_pb.js";
 import { RunboxService } from "./gen/runbox/v1/runbox_pb.js";
 import { FilesService } from "./gen/runbox/v1/files_pb.js";
 import { Unauthenticated, InvalidArgument, toRunboxError, isTransient, SandboxLost } from "./errors.js";
-import { sandboxInfoOf } from "./models.js";
+import { sandboxInfoOf, snapshotOf, type Snapshot } from "./models.js";
 import { Sandbox } from "./sandbox.js";
 
 /** The server address used when neither host nor RUNBOX_HOST is set. */
@@ -36,6 +36,8 @@ export interface CallOptions {
 
 /** Options of Client.create. */
 export interface CreateOptions extends CallOptions {
+  /** One of the tenant's snapshots (Sandbox.snapshot) to start from. */
+  fromSnapshot?: string;
   /** "local", "docker", "host", ... (default: the server's). */
   provider?: string;
   /** An alias, unique within the tenant. */
@@ -201,6 +203,7 @@ export class Client implements AsyncDisposable {
       maxLifetimeMs: ms(opts.maxLifetimeMs),
       recreate: opts.recreate,
       egress: egressPolicy(opts),
+      fromSnapshot: opts.fromSnapshot,
     };
     const out = await this.call(
       (signal) => this.sandboxes.create({ spec }, { signal, timeoutMs: this.timeoutMs }),
@@ -228,6 +231,25 @@ export class Client implements AsyncDisposable {
       true,
     );
     return out.sandboxes.map((s) => new Sandbox(this, sandboxInfoOf(s)));
+  }
+
+  /** The tenant's snapshots, oldest first. */
+  async snapshots(opts: CallOptions = {}): Promise<Snapshot[]> {
+    const out = await this.call(
+      (signal) => this.sandboxes.listSnapshots({}, { signal, timeoutMs: this.timeoutMs }),
+      opts.signal,
+      true,
+    );
+    return out.snapshots.map((s) => snapshotOf(s));
+  }
+
+  /** Deletes one of the tenant's snapshots (InvalidSpec if it has none of that name). */
+  async deleteSnapshot(name: string, opts: CallOptions = {}): Promise<void> {
+    await this.call(
+      (signal) => this.sandboxes.deleteSnapshot({ name }, { signal, timeoutMs: this.timeoutMs }),
+      opts.signal,
+      false,
+    );
   }
 
   /** Removes a sandbox, stopping its execs with the stop protocol. A lost sandbox needs force. */

@@ -190,6 +190,35 @@ export interface SandboxInfo {
   };
   /** Ports reachable through the server's port route (expose), ascending. */
   readonly exposedPorts: readonly number[];
+  /** The sandbox is paused (Sandbox.pause). */
+  readonly paused: boolean;
+}
+
+/** One of the tenant's snapshots (Sandbox.snapshot). */
+export interface Snapshot {
+  /** Unique within the tenant; pass it as fromSnapshot to Client.create. */
+  readonly name: string;
+  /** The provider that took it. */
+  readonly provider: string;
+  /** The sandbox it was taken of. */
+  readonly sandboxId: string;
+  readonly createdAt: Date;
+  /** It holds a copy of the sandbox's workspace. */
+  readonly workspace: boolean;
+  /** The disk it takes, where the provider knows. */
+  readonly bytes: number;
+}
+
+/** Makes a Snapshot of the wire's runbox.v1.Snapshot. */
+export function snapshotOf(s: { name: string; provider: string; sandboxId: string; createdAtUnixMs: bigint; workspace: boolean; bytes: bigint } | undefined): Snapshot {
+  return {
+    name: s?.name ?? "",
+    provider: s?.provider ?? "",
+    sandboxId: s?.sandboxId ?? "",
+    createdAt: new Date(Number(s?.createdAtUnixMs ?? 0n)),
+    workspace: s?.workspace ?? false,
+    bytes: Number(s?.bytes ?? 0n),
+  };
 }
 
 /** A sandbox port reachable through the server's route (Sandbox.expose). */
@@ -225,6 +254,7 @@ export function sandboxInfoOf(s: PbSandbox | undefined): SandboxInfo {
       resolve: { ...(s?.spec?.egress?.resolve ?? {}) },
     },
     exposedPorts: [...(s?.exposedPorts ?? [])],
+    paused: s?.paused ?? false,
   };
 }
 

@@ -7,7 +7,7 @@ import { InvalidArgument, NotFound, SandboxLost, isTransient, toRunboxError } fr
 import type { ExecSpecSchema } from "./gen/runbox/v1/runbox_pb.js";
 import { SpillMode } from "./gen/runbox/v1/runbox_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { Result, execInfoOf, sandboxInfoOf, type ExecInfo, type ExposedPort, type SandboxInfo } from "./models.js";
+import { Result, execInfoOf, sandboxInfoOf, snapshotOf, type ExecInfo, type ExposedPort, type SandboxInfo, type Snapshot } from "./models.js";
 import { Process } from "./process.js";
 import { Files } from "./files.js";
 
@@ -140,6 +140,54 @@ export class Sandbox implements AsyncDisposable {
       true,
     );
     return { port, url: out.url, signedUrl: out.signedUrl, expiresAt: new Date(Number(out.expiresAtUnixMs)) };
+  }
+
+  /** Freezes every process of the sandbox's commands (docker: the container); a run on it then fails with SandboxPaused. */
+  async pause(opts: CallOptions = {}): Promise<void> {
+    const out = await this.client.call(
+      (signal) => this.client.sandboxes.pauseSandbox({ sandboxId: this.id }, { signal, timeoutMs: this.client.timeoutMs }),
+      opts.signal,
+      true,
+    );
+    this.info = sandboxInfoOf(out.sandbox);
+  }
+
+  /** Thaws what pause froze: every exec goes on with the time it had left. */
+  async resume(opts: CallOptions = {}): Promise<void> {
+    const out = await this.client.call(
+      (signal) => this.client.sandboxes.resumeSandbox({ sandboxId: this.id }, { signal, timeoutMs: this.client.timeoutMs }),
+      opts.signal,
+      true,
+    );
+    this.info = sandboxInfoOf(out.sandbox);
+  }
+
+  /** Takes a snapshot of the sandbox's files (and workspace unless noWorkspace) as one of the tenant's snapshots. */
+  async snapshot(opts: CallOptions & { name?: string; noWorkspace?: boolean } = {}): Promise<Snapshot> {
+    const out = await this.client.call(
+      (signal) =>
+        this.client.sandboxes.createSnapshot(
+          { sandboxId: this.id, name: opts.name ?? "", noWorkspace: opts.noWorkspace ?? false },
+          { signal, timeoutMs: this.client.timeoutMs },
+        ),
+      opts.signal,
+      false,
+    );
+    return snapshotOf(out.snapshot);
+  }
+
+  /** Makes count independent sandboxes from a snapshot of this one (the snapshot is kept). */
+  async fork(count = 1, opts: CallOptions & { noWorkspace?: boolean } = {}): Promise<Sandbox[]> {
+    const out = await this.client.call(
+      (signal) =>
+        this.client.sandboxes.forkSandbox(
+          { sandboxId: this.id, count, noWorkspace: opts.noWorkspace ?? false },
+          { signal, timeoutMs: this.client.timeoutMs },
+        ),
+      opts.signal,
+      false,
+    );
+    return out.sandboxes.map((s) => new Sandbox(this.client, sandboxInfoOf(s)));
   }
 
   /** Closes a port's route: its token access and every signed URL are refused from then on. */

@@ -58,6 +58,24 @@ const (
 	// SandboxServiceSetEgressProcedure is the fully-qualified name of the SandboxService's SetEgress
 	// RPC.
 	SandboxServiceSetEgressProcedure = "/runbox.v1.SandboxService/SetEgress"
+	// SandboxServicePauseSandboxProcedure is the fully-qualified name of the SandboxService's
+	// PauseSandbox RPC.
+	SandboxServicePauseSandboxProcedure = "/runbox.v1.SandboxService/PauseSandbox"
+	// SandboxServiceResumeSandboxProcedure is the fully-qualified name of the SandboxService's
+	// ResumeSandbox RPC.
+	SandboxServiceResumeSandboxProcedure = "/runbox.v1.SandboxService/ResumeSandbox"
+	// SandboxServiceCreateSnapshotProcedure is the fully-qualified name of the SandboxService's
+	// CreateSnapshot RPC.
+	SandboxServiceCreateSnapshotProcedure = "/runbox.v1.SandboxService/CreateSnapshot"
+	// SandboxServiceListSnapshotsProcedure is the fully-qualified name of the SandboxService's
+	// ListSnapshots RPC.
+	SandboxServiceListSnapshotsProcedure = "/runbox.v1.SandboxService/ListSnapshots"
+	// SandboxServiceDeleteSnapshotProcedure is the fully-qualified name of the SandboxService's
+	// DeleteSnapshot RPC.
+	SandboxServiceDeleteSnapshotProcedure = "/runbox.v1.SandboxService/DeleteSnapshot"
+	// SandboxServiceForkSandboxProcedure is the fully-qualified name of the SandboxService's
+	// ForkSandbox RPC.
+	SandboxServiceForkSandboxProcedure = "/runbox.v1.SandboxService/ForkSandbox"
 )
 
 // SandboxServiceClient is a client for the runbox.v1.SandboxService service.
@@ -88,6 +106,30 @@ type SandboxServiceClient interface {
 	// SetEgress replaces the egress policy of a private-network sandbox at
 	// runtime; it applies to every connection opened from then on.
 	SetEgress(context.Context, *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error)
+	// PauseSandbox freezes every process of the sandbox's commands (docker:
+	// the whole container) and stops their deadlines and the idle clock. An
+	// exec on a paused sandbox is FailedPrecondition (tag sandbox-paused).
+	// Pausing a paused sandbox does nothing.
+	PauseSandbox(context.Context, *connect.Request[v1.PauseSandboxRequest]) (*connect.Response[v1.PauseSandboxResponse], error)
+	// ResumeSandbox thaws what PauseSandbox froze. Resuming a running
+	// sandbox does nothing.
+	ResumeSandbox(context.Context, *connect.Request[v1.ResumeSandboxRequest]) (*connect.Response[v1.ResumeSandboxResponse], error)
+	// CreateSnapshot takes a snapshot of the sandbox's filesystem changes
+	// (and its workspace unless no_workspace), kept for the tenant until
+	// DeleteSnapshot, across restarts of the server. Providers that cannot
+	// snapshot answer Unimplemented (tag unsupported); over the tenant's
+	// max_snapshots, ResourceExhausted.
+	CreateSnapshot(context.Context, *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error)
+	// ListSnapshots returns the tenant's snapshots, oldest first.
+	ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// DeleteSnapshot removes one of the tenant's snapshots. Sandboxes made
+	// from it keep working where the provider allows it (local); where it
+	// does not (docker, while such a sandbox exists) it is refused with
+	// FailedPrecondition.
+	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error)
+	// ForkSandbox snapshots the sandbox and makes count new sandboxes from
+	// the snapshot, each independent of the others and of the parent.
+	ForkSandbox(context.Context, *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error)
 }
 
 // NewSandboxServiceClient constructs a client for the runbox.v1.SandboxService service. By default,
@@ -149,19 +191,61 @@ func NewSandboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(sandboxServiceMethods.ByName("SetEgress")),
 			connect.WithClientOptions(opts...),
 		),
+		pauseSandbox: connect.NewClient[v1.PauseSandboxRequest, v1.PauseSandboxResponse](
+			httpClient,
+			baseURL+SandboxServicePauseSandboxProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("PauseSandbox")),
+			connect.WithClientOptions(opts...),
+		),
+		resumeSandbox: connect.NewClient[v1.ResumeSandboxRequest, v1.ResumeSandboxResponse](
+			httpClient,
+			baseURL+SandboxServiceResumeSandboxProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ResumeSandbox")),
+			connect.WithClientOptions(opts...),
+		),
+		createSnapshot: connect.NewClient[v1.CreateSnapshotRequest, v1.CreateSnapshotResponse](
+			httpClient,
+			baseURL+SandboxServiceCreateSnapshotProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("CreateSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		listSnapshots: connect.NewClient[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse](
+			httpClient,
+			baseURL+SandboxServiceListSnapshotsProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ListSnapshots")),
+			connect.WithClientOptions(opts...),
+		),
+		deleteSnapshot: connect.NewClient[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse](
+			httpClient,
+			baseURL+SandboxServiceDeleteSnapshotProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("DeleteSnapshot")),
+			connect.WithClientOptions(opts...),
+		),
+		forkSandbox: connect.NewClient[v1.ForkSandboxRequest, v1.ForkSandboxResponse](
+			httpClient,
+			baseURL+SandboxServiceForkSandboxProcedure,
+			connect.WithSchema(sandboxServiceMethods.ByName("ForkSandbox")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // sandboxServiceClient implements SandboxServiceClient.
 type sandboxServiceClient struct {
-	create       *connect.Client[v1.CreateSandboxRequest, v1.CreateSandboxResponse]
-	get          *connect.Client[v1.GetSandboxRequest, v1.GetSandboxResponse]
-	list         *connect.Client[v1.ListSandboxesRequest, v1.ListSandboxesResponse]
-	delete       *connect.Client[v1.DeleteSandboxRequest, v1.DeleteSandboxResponse]
-	run          *connect.Client[v1.RunCommandRequest, v1.RunCommandResponse]
-	exposePort   *connect.Client[v1.ExposePortRequest, v1.ExposePortResponse]
-	unexposePort *connect.Client[v1.UnexposePortRequest, v1.UnexposePortResponse]
-	setEgress    *connect.Client[v1.SetEgressRequest, v1.SetEgressResponse]
+	create         *connect.Client[v1.CreateSandboxRequest, v1.CreateSandboxResponse]
+	get            *connect.Client[v1.GetSandboxRequest, v1.GetSandboxResponse]
+	list           *connect.Client[v1.ListSandboxesRequest, v1.ListSandboxesResponse]
+	delete         *connect.Client[v1.DeleteSandboxRequest, v1.DeleteSandboxResponse]
+	run            *connect.Client[v1.RunCommandRequest, v1.RunCommandResponse]
+	exposePort     *connect.Client[v1.ExposePortRequest, v1.ExposePortResponse]
+	unexposePort   *connect.Client[v1.UnexposePortRequest, v1.UnexposePortResponse]
+	setEgress      *connect.Client[v1.SetEgressRequest, v1.SetEgressResponse]
+	pauseSandbox   *connect.Client[v1.PauseSandboxRequest, v1.PauseSandboxResponse]
+	resumeSandbox  *connect.Client[v1.ResumeSandboxRequest, v1.ResumeSandboxResponse]
+	createSnapshot *connect.Client[v1.CreateSnapshotRequest, v1.CreateSnapshotResponse]
+	listSnapshots  *connect.Client[v1.ListSnapshotsRequest, v1.ListSnapshotsResponse]
+	deleteSnapshot *connect.Client[v1.DeleteSnapshotRequest, v1.DeleteSnapshotResponse]
+	forkSandbox    *connect.Client[v1.ForkSandboxRequest, v1.ForkSandboxResponse]
 }
 
 // Create calls runbox.v1.SandboxService.Create.
@@ -204,6 +288,36 @@ func (c *sandboxServiceClient) SetEgress(ctx context.Context, req *connect.Reque
 	return c.setEgress.CallUnary(ctx, req)
 }
 
+// PauseSandbox calls runbox.v1.SandboxService.PauseSandbox.
+func (c *sandboxServiceClient) PauseSandbox(ctx context.Context, req *connect.Request[v1.PauseSandboxRequest]) (*connect.Response[v1.PauseSandboxResponse], error) {
+	return c.pauseSandbox.CallUnary(ctx, req)
+}
+
+// ResumeSandbox calls runbox.v1.SandboxService.ResumeSandbox.
+func (c *sandboxServiceClient) ResumeSandbox(ctx context.Context, req *connect.Request[v1.ResumeSandboxRequest]) (*connect.Response[v1.ResumeSandboxResponse], error) {
+	return c.resumeSandbox.CallUnary(ctx, req)
+}
+
+// CreateSnapshot calls runbox.v1.SandboxService.CreateSnapshot.
+func (c *sandboxServiceClient) CreateSnapshot(ctx context.Context, req *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error) {
+	return c.createSnapshot.CallUnary(ctx, req)
+}
+
+// ListSnapshots calls runbox.v1.SandboxService.ListSnapshots.
+func (c *sandboxServiceClient) ListSnapshots(ctx context.Context, req *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error) {
+	return c.listSnapshots.CallUnary(ctx, req)
+}
+
+// DeleteSnapshot calls runbox.v1.SandboxService.DeleteSnapshot.
+func (c *sandboxServiceClient) DeleteSnapshot(ctx context.Context, req *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error) {
+	return c.deleteSnapshot.CallUnary(ctx, req)
+}
+
+// ForkSandbox calls runbox.v1.SandboxService.ForkSandbox.
+func (c *sandboxServiceClient) ForkSandbox(ctx context.Context, req *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error) {
+	return c.forkSandbox.CallUnary(ctx, req)
+}
+
 // SandboxServiceHandler is an implementation of the runbox.v1.SandboxService service.
 type SandboxServiceHandler interface {
 	// Create makes a sandbox for the caller's tenant and returns once its
@@ -232,6 +346,30 @@ type SandboxServiceHandler interface {
 	// SetEgress replaces the egress policy of a private-network sandbox at
 	// runtime; it applies to every connection opened from then on.
 	SetEgress(context.Context, *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error)
+	// PauseSandbox freezes every process of the sandbox's commands (docker:
+	// the whole container) and stops their deadlines and the idle clock. An
+	// exec on a paused sandbox is FailedPrecondition (tag sandbox-paused).
+	// Pausing a paused sandbox does nothing.
+	PauseSandbox(context.Context, *connect.Request[v1.PauseSandboxRequest]) (*connect.Response[v1.PauseSandboxResponse], error)
+	// ResumeSandbox thaws what PauseSandbox froze. Resuming a running
+	// sandbox does nothing.
+	ResumeSandbox(context.Context, *connect.Request[v1.ResumeSandboxRequest]) (*connect.Response[v1.ResumeSandboxResponse], error)
+	// CreateSnapshot takes a snapshot of the sandbox's filesystem changes
+	// (and its workspace unless no_workspace), kept for the tenant until
+	// DeleteSnapshot, across restarts of the server. Providers that cannot
+	// snapshot answer Unimplemented (tag unsupported); over the tenant's
+	// max_snapshots, ResourceExhausted.
+	CreateSnapshot(context.Context, *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error)
+	// ListSnapshots returns the tenant's snapshots, oldest first.
+	ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error)
+	// DeleteSnapshot removes one of the tenant's snapshots. Sandboxes made
+	// from it keep working where the provider allows it (local); where it
+	// does not (docker, while such a sandbox exists) it is refused with
+	// FailedPrecondition.
+	DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error)
+	// ForkSandbox snapshots the sandbox and makes count new sandboxes from
+	// the snapshot, each independent of the others and of the parent.
+	ForkSandbox(context.Context, *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error)
 }
 
 // NewSandboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -289,6 +427,42 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 		connect.WithSchema(sandboxServiceMethods.ByName("SetEgress")),
 		connect.WithHandlerOptions(opts...),
 	)
+	sandboxServicePauseSandboxHandler := connect.NewUnaryHandler(
+		SandboxServicePauseSandboxProcedure,
+		svc.PauseSandbox,
+		connect.WithSchema(sandboxServiceMethods.ByName("PauseSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceResumeSandboxHandler := connect.NewUnaryHandler(
+		SandboxServiceResumeSandboxProcedure,
+		svc.ResumeSandbox,
+		connect.WithSchema(sandboxServiceMethods.ByName("ResumeSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceCreateSnapshotHandler := connect.NewUnaryHandler(
+		SandboxServiceCreateSnapshotProcedure,
+		svc.CreateSnapshot,
+		connect.WithSchema(sandboxServiceMethods.ByName("CreateSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceListSnapshotsHandler := connect.NewUnaryHandler(
+		SandboxServiceListSnapshotsProcedure,
+		svc.ListSnapshots,
+		connect.WithSchema(sandboxServiceMethods.ByName("ListSnapshots")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceDeleteSnapshotHandler := connect.NewUnaryHandler(
+		SandboxServiceDeleteSnapshotProcedure,
+		svc.DeleteSnapshot,
+		connect.WithSchema(sandboxServiceMethods.ByName("DeleteSnapshot")),
+		connect.WithHandlerOptions(opts...),
+	)
+	sandboxServiceForkSandboxHandler := connect.NewUnaryHandler(
+		SandboxServiceForkSandboxProcedure,
+		svc.ForkSandbox,
+		connect.WithSchema(sandboxServiceMethods.ByName("ForkSandbox")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/runbox.v1.SandboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case SandboxServiceCreateProcedure:
@@ -307,6 +481,18 @@ func NewSandboxServiceHandler(svc SandboxServiceHandler, opts ...connect.Handler
 			sandboxServiceUnexposePortHandler.ServeHTTP(w, r)
 		case SandboxServiceSetEgressProcedure:
 			sandboxServiceSetEgressHandler.ServeHTTP(w, r)
+		case SandboxServicePauseSandboxProcedure:
+			sandboxServicePauseSandboxHandler.ServeHTTP(w, r)
+		case SandboxServiceResumeSandboxProcedure:
+			sandboxServiceResumeSandboxHandler.ServeHTTP(w, r)
+		case SandboxServiceCreateSnapshotProcedure:
+			sandboxServiceCreateSnapshotHandler.ServeHTTP(w, r)
+		case SandboxServiceListSnapshotsProcedure:
+			sandboxServiceListSnapshotsHandler.ServeHTTP(w, r)
+		case SandboxServiceDeleteSnapshotProcedure:
+			sandboxServiceDeleteSnapshotHandler.ServeHTTP(w, r)
+		case SandboxServiceForkSandboxProcedure:
+			sandboxServiceForkSandboxHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -346,4 +532,28 @@ func (UnimplementedSandboxServiceHandler) UnexposePort(context.Context, *connect
 
 func (UnimplementedSandboxServiceHandler) SetEgress(context.Context, *connect.Request[v1.SetEgressRequest]) (*connect.Response[v1.SetEgressResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.SetEgress is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) PauseSandbox(context.Context, *connect.Request[v1.PauseSandboxRequest]) (*connect.Response[v1.PauseSandboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.PauseSandbox is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ResumeSandbox(context.Context, *connect.Request[v1.ResumeSandboxRequest]) (*connect.Response[v1.ResumeSandboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.ResumeSandbox is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) CreateSnapshot(context.Context, *connect.Request[v1.CreateSnapshotRequest]) (*connect.Response[v1.CreateSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.CreateSnapshot is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ListSnapshots(context.Context, *connect.Request[v1.ListSnapshotsRequest]) (*connect.Response[v1.ListSnapshotsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.ListSnapshots is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) DeleteSnapshot(context.Context, *connect.Request[v1.DeleteSnapshotRequest]) (*connect.Response[v1.DeleteSnapshotResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.DeleteSnapshot is not implemented"))
+}
+
+func (UnimplementedSandboxServiceHandler) ForkSandbox(context.Context, *connect.Request[v1.ForkSandboxRequest]) (*connect.Response[v1.ForkSandboxResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.SandboxService.ForkSandbox is not implemented"))
 }

@@ -41,7 +41,7 @@ from .._follow import merge_buffer, transient
 from ..client import Client
 from ..files import Files
 from ..local import Local
-from ..models import ExecInfo, FileInfo, Result, SandboxInfo
+from ..models import ExecInfo, FileInfo, Result, SandboxInfo, Snapshot
 from ..sandbox import Command, Sandbox, _signal_number
 from ._process import AsyncProcess
 from ._transport import AsyncServerStream, AsyncTransport
@@ -104,6 +104,15 @@ class AsyncClient:
         """The tenant's sandboxes, oldest first (only those with every label)."""
         out = await self._call("List", {"labels": dict(labels)} if labels else {})
         return [self._sandbox(SandboxInfo.from_json(s)) for s in out.get("sandboxes") or []]
+
+    async def snapshots(self) -> List[Snapshot]:
+        """The tenant's snapshots, oldest first."""
+        out = await self._call("ListSnapshots", {})
+        return [Snapshot.from_json(s) for s in out.get("snapshots") or []]
+
+    async def delete_snapshot(self, name: str) -> None:
+        """Deletes one of the tenant's snapshots."""
+        await self._call("DeleteSnapshot", {"name": name})
 
     async def remove(self, id_or_name: str, force: bool = False) -> None:
         """Removes a sandbox (a lost one needs ``force=True``)."""
@@ -300,6 +309,42 @@ class AsyncSandbox:
             await self._exec_call("Cancel", {"id": exec_id}, timeout=self._sync.client.headroom)
         except errors.RunboxError:
             pass
+
+    async def pause(self) -> None:
+        """Freezes every process of the sandbox's commands (:meth:`runbox.Sandbox.pause`)."""
+        await self._exec_call("Pause", {})
+
+    async def resume(self) -> None:
+        """Thaws what :meth:`pause` froze."""
+        await self._exec_call("Resume", {})
+
+    async def paused(self) -> bool:
+        """Whether the sandbox is paused."""
+        return bool((await self._exec_call("Info", {})).get("paused"))
+
+    async def snapshot(self, name: Optional[str] = None, no_workspace: bool = False) -> Snapshot:
+        """Takes a snapshot of the sandbox (:meth:`runbox.Sandbox.snapshot`)."""
+        req: Dict[str, Any] = {"sandboxId": self.id}
+        if name:
+            req["name"] = name
+        if no_workspace:
+            req["noWorkspace"] = True
+        out = await self._server()._call("CreateSnapshot", req)
+        return Snapshot.from_json(out.get("snapshot") or {})
+
+    async def fork(self, count: int = 1, no_workspace: bool = False) -> List["AsyncSandbox"]:
+        """Makes ``count`` independent sandboxes from a snapshot of this one."""
+        req: Dict[str, Any] = {"sandboxId": self.id, "count": int(count)}
+        if no_workspace:
+            req["noWorkspace"] = True
+        srv = self._server()
+        out = await srv._call("ForkSandbox", req)
+        return [srv._sandbox(SandboxInfo.from_json(s)) for s in out.get("sandboxes") or []]
+
+    def _server(self) -> AsyncClient:
+        if not isinstance(self.owner, AsyncClient):
+            raise errors.Unsupported("snapshots and forks need runbox serve (runbox.aio.AsyncClient)")
+        return self.owner
 
     async def _exec_call(self, method: str, req: Mapping[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
         out, _ = await self._t.unary("runbox.v1.RunboxService/" + method, req, headers=self._sync._headers(),

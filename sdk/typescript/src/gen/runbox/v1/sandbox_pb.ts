@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file runbox/v1/sandbox.proto.
  */
 export const file_runbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChdydW5ib3gvdjEvc2FuZGJveC5wcm90bxIJcnVuYm94LnYxIvACCgtTYW5kYm94U3BlYxIQCghwcm92aWRlchgBIAEoCRIMCgRuYW1lGAIgASgJEg0KBWltYWdlGAMgASgJEg8KB3dvcmtkaXIYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgDEgwKBHBpZHMYBiABKAMSDAoEY3B1cxgHIAEoARIPCgduZXR3b3JrGAggASgJEjIKBmxhYmVscxgJIAMoCzIiLnJ1bmJveC52MS5TYW5kYm94U3BlYy5MYWJlbHNFbnRyeRITCgtpZGxlX3R0bF9tcxgKIAEoAxIXCg9tYXhfbGlmZXRpbWVfbXMYCyABKAMSEAoIcmVjcmVhdGUYDCABKAgSEgoKZGlza19ieXRlcxgNIAEoAxInCgZlZ3Jlc3MYDiABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5Gi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEipgEKDEVncmVzc1BvbGljeRINCgVhbGxvdxgBIAMoCRISCgphbGxvd19jaWRyGAIgAygJEgwKBGRlbnkYAyADKAkSNQoHcmVzb2x2ZRgEIAMoCzIkLnJ1bmJveC52MS5FZ3Jlc3NQb2xpY3kuUmVzb2x2ZUVudHJ5Gi4KDFJlc29sdmVFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIqgCCgdTYW5kYm94EgoKAmlkGAEgASgJEgwKBG5hbWUYAiABKAkSEAoIcHJvdmlkZXIYAyABKAkSJAoEc3BlYxgEIAEoCzIWLnJ1bmJveC52MS5TYW5kYm94U3BlYxImCgVzdGF0ZRgFIAEoDjIXLnJ1bmJveC52MS5TYW5kYm94U3RhdGUSEwoLbG9zdF9yZWFzb24YBiABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAcgASgDEhwKFGxhc3RfdXNlZF9hdF91bml4X21zGAggASgDEhEKCXJlY3JlYXRlZBgJIAEoBRIVCg1ydW5uaW5nX2V4ZWNzGAogASgFEhMKC3Byb3ZpZGVyX2lkGAsgASgJEhUKDWV4cG9zZWRfcG9ydHMYMiADKA0iPAoUQ3JlYXRlU2FuZGJveFJlcXVlc3QSJAoEc3BlYxgBIAEoCzIWLnJ1bmJveC52MS5TYW5kYm94U3BlYyI8ChVDcmVhdGVTYW5kYm94UmVzcG9uc2USIwoHc2FuZGJveBgBIAEoCzISLnJ1bmJveC52MS5TYW5kYm94Ih8KEUdldFNhbmRib3hSZXF1ZXN0EgoKAmlkGAEgASgJIjkKEkdldFNhbmRib3hSZXNwb25zZRIjCgdzYW5kYm94GAEgASgLMhIucnVuYm94LnYxLlNhbmRib3giggEKFExpc3RTYW5kYm94ZXNSZXF1ZXN0EjsKBmxhYmVscxgBIAMoCzIrLnJ1bmJveC52MS5MaXN0U2FuZGJveGVzUmVxdWVzdC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj4KFUxpc3RTYW5kYm94ZXNSZXNwb25zZRIlCglzYW5kYm94ZXMYASADKAsyEi5ydW5ib3gudjEuU2FuZGJveCIxChREZWxldGVTYW5kYm94UmVxdWVzdBIKCgJpZBgBIAEoCRINCgVmb3JjZRgCIAEoCCIXChVEZWxldGVTYW5kYm94UmVzcG9uc2UiSgoRUnVuQ29tbWFuZFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIhCgRzcGVjGAIgASgLMhMucnVuYm94LnYxLkV4ZWNTcGVjIkoKElJ1bkNvbW1hbmRSZXNwb25zZRIhCgZyZXN1bHQYASABKAsyES5ydW5ib3gudjEuUmVzdWx0EhEKCXJlY3JlYXRlZBgCIAEoCCJJChFFeHBvc2VQb3J0UmVxdWVzdBISCgpzYW5kYm94X2lkGDIgASgJEgwKBHBvcnQYMyABKA0SEgoKdXJsX3R0bF9tcxg0IAEoAyJRChJFeHBvc2VQb3J0UmVzcG9uc2USCwoDdXJsGDIgASgJEhIKCnNpZ25lZF91cmwYMyABKAkSGgoSZXhwaXJlc19hdF91bml4X21zGDQgASgDIjcKE1VuZXhwb3NlUG9ydFJlcXVlc3QSEgoKc2FuZGJveF9pZBgyIAEoCRIMCgRwb3J0GDMgASgNIhYKFFVuZXhwb3NlUG9ydFJlc3BvbnNlIk8KEFNldEVncmVzc1JlcXVlc3QSEgoKc2FuZGJveF9pZBgyIAEoCRInCgZlZ3Jlc3MYMyABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5IjgKEVNldEVncmVzc1Jlc3BvbnNlEiMKB3NhbmRib3gYMiABKAsyEi5ydW5ib3gudjEuU2FuZGJveCpeCgxTYW5kYm94U3RhdGUSHQoZU0FOREJPWF9TVEFURV9VTlNQRUNJRklFRBAAEhcKE1NBTkRCT1hfU1RBVEVfUkVBRFkQARIWChJTQU5EQk9YX1NUQVRFX0xPU1QQAjLhBAoOU2FuZGJveFNlcnZpY2USSwoGQ3JlYXRlEh8ucnVuYm94LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GiAucnVuYm94LnYxLkNyZWF0ZVNhbmRib3hSZXNwb25zZRJCCgNHZXQSHC5ydW5ib3gudjEuR2V0U2FuZGJveFJlcXVlc3QaHS5ydW5ib3gudjEuR2V0U2FuZGJveFJlc3BvbnNlEkkKBExpc3QSHy5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QaIC5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1Jlc3BvbnNlEksKBkRlbGV0ZRIfLnJ1bmJveC52MS5EZWxldGVTYW5kYm94UmVxdWVzdBogLnJ1bmJveC52MS5EZWxldGVTYW5kYm94UmVzcG9uc2USQgoDUnVuEhwucnVuYm94LnYxLlJ1bkNvbW1hbmRSZXF1ZXN0Gh0ucnVuYm94LnYxLlJ1bkNvbW1hbmRSZXNwb25zZRJJCgpFeHBvc2VQb3J0EhwucnVuYm94LnYxLkV4cG9zZVBvcnRSZXF1ZXN0Gh0ucnVuYm94LnYxLkV4cG9zZVBvcnRSZXNwb25zZRJPCgxVbmV4cG9zZVBvcnQSHi5ydW5ib3gudjEuVW5leHBvc2VQb3J0UmVxdWVzdBofLnJ1bmJveC52MS5VbmV4cG9zZVBvcnRSZXNwb25zZRJGCglTZXRFZ3Jlc3MSGy5ydW5ib3gudjEuU2V0RWdyZXNzUmVxdWVzdBocLnJ1bmJveC52MS5TZXRFZ3Jlc3NSZXNwb25zZUIxWi9naXRodWIuY29tL3J1bmJveC9ydW5ib3gvZ2VuL3J1bmJveC92MTtydW5ib3h2MWIGcHJvdG8z", [file_runbox_v1_runbox]);
+  fileDesc("ChdydW5ib3gvdjEvc2FuZGJveC5wcm90bxIJcnVuYm94LnYxIocDCgtTYW5kYm94U3BlYxIQCghwcm92aWRlchgBIAEoCRIMCgRuYW1lGAIgASgJEg0KBWltYWdlGAMgASgJEg8KB3dvcmtkaXIYBCABKAkSFAoMbWVtb3J5X2J5dGVzGAUgASgDEgwKBHBpZHMYBiABKAMSDAoEY3B1cxgHIAEoARIPCgduZXR3b3JrGAggASgJEjIKBmxhYmVscxgJIAMoCzIiLnJ1bmJveC52MS5TYW5kYm94U3BlYy5MYWJlbHNFbnRyeRITCgtpZGxlX3R0bF9tcxgKIAEoAxIXCg9tYXhfbGlmZXRpbWVfbXMYCyABKAMSEAoIcmVjcmVhdGUYDCABKAgSEgoKZGlza19ieXRlcxgNIAEoAxInCgZlZ3Jlc3MYDiABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5EhUKDWZyb21fc25hcHNob3QYKCABKAkaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKmAQoMRWdyZXNzUG9saWN5Eg0KBWFsbG93GAEgAygJEhIKCmFsbG93X2NpZHIYAiADKAkSDAoEZGVueRgDIAMoCRI1CgdyZXNvbHZlGAQgAygLMiQucnVuYm94LnYxLkVncmVzc1BvbGljeS5SZXNvbHZlRW50cnkaLgoMUmVzb2x2ZUVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiuAIKB1NhbmRib3gSCgoCaWQYASABKAkSDAoEbmFtZRgCIAEoCRIQCghwcm92aWRlchgDIAEoCRIkCgRzcGVjGAQgASgLMhYucnVuYm94LnYxLlNhbmRib3hTcGVjEiYKBXN0YXRlGAUgASgOMhcucnVuYm94LnYxLlNhbmRib3hTdGF0ZRITCgtsb3N0X3JlYXNvbhgGIAEoCRIaChJjcmVhdGVkX2F0X3VuaXhfbXMYByABKAMSHAoUbGFzdF91c2VkX2F0X3VuaXhfbXMYCCABKAMSEQoJcmVjcmVhdGVkGAkgASgFEhUKDXJ1bm5pbmdfZXhlY3MYCiABKAUSEwoLcHJvdmlkZXJfaWQYCyABKAkSFQoNZXhwb3NlZF9wb3J0cxgyIAMoDRIOCgZwYXVzZWQYKCABKAgiPAoUQ3JlYXRlU2FuZGJveFJlcXVlc3QSJAoEc3BlYxgBIAEoCzIWLnJ1bmJveC52MS5TYW5kYm94U3BlYyI8ChVDcmVhdGVTYW5kYm94UmVzcG9uc2USIwoHc2FuZGJveBgBIAEoCzISLnJ1bmJveC52MS5TYW5kYm94Ih8KEUdldFNhbmRib3hSZXF1ZXN0EgoKAmlkGAEgASgJIjkKEkdldFNhbmRib3hSZXNwb25zZRIjCgdzYW5kYm94GAEgASgLMhIucnVuYm94LnYxLlNhbmRib3giggEKFExpc3RTYW5kYm94ZXNSZXF1ZXN0EjsKBmxhYmVscxgBIAMoCzIrLnJ1bmJveC52MS5MaXN0U2FuZGJveGVzUmVxdWVzdC5MYWJlbHNFbnRyeRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIj4KFUxpc3RTYW5kYm94ZXNSZXNwb25zZRIlCglzYW5kYm94ZXMYASADKAsyEi5ydW5ib3gudjEuU2FuZGJveCIxChREZWxldGVTYW5kYm94UmVxdWVzdBIKCgJpZBgBIAEoCRINCgVmb3JjZRgCIAEoCCIXChVEZWxldGVTYW5kYm94UmVzcG9uc2UiSgoRUnVuQ29tbWFuZFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIhCgRzcGVjGAIgASgLMhMucnVuYm94LnYxLkV4ZWNTcGVjIkoKElJ1bkNvbW1hbmRSZXNwb25zZRIhCgZyZXN1bHQYASABKAsyES5ydW5ib3gudjEuUmVzdWx0EhEKCXJlY3JlYXRlZBgCIAEoCCJJChFFeHBvc2VQb3J0UmVxdWVzdBISCgpzYW5kYm94X2lkGDIgASgJEgwKBHBvcnQYMyABKA0SEgoKdXJsX3R0bF9tcxg0IAEoAyJRChJFeHBvc2VQb3J0UmVzcG9uc2USCwoDdXJsGDIgASgJEhIKCnNpZ25lZF91cmwYMyABKAkSGgoSZXhwaXJlc19hdF91bml4X21zGDQgASgDIjcKE1VuZXhwb3NlUG9ydFJlcXVlc3QSEgoKc2FuZGJveF9pZBgyIAEoCRIMCgRwb3J0GDMgASgNIhYKFFVuZXhwb3NlUG9ydFJlc3BvbnNlIk8KEFNldEVncmVzc1JlcXVlc3QSEgoKc2FuZGJveF9pZBgyIAEoCRInCgZlZ3Jlc3MYMyABKAsyFy5ydW5ib3gudjEuRWdyZXNzUG9saWN5IjgKEVNldEVncmVzc1Jlc3BvbnNlEiMKB3NhbmRib3gYMiABKAsyEi5ydW5ib3gudjEuU2FuZGJveCIpChNQYXVzZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiOwoUUGF1c2VTYW5kYm94UmVzcG9uc2USIwoHc2FuZGJveBgBIAEoCzISLnJ1bmJveC52MS5TYW5kYm94IioKFFJlc3VtZVNhbmRib3hSZXF1ZXN0EhIKCnNhbmRib3hfaWQYASABKAkiPAoVUmVzdW1lU2FuZGJveFJlc3BvbnNlEiMKB3NhbmRib3gYASABKAsyEi5ydW5ib3gudjEuU2FuZGJveCJ8CghTbmFwc2hvdBIMCgRuYW1lGAEgASgJEhAKCHByb3ZpZGVyGAIgASgJEhIKCnNhbmRib3hfaWQYAyABKAkSGgoSY3JlYXRlZF9hdF91bml4X21zGAQgASgDEhEKCXdvcmtzcGFjZRgFIAEoCBINCgVieXRlcxgGIAEoAyJPChVDcmVhdGVTbmFwc2hvdFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEhQKDG5vX3dvcmtzcGFjZRgDIAEoCCI/ChZDcmVhdGVTbmFwc2hvdFJlc3BvbnNlEiUKCHNuYXBzaG90GAEgASgLMhMucnVuYm94LnYxLlNuYXBzaG90IhYKFExpc3RTbmFwc2hvdHNSZXF1ZXN0Ij8KFUxpc3RTbmFwc2hvdHNSZXNwb25zZRImCglzbmFwc2hvdHMYASADKAsyEy5ydW5ib3gudjEuU25hcHNob3QiJQoVRGVsZXRlU25hcHNob3RSZXF1ZXN0EgwKBG5hbWUYASABKAkiGAoWRGVsZXRlU25hcHNob3RSZXNwb25zZSJNChJGb3JrU2FuZGJveFJlcXVlc3QSEgoKc2FuZGJveF9pZBgBIAEoCRINCgVjb3VudBgCIAEoBRIUCgxub193b3Jrc3BhY2UYAyABKAgiYwoTRm9ya1NhbmRib3hSZXNwb25zZRIlCglzYW5kYm94ZXMYASADKAsyEi5ydW5ib3gudjEuU2FuZGJveBIlCghzbmFwc2hvdBgCIAEoCzITLnJ1bmJveC52MS5TbmFwc2hvdCpeCgxTYW5kYm94U3RhdGUSHQoZU0FOREJPWF9TVEFURV9VTlNQRUNJRklFRBAAEhcKE1NBTkRCT1hfU1RBVEVfUkVBRFkQARIWChJTQU5EQk9YX1NUQVRFX0xPU1QQAjLWCAoOU2FuZGJveFNlcnZpY2USSwoGQ3JlYXRlEh8ucnVuYm94LnYxLkNyZWF0ZVNhbmRib3hSZXF1ZXN0GiAucnVuYm94LnYxLkNyZWF0ZVNhbmRib3hSZXNwb25zZRJCCgNHZXQSHC5ydW5ib3gudjEuR2V0U2FuZGJveFJlcXVlc3QaHS5ydW5ib3gudjEuR2V0U2FuZGJveFJlc3BvbnNlEkkKBExpc3QSHy5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1JlcXVlc3QaIC5ydW5ib3gudjEuTGlzdFNhbmRib3hlc1Jlc3BvbnNlEksKBkRlbGV0ZRIfLnJ1bmJveC52MS5EZWxldGVTYW5kYm94UmVxdWVzdBogLnJ1bmJveC52MS5EZWxldGVTYW5kYm94UmVzcG9uc2USQgoDUnVuEhwucnVuYm94LnYxLlJ1bkNvbW1hbmRSZXF1ZXN0Gh0ucnVuYm94LnYxLlJ1bkNvbW1hbmRSZXNwb25zZRJJCgpFeHBvc2VQb3J0EhwucnVuYm94LnYxLkV4cG9zZVBvcnRSZXF1ZXN0Gh0ucnVuYm94LnYxLkV4cG9zZVBvcnRSZXNwb25zZRJPCgxVbmV4cG9zZVBvcnQSHi5ydW5ib3gudjEuVW5leHBvc2VQb3J0UmVxdWVzdBofLnJ1bmJveC52MS5VbmV4cG9zZVBvcnRSZXNwb25zZRJGCglTZXRFZ3Jlc3MSGy5ydW5ib3gudjEuU2V0RWdyZXNzUmVxdWVzdBocLnJ1bmJveC52MS5TZXRFZ3Jlc3NSZXNwb25zZRJPCgxQYXVzZVNhbmRib3gSHi5ydW5ib3gudjEuUGF1c2VTYW5kYm94UmVxdWVzdBofLnJ1bmJveC52MS5QYXVzZVNhbmRib3hSZXNwb25zZRJSCg1SZXN1bWVTYW5kYm94Eh8ucnVuYm94LnYxLlJlc3VtZVNhbmRib3hSZXF1ZXN0GiAucnVuYm94LnYxLlJlc3VtZVNhbmRib3hSZXNwb25zZRJVCg5DcmVhdGVTbmFwc2hvdBIgLnJ1bmJveC52MS5DcmVhdGVTbmFwc2hvdFJlcXVlc3QaIS5ydW5ib3gudjEuQ3JlYXRlU25hcHNob3RSZXNwb25zZRJSCg1MaXN0U25hcHNob3RzEh8ucnVuYm94LnYxLkxpc3RTbmFwc2hvdHNSZXF1ZXN0GiAucnVuYm94LnYxLkxpc3RTbmFwc2hvdHNSZXNwb25zZRJVCg5EZWxldGVTbmFwc2hvdBIgLnJ1bmJveC52MS5EZWxldGVTbmFwc2hvdFJlcXVlc3QaIS5ydW5ib3gudjEuRGVsZXRlU25hcHNob3RSZXNwb25zZRJMCgtGb3JrU2FuZGJveBIdLnJ1bmJveC52MS5Gb3JrU2FuZGJveFJlcXVlc3QaHi5ydW5ib3gudjEuRm9ya1NhbmRib3hSZXNwb25zZUIxWi9naXRodWIuY29tL3J1bmJveC9ydW5ib3gvZ2VuL3J1bmJveC92MTtydW5ib3h2MWIGcHJvdG8z", [file_runbox_v1_runbox]);
 
 /**
  * SandboxSpec describes a sandbox to create. Durations are milliseconds; a
@@ -122,6 +122,16 @@ export type SandboxSpec = Message<"runbox.v1.SandboxSpec"> & {
    * @generated from field: runbox.v1.EgressPolicy egress = 14;
    */
   egress?: EgressPolicy | undefined;
+
+  /**
+   * from_snapshot names one of the tenant's snapshots (CreateSnapshot)
+   * the sandbox starts from: its files, and a copy of its workspace when
+   * it holds one and no workdir is given. The provider must be the
+   * snapshot's (empty: the snapshot's).
+   *
+   * @generated from field: string from_snapshot = 40;
+   */
+  fromSnapshot: string;
 };
 
 /**
@@ -250,6 +260,13 @@ export type Sandbox = Message<"runbox.v1.Sandbox"> & {
    * @generated from field: repeated uint32 exposed_ports = 50;
    */
   exposedPorts: number[];
+
+  /**
+   * paused says the sandbox is paused (PauseSandbox).
+   *
+   * @generated from field: bool paused = 40;
+   */
+  paused: boolean;
 };
 
 /**
@@ -600,6 +617,303 @@ export const SetEgressResponseSchema: GenMessage<SetEgressResponse> = /*@__PURE_
   messageDesc(file_runbox_v1_sandbox, 18);
 
 /**
+ * @generated from message runbox.v1.PauseSandboxRequest
+ */
+export type PauseSandboxRequest = Message<"runbox.v1.PauseSandboxRequest"> & {
+  /**
+   * sandbox_id is the sandbox's id or name.
+   *
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+};
+
+/**
+ * Describes the message runbox.v1.PauseSandboxRequest.
+ * Use `create(PauseSandboxRequestSchema)` to create a new message.
+ */
+export const PauseSandboxRequestSchema: GenMessage<PauseSandboxRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 19);
+
+/**
+ * @generated from message runbox.v1.PauseSandboxResponse
+ */
+export type PauseSandboxResponse = Message<"runbox.v1.PauseSandboxResponse"> & {
+  /**
+   * @generated from field: runbox.v1.Sandbox sandbox = 1;
+   */
+  sandbox?: Sandbox | undefined;
+};
+
+/**
+ * Describes the message runbox.v1.PauseSandboxResponse.
+ * Use `create(PauseSandboxResponseSchema)` to create a new message.
+ */
+export const PauseSandboxResponseSchema: GenMessage<PauseSandboxResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 20);
+
+/**
+ * @generated from message runbox.v1.ResumeSandboxRequest
+ */
+export type ResumeSandboxRequest = Message<"runbox.v1.ResumeSandboxRequest"> & {
+  /**
+   * sandbox_id is the sandbox's id or name.
+   *
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+};
+
+/**
+ * Describes the message runbox.v1.ResumeSandboxRequest.
+ * Use `create(ResumeSandboxRequestSchema)` to create a new message.
+ */
+export const ResumeSandboxRequestSchema: GenMessage<ResumeSandboxRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 21);
+
+/**
+ * @generated from message runbox.v1.ResumeSandboxResponse
+ */
+export type ResumeSandboxResponse = Message<"runbox.v1.ResumeSandboxResponse"> & {
+  /**
+   * @generated from field: runbox.v1.Sandbox sandbox = 1;
+   */
+  sandbox?: Sandbox | undefined;
+};
+
+/**
+ * Describes the message runbox.v1.ResumeSandboxResponse.
+ * Use `create(ResumeSandboxResponseSchema)` to create a new message.
+ */
+export const ResumeSandboxResponseSchema: GenMessage<ResumeSandboxResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 22);
+
+/**
+ * Snapshot is one of the tenant's snapshots.
+ *
+ * @generated from message runbox.v1.Snapshot
+ */
+export type Snapshot = Message<"runbox.v1.Snapshot"> & {
+  /**
+   * name is unique within the tenant.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string provider = 2;
+   */
+  provider: string;
+
+  /**
+   * sandbox_id is the id of the sandbox it was taken of (which may since
+   * have been deleted).
+   *
+   * @generated from field: string sandbox_id = 3;
+   */
+  sandboxId: string;
+
+  /**
+   * @generated from field: int64 created_at_unix_ms = 4;
+   */
+  createdAtUnixMs: bigint;
+
+  /**
+   * workspace says it holds a copy of the sandbox's workspace.
+   *
+   * @generated from field: bool workspace = 5;
+   */
+  workspace: boolean;
+
+  /**
+   * bytes is the disk it takes, where the provider knows.
+   *
+   * @generated from field: int64 bytes = 6;
+   */
+  bytes: bigint;
+};
+
+/**
+ * Describes the message runbox.v1.Snapshot.
+ * Use `create(SnapshotSchema)` to create a new message.
+ */
+export const SnapshotSchema: GenMessage<Snapshot> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 23);
+
+/**
+ * @generated from message runbox.v1.CreateSnapshotRequest
+ */
+export type CreateSnapshotRequest = Message<"runbox.v1.CreateSnapshotRequest"> & {
+  /**
+   * sandbox_id is the sandbox's id or name.
+   *
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+
+  /**
+   * name is the snapshot's name within the tenant (letters, digits, '_',
+   * '.', '-', at most 63, not starting with punctuation); empty generates
+   * one.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * no_workspace leaves the sandbox's workspace out.
+   *
+   * @generated from field: bool no_workspace = 3;
+   */
+  noWorkspace: boolean;
+};
+
+/**
+ * Describes the message runbox.v1.CreateSnapshotRequest.
+ * Use `create(CreateSnapshotRequestSchema)` to create a new message.
+ */
+export const CreateSnapshotRequestSchema: GenMessage<CreateSnapshotRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 24);
+
+/**
+ * @generated from message runbox.v1.CreateSnapshotResponse
+ */
+export type CreateSnapshotResponse = Message<"runbox.v1.CreateSnapshotResponse"> & {
+  /**
+   * @generated from field: runbox.v1.Snapshot snapshot = 1;
+   */
+  snapshot?: Snapshot | undefined;
+};
+
+/**
+ * Describes the message runbox.v1.CreateSnapshotResponse.
+ * Use `create(CreateSnapshotResponseSchema)` to create a new message.
+ */
+export const CreateSnapshotResponseSchema: GenMessage<CreateSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 25);
+
+/**
+ * @generated from message runbox.v1.ListSnapshotsRequest
+ */
+export type ListSnapshotsRequest = Message<"runbox.v1.ListSnapshotsRequest"> & {
+};
+
+/**
+ * Describes the message runbox.v1.ListSnapshotsRequest.
+ * Use `create(ListSnapshotsRequestSchema)` to create a new message.
+ */
+export const ListSnapshotsRequestSchema: GenMessage<ListSnapshotsRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 26);
+
+/**
+ * @generated from message runbox.v1.ListSnapshotsResponse
+ */
+export type ListSnapshotsResponse = Message<"runbox.v1.ListSnapshotsResponse"> & {
+  /**
+   * @generated from field: repeated runbox.v1.Snapshot snapshots = 1;
+   */
+  snapshots: Snapshot[];
+};
+
+/**
+ * Describes the message runbox.v1.ListSnapshotsResponse.
+ * Use `create(ListSnapshotsResponseSchema)` to create a new message.
+ */
+export const ListSnapshotsResponseSchema: GenMessage<ListSnapshotsResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 27);
+
+/**
+ * @generated from message runbox.v1.DeleteSnapshotRequest
+ */
+export type DeleteSnapshotRequest = Message<"runbox.v1.DeleteSnapshotRequest"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message runbox.v1.DeleteSnapshotRequest.
+ * Use `create(DeleteSnapshotRequestSchema)` to create a new message.
+ */
+export const DeleteSnapshotRequestSchema: GenMessage<DeleteSnapshotRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 28);
+
+/**
+ * @generated from message runbox.v1.DeleteSnapshotResponse
+ */
+export type DeleteSnapshotResponse = Message<"runbox.v1.DeleteSnapshotResponse"> & {
+};
+
+/**
+ * Describes the message runbox.v1.DeleteSnapshotResponse.
+ * Use `create(DeleteSnapshotResponseSchema)` to create a new message.
+ */
+export const DeleteSnapshotResponseSchema: GenMessage<DeleteSnapshotResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 29);
+
+/**
+ * @generated from message runbox.v1.ForkSandboxRequest
+ */
+export type ForkSandboxRequest = Message<"runbox.v1.ForkSandboxRequest"> & {
+  /**
+   * sandbox_id is the sandbox's id or name.
+   *
+   * @generated from field: string sandbox_id = 1;
+   */
+  sandboxId: string;
+
+  /**
+   * count is how many sandboxes to make, 1 to 50; 0 is 1.
+   *
+   * @generated from field: int32 count = 2;
+   */
+  count: number;
+
+  /**
+   * no_workspace leaves the workspace out of the snapshot.
+   *
+   * @generated from field: bool no_workspace = 3;
+   */
+  noWorkspace: boolean;
+};
+
+/**
+ * Describes the message runbox.v1.ForkSandboxRequest.
+ * Use `create(ForkSandboxRequestSchema)` to create a new message.
+ */
+export const ForkSandboxRequestSchema: GenMessage<ForkSandboxRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 30);
+
+/**
+ * @generated from message runbox.v1.ForkSandboxResponse
+ */
+export type ForkSandboxResponse = Message<"runbox.v1.ForkSandboxResponse"> & {
+  /**
+   * sandboxes are the new sandboxes, count of them.
+   *
+   * @generated from field: repeated runbox.v1.Sandbox sandboxes = 1;
+   */
+  sandboxes: Sandbox[];
+
+  /**
+   * snapshot is the snapshot they were made from, kept until
+   * DeleteSnapshot.
+   *
+   * @generated from field: runbox.v1.Snapshot snapshot = 2;
+   */
+  snapshot?: Snapshot | undefined;
+};
+
+/**
+ * Describes the message runbox.v1.ForkSandboxResponse.
+ * Use `create(ForkSandboxResponseSchema)` to create a new message.
+ */
+export const ForkSandboxResponseSchema: GenMessage<ForkSandboxResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_sandbox, 31);
+
+/**
  * @generated from enum runbox.v1.SandboxState
  */
 export enum SandboxState {
@@ -723,6 +1037,78 @@ export const SandboxService: GenService<{
     methodKind: "unary";
     input: typeof SetEgressRequestSchema;
     output: typeof SetEgressResponseSchema;
+  },
+  /**
+   * PauseSandbox freezes every process of the sandbox's commands (docker:
+   * the whole container) and stops their deadlines and the idle clock. An
+   * exec on a paused sandbox is FailedPrecondition (tag sandbox-paused).
+   * Pausing a paused sandbox does nothing.
+   *
+   * @generated from rpc runbox.v1.SandboxService.PauseSandbox
+   */
+  pauseSandbox: {
+    methodKind: "unary";
+    input: typeof PauseSandboxRequestSchema;
+    output: typeof PauseSandboxResponseSchema;
+  },
+  /**
+   * ResumeSandbox thaws what PauseSandbox froze. Resuming a running
+   * sandbox does nothing.
+   *
+   * @generated from rpc runbox.v1.SandboxService.ResumeSandbox
+   */
+  resumeSandbox: {
+    methodKind: "unary";
+    input: typeof ResumeSandboxRequestSchema;
+    output: typeof ResumeSandboxResponseSchema;
+  },
+  /**
+   * CreateSnapshot takes a snapshot of the sandbox's filesystem changes
+   * (and its workspace unless no_workspace), kept for the tenant until
+   * DeleteSnapshot, across restarts of the server. Providers that cannot
+   * snapshot answer Unimplemented (tag unsupported); over the tenant's
+   * max_snapshots, ResourceExhausted.
+   *
+   * @generated from rpc runbox.v1.SandboxService.CreateSnapshot
+   */
+  createSnapshot: {
+    methodKind: "unary";
+    input: typeof CreateSnapshotRequestSchema;
+    output: typeof CreateSnapshotResponseSchema;
+  },
+  /**
+   * ListSnapshots returns the tenant's snapshots, oldest first.
+   *
+   * @generated from rpc runbox.v1.SandboxService.ListSnapshots
+   */
+  listSnapshots: {
+    methodKind: "unary";
+    input: typeof ListSnapshotsRequestSchema;
+    output: typeof ListSnapshotsResponseSchema;
+  },
+  /**
+   * DeleteSnapshot removes one of the tenant's snapshots. Sandboxes made
+   * from it keep working where the provider allows it (local); where it
+   * does not (docker, while such a sandbox exists) it is refused with
+   * FailedPrecondition.
+   *
+   * @generated from rpc runbox.v1.SandboxService.DeleteSnapshot
+   */
+  deleteSnapshot: {
+    methodKind: "unary";
+    input: typeof DeleteSnapshotRequestSchema;
+    output: typeof DeleteSnapshotResponseSchema;
+  },
+  /**
+   * ForkSandbox snapshots the sandbox and makes count new sandboxes from
+   * the snapshot, each independent of the others and of the parent.
+   *
+   * @generated from rpc runbox.v1.SandboxService.ForkSandbox
+   */
+  forkSandbox: {
+    methodKind: "unary";
+    input: typeof ForkSandboxRequestSchema;
+    output: typeof ForkSandboxResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_runbox_v1_sandbox, 0);
