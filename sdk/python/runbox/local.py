@@ -20,12 +20,13 @@ import json
 import os
 import shutil
 import subprocess
+from datetime import datetime
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from . import errors
 from ._connect import Transport
 from .client import parse_size
-from .models import SandboxInfo
+from .models import SandboxInfo, Snapshot
 from .sandbox import Sandbox
 
 __all__ = ["Local", "local"]
@@ -59,6 +60,17 @@ class _Link:
 
     def remove(self, id_or_name: str, force: bool = False) -> None:
         self._owner.remove(id_or_name, force=force)
+
+    def _call(self, method: str, req: Mapping[str, Any]) -> Dict[str, Any]:
+        """The server calls a Sandbox makes: snapshots through the CLI; the
+        rest need ``runbox serve``."""
+        if method == "CreateSnapshot":
+            snap = self._owner._snapshot(req["sandboxId"], req.get("name"), bool(req.get("noWorkspace")))
+            return {"snapshot": _snapshot_json(snap)}
+        raise errors.Unsupported(f"{method} needs runbox serve (runbox.Client): local mode reaches runboxd alone")
+
+    def _fork(self, sandbox_id: str, count: int, no_workspace: bool) -> List[Sandbox]:
+        return self._owner._fork(sandbox_id, count, no_workspace)
 
 
 class Local:
@@ -135,16 +147,18 @@ class Local:
         pids: Optional[int] = None,
         cpus: Optional[float] = None,
         network: Optional[str] = None,
+        from_snapshot: Optional[str] = None,
     ) -> Sandbox:
         """Creates a sandbox with ``runbox up`` and returns it once its
         runboxd answers. The arguments are ``runbox up``'s flags (see
-        ``runbox up --help``); ``workdir`` defaults to this process's
-        working directory, as the CLI's."""
+        ``runbox up --help``; ``from_snapshot`` is ``--from``); ``workdir``
+        defaults to this process's working directory, as the CLI's, or to a
+        copy of the snapshot's workspace with ``from_snapshot``."""
         args = ["up"]
         flags: Mapping[str, Any] = {
             "--provider": provider or self.provider, "--name": name, "--image": image, "--workdir": workdir,
             "--memory": None if memory is None else str(parse_size(memory)), "--pids": pids, "--cpus": cpus,
-            "--network": network,
+            "--network": network, "--from": from_snapshot,
         }  # fmt: skip
         for flag, v in flags.items():
             if v is not None:
@@ -171,6 +185,27 @@ class Local:
         """Removes a sandbox with ``runbox rm``: every exec is stopped with
         the stop protocol. A lost sandbox needs ``force=True``."""
         self._cli("rm", *(["--force"] if force else []), id_or_name)
+
+    def snapshots(self) -> List[Snapshot]:
+        """This machine's snapshots (``runbox snapshot ls``), oldest first."""
+        return [_snapshot(m) for m in json.loads(self._cli("snapshot", "ls", "--json") or "[]") or []]
+
+    def delete_snapshot(self, name: str) -> None:
+        """Deletes a snapshot (``runbox snapshot rm``); sandboxes made from
+        it keep working."""
+        self._cli("snapshot", "rm", name)
+
+    def _snapshot(self, sandbox_id: str, name: Optional[str], no_workspace: bool) -> Snapshot:
+        args = ["snapshot", sandbox_id] + ([name] if name else []) + (["--no-workspace"] if no_workspace else [])
+        made = self._cli(*args).strip()
+        for snap in self.snapshots():
+            if snap.name == made:
+                return snap
+        raise errors.RunboxError(f"runbox snapshot made {made!r}, which runbox snapshot ls does not list")
+
+    def _fork(self, sandbox_id: str, count: int, no_workspace: bool) -> List[Sandbox]:
+        args = ["fork", sandbox_id, "--count", str(int(count))] + (["--no-workspace"] if no_workspace else [])
+        return [self.get(i) for i in self._cli(*args).split()]
 
     def _inspect(self, id_or_name: str) -> "tuple[SandboxInfo, Dict[str, str]]":
         m = json.loads(self._cli("inspect", id_or_name))
@@ -207,6 +242,29 @@ def _info(m: Mapping[str, Any]) -> SandboxInfo:
     )
 
 
+def _snapshot(m: Mapping[str, Any]) -> Snapshot:
+    """A Snapshot from ``runbox snapshot ls --json``."""
+    created = str(m.get("created", ""))
+    try:
+        at = datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp() if created else 0.0
+    except ValueError:
+        at = 0.0
+    return Snapshot(
+        name=str(m.get("name", "")),
+        provider=str(m.get("provider", "")),
+        sandbox_id=str(m.get("sandbox", "")),
+        created_at=at,
+        workspace=bool(m.get("workspace", False)),
+        bytes=int(m.get("bytes") or 0),
+    )
+
+
+def _snapshot_json(s: Snapshot) -> Dict[str, Any]:
+    """A Snapshot as the server's JSON gives it (Snapshot.from_json's input)."""
+    return {"name": s.name, "provider": s.provider, "sandboxId": s.sandbox_id,
+            "createdAtUnixMs": int(s.created_at * 1000), "workspace": s.workspace, "bytes": s.bytes}  # fmt: skip
+
+
 def _cli_error(cmd: str, status: int, stderr: str) -> errors.RunboxError:
     """The exception for a failed CLI call. The CLI has no error codes but
     its exit status (125: runbox failed), so the class comes from the text
@@ -216,7 +274,9 @@ def _cli_error(cmd: str, status: int, stderr: str) -> errors.RunboxError:
     low = msg.lower()
     kinds = [
         ("no such sandbox", errors.SandboxNotFound), ("invalid spec", errors.InvalidSpec),
+        ("unsupported operation by this provider", errors.Unsupported),
         ("unsupported operation", errors.InvalidSpec), ("sandbox lost", errors.SandboxLost),
+        ("sandbox is paused", errors.SandboxPaused), ("quota exceeded", errors.QuotaExceeded),
         ("unauthenticated", errors.Unauthenticated), ("provider unavailable", errors.Unavailable),
         ("name already in use", errors.AlreadyExists), ("permission denied", errors.PermissionDenied),
     ]  # fmt: skip

@@ -455,6 +455,9 @@ class Sandbox:
         """Makes ``count`` new sandboxes from a snapshot of this one, each
         independent of the others and of this one. The snapshot is kept
         (:meth:`Client.snapshots`)."""
+        local_fork = getattr(self.client, "_fork", None)
+        if local_fork is not None:  # local mode: runbox fork
+            return local_fork(self.id, int(count), no_workspace)  # type: ignore[no-any-return]
         req: Dict[str, Any] = {"sandboxId": self.id, "count": int(count)}
         if no_workspace:
             req["noWorkspace"] = True

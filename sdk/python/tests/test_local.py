@@ -156,3 +156,42 @@ def test_cli_errors_have_their_class(lc: runbox.Local, workdir: str) -> None:
             lc.create(provider="host", workdir=workdir, name=name)
     finally:
         sb.remove()
+
+
+def test_snapshot_and_fork_local_mode(lc: runbox.Local, sb: runbox.Sandbox) -> None:
+    """Snapshots and forks in local mode go through the CLI: on the local
+    provider, forks have the parent's files and their own writes; on the
+    host provider, which cannot snapshot, the error is Unsupported. The
+    server-only calls are Unsupported too, never an AttributeError."""
+    with pytest.raises(runbox.Unsupported):
+        sb.expose(8080)
+    if sb.info.provider != "local":
+        with pytest.raises(runbox.Unsupported):
+            sb.snapshot()
+        with pytest.raises(runbox.Unsupported):
+            sb.fork(2)
+        return
+    m = marker()
+    assert sb.run(f"mkdir -p /opt/pyfork && echo {m} > /opt/pyfork/given").exit_code == 0
+    snap = sb.snapshot(no_workspace=True)
+    assert snap.name and snap.sandbox_id == sb.id and snap.provider == "local" and not snap.workspace
+    assert snap.name in [s.name for s in lc.snapshots()]
+    forks = sb.fork(2, no_workspace=True)
+    try:
+        assert len(forks) == 2 and len({f.id for f in forks} | {sb.id}) == 3
+        for f in forks:
+            assert f.run(f"cat /opt/pyfork/given && echo {f.id} > /opt/pyfork/who").stdout.strip() == m
+        for f in forks:
+            assert f.run("cat /opt/pyfork/who").stdout.strip() == f.id
+        assert sb.run("test -e /opt/pyfork/who").exit_code != 0
+        made = lc.create(provider="local", from_snapshot=snap.name, workdir=tempfile.mkdtemp(prefix="rbpylf", dir="/var/tmp"))
+        try:
+            assert made.run("cat /opt/pyfork/given").stdout.strip() == m
+        finally:
+            made.remove(force=True)
+    finally:
+        for f in forks:
+            f.remove(force=True)
+    for s in lc.snapshots():
+        lc.delete_snapshot(s.name)
+    assert lc.snapshots() == []
