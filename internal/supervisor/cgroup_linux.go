@@ -373,7 +373,15 @@ type cgroupEvents struct {
 	buf [128]byte
 }
 
+// openEvents opens the exec's cgroup.events, or fails once the cgroup is
+// released (its directory may then be another exec's: recycled). Under
+// c.mu, as release changes c.dir.
 func (c *cgroupExec) openEvents() (*cgroupEvents, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.dir == "" {
+		return nil, errors.New("exec cgroup already released")
+	}
 	fd, err := unix.Open(filepath.Join(c.dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, err
