@@ -147,6 +147,7 @@ func (s *Server) sandboxSnapshot(ctx context.Context, st *session, _ *mcp.CallTo
 	if err != nil {
 		return nil, SnapshotInfo{}, err
 	}
+	st.ownSnapshot(sn.Name)
 	out := SnapshotInfo{Name: sn.Name, Sandbox: ref.sb.ID, Workspace: sn.Workspace, Bytes: sn.Bytes}
 	return textResult(fmt.Sprintf("snapshot %s of sandbox %s (%d bytes)", sn.Name, ref.sb.ID, sn.Bytes)), out, nil
 }
@@ -172,6 +173,7 @@ func (s *Server) sandboxFork(ctx context.Context, st *session, _ *mcp.CallToolRe
 	if err != nil {
 		return nil, ForkInfo{}, err
 	}
+	st.ownSnapshot(sn.Name)
 	out := ForkInfo{Snapshot: sn.Name}
 	var ids []string
 	for range in.Count {

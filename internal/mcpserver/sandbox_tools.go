@@ -125,6 +125,9 @@ func (s *Server) sandboxCreate(ctx context.Context, st *session, _ *mcp.CallTool
 		spec.Image = in.Image
 	}
 	if in.FromSnapshot != "" {
+		if err := st.checkSnapshot(in.FromSnapshot); err != nil {
+			return nil, SandboxInfo{}, err
+		}
 		spec.FromSnapshot, spec.Image = in.FromSnapshot, ""
 	}
 	sb, err := s.place.Create(ctx, provider, spec)

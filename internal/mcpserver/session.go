@@ -37,6 +37,27 @@ type session struct {
 	sandboxes map[string]*sandboxRef // those of them it is connected to, by id
 	bg        map[string]*bgExec     // background execs, by exec id
 	spills    map[string]bool        // spill files this session was told of
+	snaps     map[string]bool        // snapshots this session took (sandbox_snapshot, sandbox_fork)
+}
+
+// ownSnapshot records a snapshot this session took: its sandboxes may
+// start from it.
+func (st *session) ownSnapshot(name string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.snaps[name] = true
+}
+
+// checkSnapshot refuses a snapshot this session did not take, as if it did
+// not exist: like sandboxes, a model reaches only the snapshots its own
+// session made, never the operator's or another session's.
+func (st *session) checkSnapshot(name string) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if !st.snaps[name] {
+		return fmt.Errorf("%w: no snapshot %q taken in this session (sandbox_snapshot or sandbox_fork make one)", runbox.ErrInvalidSpec, name)
+	}
+	return nil
 }
 
 // sandboxRef is a sandbox as one session uses it.
@@ -62,7 +83,7 @@ func newSession(s *Server) *session {
 	ctx, cancel := context.WithCancel(s.base)
 	return &session{
 		srv: s, shell: "mcp-" + hex.EncodeToString(b[:]), ctx: ctx, cancel: cancel,
-		mine: make(map[string]*owned), sandboxes: make(map[string]*sandboxRef), bg: make(map[string]*bgExec), spills: make(map[string]bool),
+		mine: make(map[string]*owned), sandboxes: make(map[string]*sandboxRef), bg: make(map[string]*bgExec), spills: make(map[string]bool), snaps: make(map[string]bool),
 	}
 }
 

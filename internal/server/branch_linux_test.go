@@ -279,7 +279,8 @@ func TestServeSnapshotForkLocal(t *testing.T) {
 // TestMCPBranchLocal: over /mcp on local sandboxes, a model pauses and
 // resumes its sandbox (a command on it fails while paused), snapshots it,
 // makes a sandbox from the snapshot and forks it; the new sandboxes are
-// the session's own, each with its own files.
+// the session's own, each with its own files; another session cannot start
+// from that snapshot.
 func TestMCPBranchLocal(t *testing.T) {
 	ts := startServer(t, onLocalProvider(t), withMCP(server.MCPConfig{}))
 	cs := ts.mustMCP(t, ts.token(t, "a"))
@@ -319,5 +320,11 @@ func TestMCPBranchLocal(t *testing.T) {
 	}
 	if l := toolOK(t, cs, "sandbox_list", nil); len(l["sandboxes"].([]any)) != 4 {
 		t.Errorf("the session lists %v, want its 4 sandboxes", l)
+	}
+	// Another session of the same tenant cannot start from s1: a model
+	// reaches only the snapshots its own session took, as with sandboxes.
+	other := ts.mustMCP(t, ts.token(t, "a"))
+	if msg := toolFails(t, other, "sandbox_create", map[string]any{"from_snapshot": "s1"}); !strings.Contains(msg, "no snapshot") {
+		t.Errorf("another session's snapshot: %q, want it refused as unknown", msg)
 	}
 }
