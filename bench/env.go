@@ -119,17 +119,27 @@ func (s *sandboxes) removeAll() {
 // daemonPid returns the host pid of the runboxd serving the host or local
 // sandbox id.
 func (s *sandboxes) daemonPid(id string) (int, error) {
-	out, err := s.runbox("inspect", id)
+	detail, err := inspectDetail(s.runbox, id)
 	if err != nil {
 		return 0, err
+	}
+	return strconv.Atoi(detail["pid"])
+}
+
+// inspectDetail is the Detail `runbox inspect` prints for sandbox id, run
+// through runbox.
+func inspectDetail(runbox func(args ...string) (string, error), id string) (map[string]string, error) {
+	out, err := runbox("inspect", id)
+	if err != nil {
+		return nil, err
 	}
 	var sb struct {
 		Detail map[string]string `json:"detail"`
 	}
 	if err := json.Unmarshal([]byte(out), &sb); err != nil {
-		return 0, fmt.Errorf("runbox inspect %s: %w", id, err)
+		return nil, fmt.Errorf("runbox inspect %s: %w", id, err)
 	}
-	return strconv.Atoi(sb.Detail["pid"])
+	return sb.Detail, nil
 }
 
 // cpuSeconds returns the CPU time (user+system) process pid has used.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -163,24 +162,18 @@ func (b *branchEnv) sandboxDisk(id string) (int64, error) {
 	// A local sandbox's writes reach its disk image through a loop
 	// device's cache: flushed first, or the image looks empty.
 	unix.Sync()
-	out, err := b.runbox("inspect", id)
+	detail, err := inspectDetail(b.runbox, id)
 	if err != nil {
 		return 0, err
 	}
-	var sb struct {
-		Detail map[string]string `json:"detail"`
-	}
-	if err := json.Unmarshal([]byte(out), &sb); err != nil {
-		return 0, fmt.Errorf("runbox inspect %s: %w", id, err)
-	}
 	if b.provider == "docker" {
-		out, err := exec.Command("docker", "container", "inspect", "--size", "-f", "{{.SizeRw}}", sb.Detail["container"]).Output()
+		out, err := exec.Command("docker", "container", "inspect", "--size", "-f", "{{.SizeRw}}", detail["container"]).Output()
 		if err != nil {
 			return 0, fmt.Errorf("docker container inspect: %w", err)
 		}
 		return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	}
-	return du(sb.Detail["dir"])
+	return du(detail["dir"])
 }
 
 // baseBytes is what a full copy would take: the host's root (local) or
