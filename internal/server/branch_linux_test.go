@@ -119,6 +119,16 @@ func TestServePauseLocal(t *testing.T) {
 	if _, err := a.Get(ctx, idle.ID); err != nil {
 		t.Fatalf("the reaper removed a paused sandbox: %v", err)
 	}
+	// Resumed after more than its idle TTL paused, it is not idle: the
+	// resume is a use (the call holds the sandbox, which restarts its
+	// idle clock), so the reaper leaves it for another idle TTL.
+	if err := a.Resume(ctx, idle); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, err := a.Get(ctx, idle.ID); err != nil {
+		t.Fatalf("a sandbox resumed after a pause longer than its idle TTL was reaped within 1 s: %v", err)
+	}
 	if err := a.Resume(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
