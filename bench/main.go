@@ -219,11 +219,7 @@ func run(cfg *config) error {
 	}
 	rep.Machine.LoadAfter = loadavg()
 
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "results.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(cfg.out, "results.json", &rep); err != nil {
 		return err
 	}
 	if err := plotAll(cfg.out, &rep); err != nil {
@@ -273,4 +269,13 @@ func loadavg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// writeJSON writes v, indented, as the file name in dir.
+func writeJSON(dir, name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	return os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -152,11 +151,7 @@ func benchSecurity(cfg *config, env *sandboxes) (*SecurityReport, error) {
 		}
 		rep.Rows = append(rep.Rows, row)
 	}
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "security.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(cfg.out, "security.json", rep); err != nil {
 		return nil, err
 	}
 	return rep, nil

@@ -168,11 +168,7 @@ func benchSnapshot(ctx context.Context, cfg *config, env *sandboxes, full bool) 
 		rep.Providers = append(rep.Providers, *sp)
 	}
 	rep.Machine.LoadAfter = loadavg()
-	out, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "snapshot.json"), append(out, '\n'), 0o644); err != nil {
+	if err := writeJSON(cfg.out, "snapshot.json", rep); err != nil {
 		return nil, err
 	}
 	return rep, nil

@@ -130,11 +130,7 @@ func tenthMean(ss []SoakSample, last bool) SoakSample {
 // writeSoak writes the soak's report as soak.json and its plot as
 // soak.png in dir, apart from results.json: a soak is run on its own.
 func writeSoak(dir string, rep *SoakReport) error {
-	b, err := json.MarshalIndent(rep, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "soak.json"), append(b, '\n'), 0o644); err != nil {
+	if err := writeJSON(dir, "soak.json", rep); err != nil {
 		return err
 	}
 	p := plot.New()
