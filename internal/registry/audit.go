@@ -95,8 +95,7 @@ func scanAudit(row interface{ Scan(...any) error }) (AuditRow, error) {
 // as one finished row.
 func (s *Store) Lifecycle(ctx context.Context, tenant, sandbox, kind, detail string) error {
 	now := ms(time.Now())
-	_, err := s.db.ExecContext(ctx, `INSERT INTO audit (tenant, sandbox, kind, started_ms, ended_ms, outcome, detail)
-		VALUES (?, ?, ?, ?, ?, 'done', ?)`, tenant, sandbox, kind, now, now, detail)
+	_, err := s.db.ExecContext(ctx, lifecycleInsertQuery, tenant, sandbox, kind, now, now, detail)
 	if err != nil {
 		return fmt.Errorf("audit %s of %s: %w", kind, sandbox, err)
 	}
@@ -104,6 +103,8 @@ func (s *Store) Lifecycle(ctx context.Context, tenant, sandbox, kind, detail str
 }
 
 const (
+	lifecycleInsertQuery = `INSERT INTO audit (tenant, sandbox, kind, started_ms, ended_ms, outcome, detail)
+		VALUES (?, ?, ?, ?, ?, 'done', ?)`
 	openExecFindQuery   = `SELECT id FROM audit WHERE sandbox = ? AND exec_id = ? AND kind = 'exec' AND ended_ms = 0`
 	openExecInsertQuery = `INSERT INTO audit (tenant, sandbox, kind, exec_id, command, started_ms) VALUES (?, ?, 'exec', ?, ?, ?)
 		ON CONFLICT (sandbox, exec_id) WHERE kind = 'exec' AND ended_ms = 0 DO NOTHING RETURNING id`

@@ -114,6 +114,57 @@ func TestSandboxesBelongToTheirTenant(t *testing.T) {
 	}
 }
 
+// A sandbox is never gone from the registry without its delete row in the
+// audit log: a reader polling both while sandboxes are deleted never sees
+// one without the other (serve's MCP test saw 19 delete rows for 20
+// removed sandboxes when the row was written after the delete).
+func TestDeleteSandboxWritesItsAuditRowAtOnce(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	const n = 40
+	now := time.Now()
+	for i := range n {
+		sb := Sandbox{ID: fmt.Sprintf("sb%d", i), Tenant: "a", Name: fmt.Sprintf("n%d", i), Provider: "host",
+			ProviderID: "p", Spec: "{}", State: StateReady, Created: now, LastUsed: now}
+		if err := s.InsertSandbox(ctx, sb); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var deleting sync.WaitGroup
+	for i := range n {
+		deleting.Go(func() {
+			if err := s.DeleteSandbox(ctx, "a", fmt.Sprintf("sb%d", i), KindDelete, "by test"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { deleting.Wait(); close(done) }()
+	for finished := false; !finished; {
+		select {
+		case <-done:
+			finished = true
+		default:
+		}
+		// Count the sandboxes first: a delete that lands between the two
+		// reads only adds a row.
+		left, err := s.CountSandboxes(ctx, "a")
+		rows, err2 := s.Audit(ctx, AuditFilter{Tenant: "a"})
+		if err := errors.Join(err, err2); err != nil {
+			<-done
+			t.Fatal(err)
+		}
+		if gone := n - left; len(rows) < gone {
+			<-done
+			t.Fatalf("%d sandboxes deleted, %d audit rows", gone, len(rows))
+		}
+	}
+	rows, _ := s.Audit(ctx, AuditFilter{Tenant: "a"})
+	if len(rows) != n || rows[0].Kind != KindDelete || rows[0].Detail != "by test" || rows[0].Sandbox == "" {
+		t.Fatalf("%d rows, first %+v; want %d delete rows", len(rows), rows[0], n)
+	}
+}
+
 func TestAuditExecRows(t *testing.T) {
 	ctx := context.Background()
 	s, _ := open(t)

@@ -164,8 +164,11 @@ func (s *Store) Touch(ctx context.Context, id string, at time.Time) error {
 	return nil
 }
 
-// DeleteSandbox forgets a sandbox.
-func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
+// DeleteSandbox forgets tenant's sandbox id and records why in the audit
+// log (a row of kind with detail), in one transaction: no reader ever
+// sees the sandbox gone without its audit row, or the row without the
+// sandbox gone.
+func (s *Store) DeleteSandbox(ctx context.Context, tenant, id, kind, detail string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
@@ -176,6 +179,10 @@ func (s *Store) DeleteSandbox(ctx context.Context, id string) error {
 	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM exposed_ports WHERE sandbox = ?`, id); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)
+	}
+	now := ms(time.Now())
+	if _, err := tx.ExecContext(ctx, lifecycleInsertQuery, tenant, id, kind, now, now, detail); err != nil {
+		return fmt.Errorf("delete sandbox %s: audit %s: %w", id, kind, err)
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("delete sandbox %s: %w", id, err)

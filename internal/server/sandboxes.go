@@ -327,11 +327,8 @@ func (s *Server) removeSandbox(ctx context.Context, rec registry.Sandbox, force 
 		}
 	}
 	s.removeWorkspace(rec.Workspace)
-	if err := s.store.DeleteSandbox(ctx, rec.ID); err != nil {
+	if err := s.store.DeleteSandbox(ctx, rec.Tenant, rec.ID, kind, detail); err != nil {
 		return apiError(err)
-	}
-	if err := s.store.Lifecycle(ctx, rec.Tenant, rec.ID, kind, detail); err != nil {
-		s.log.Error("audit", "err", err)
 	}
 	s.execsLost(rec.ID, "sandbox removed")
 	s.log.Info("sandbox removed", "sandbox", rec.ID, "tenant", rec.Tenant, "why", kind, "detail", detail)
