@@ -1,7 +1,8 @@
-// Command runbox-full is the runbox command line with every provider and
-// command (docker, kubernetes, serve, token, audit, mcp, man). runbox hands it
-// every invocation but the execs it runs itself (internal/front); it can
-// also be called directly. See
+// Command runbox-full is the runbox command line with every provider:
+// runbox hands it every invocation but the execs it runs itself
+// (internal/front) and the server commands (serve, mcp, token, audit,
+// man), which live in runbox-server and which runbox-full, given one,
+// hands on to it (package handover). It can also be called directly. See
 // internal/cli/full.
 package main
 
@@ -12,9 +13,10 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/internal/fdsweep"
-	"github.com/runbox/runbox/internal/front"
+	"github.com/runbox/runbox/internal/handover"
 )
 
 func main() {
@@ -22,14 +24,16 @@ func main() {
 	// sandboxes or any other helper (security rule 3).
 	_ = fdsweep.CloexecFrom(3)
 	// Set by the runbox that handed this invocation over; not for the
-	// processes this one starts (runbox serve's sandboxes).
-	os.Unsetenv(front.DelegatedEnv)
+	// processes this one starts.
+	os.Unsetenv(handover.DelegatedEnv)
 	// As in cmd/runbox: the CLI keeps little live heap (docs/performance.md).
 	debug.SetGCPercent(400)
 	// Ctrl-C or SIGTERM cancels the context: a running exec is cancelled on
 	// the daemon (stop protocol) and runbox exits with its status.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := full.Main(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	f := full.Features()
+	f.HandOver = handover.Server.Exec
+	code := cli.Main(ctx, f, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -24,10 +24,11 @@ var runboxBin struct {
 	err  error
 }
 
-// binary builds ./cmd/runbox and ./cmd/runbox-full into one directory once
-// per test binary, beside the runboxd providertest built (removed with it),
-// and returns runbox's path: the light binary, which hands what it does not
-// link (docker, serve, ...) to runbox-full beside it.
+// binary builds ./cmd/runbox, ./cmd/runbox-full and ./cmd/runbox-server
+// into one directory once per test binary, beside the runboxd providertest
+// built (removed with it), and returns runbox's path: the light binary,
+// which hands what it does not run itself to runbox-full (docker, ls, ...)
+// or runbox-server (serve, mcp, ...) beside it.
 func binary(t *testing.T) string {
 	t.Helper()
 	runboxBin.once.Do(func() {
@@ -39,7 +40,7 @@ func binary(t *testing.T) string {
 			}
 		}
 		runboxBin.path = filepath.Join(dir, "runbox")
-		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/runbox/runbox/cmd/runbox", "github.com/runbox/runbox/cmd/runbox-full")
+		cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/runbox/runbox/cmd/runbox", "github.com/runbox/runbox/cmd/runbox-full", "github.com/runbox/runbox/cmd/runbox-server")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			runboxBin.err = err

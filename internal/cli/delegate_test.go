@@ -12,13 +12,33 @@ import (
 
 // The runbox binary is a small front (internal/front) that runs execs on
 // host and local sandboxes by id itself and hands everything else to
-// runbox-full beside it. These tests run the real binaries.
+// runbox-full beside it, or, for the server commands, to runbox-server.
+// These tests run the real binaries.
+
+// goDeps lists the packages pkg links (go list -deps).
+func goDeps(t *testing.T, pkg string) []string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-deps", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// linksPrefix returns the first of deps that starts with prefix, or "".
+func linksPrefix(deps []string, prefix string) string {
+	i := slices.IndexFunc(deps, func(d string) bool { return strings.HasPrefix(d, prefix) })
+	if i < 0 {
+		return ""
+	}
+	return deps[i]
+}
 
 // TestFrontLinksNoHeavyPackage: cmd/runbox's dependency list holds no HTTP
 // stack, protobuf, connect, command-line framework, provider SDK or
 // database, whose package inits and start-up every command would pay;
-// cmd/runbox-full's holds them all, so the check cannot pass by listing
-// nothing.
+// cmd/runbox-full's or cmd/runbox-server's holds each, so the check cannot
+// pass by listing nothing.
 func TestFrontLinksNoHeavyPackage(t *testing.T) {
 	heavy := []string{
 		"net/http",
@@ -39,28 +59,54 @@ func TestFrontLinksNoHeavyPackage(t *testing.T) {
 		"github.com/runbox/runbox/internal/procbox",
 		"github.com/runbox/runbox/internal/cli",
 	}
-	deps := func(pkg string) []string {
-		out, err := exec.Command("go", "list", "-deps", pkg).Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
-		}
-		return strings.Fields(string(out))
-	}
-	has := func(deps []string, prefix string) string {
-		i := slices.IndexFunc(deps, func(d string) bool { return strings.HasPrefix(d, prefix) })
-		if i < 0 {
-			return ""
-		}
-		return deps[i]
-	}
-	front, full := deps("github.com/runbox/runbox/cmd/runbox"), deps("github.com/runbox/runbox/cmd/runbox-full")
+	front := goDeps(t, "github.com/runbox/runbox/cmd/runbox")
+	others := append(goDeps(t, "github.com/runbox/runbox/cmd/runbox-full"), goDeps(t, "github.com/runbox/runbox/cmd/runbox-server")...)
 	for _, h := range heavy {
-		if d := has(front, h); d != "" {
-			t.Errorf("cmd/runbox links %s: its init runs before every command (the front hands what needs it to runbox-full)", d)
+		if d := linksPrefix(front, h); d != "" {
+			t.Errorf("cmd/runbox links %s: its init runs before every command (the front hands what needs it to runbox-full or runbox-server)", d)
 		}
-		if has(full, h) == "" {
-			t.Errorf("cmd/runbox-full does not link %s: the check above proves nothing", h)
+		if linksPrefix(others, h) == "" {
+			t.Errorf("neither cmd/runbox-full nor cmd/runbox-server links %s: the check above proves nothing", h)
 		}
+	}
+}
+
+// TestFullLinksNoServerPackage: cmd/runbox-full, which every command the
+// front hands over runs, links none of what only the server commands need
+// (serve's HTTP server, Prometheus and SQLite registry, the MCP SDK and
+// its encoding/gob, cobra's man page generator): their package inits would
+// run before every command. cmd/runbox-server, which runs those commands,
+// links each, so the check cannot pass by listing nothing; and runbox-full
+// does not link the front (issue 31: the handover's rules are package
+// handover's).
+func TestFullLinksNoServerPackage(t *testing.T) {
+	serverOnly := []string{
+		"github.com/runbox/runbox/internal/server",
+		"github.com/runbox/runbox/internal/mcpserver",
+		"github.com/runbox/runbox/internal/registry",
+		"github.com/runbox/runbox/internal/cli/servercli",
+		"modernc.org/sqlite",
+		"modernc.org/libc",
+		"github.com/prometheus/",
+		"github.com/modelcontextprotocol/go-sdk/",
+		"github.com/google/jsonschema-go/",
+		"encoding/gob",
+		"github.com/spf13/cobra/doc",
+		"github.com/cpuguy83/go-md2man/",
+		"github.com/russross/blackfriday/",
+	}
+	full := goDeps(t, "github.com/runbox/runbox/cmd/runbox-full")
+	server := goDeps(t, "github.com/runbox/runbox/cmd/runbox-server")
+	for _, h := range serverOnly {
+		if d := linksPrefix(full, h); d != "" {
+			t.Errorf("cmd/runbox-full links %s: its init runs before every command the front hands over (it belongs in runbox-server)", d)
+		}
+		if linksPrefix(server, h) == "" {
+			t.Errorf("cmd/runbox-server does not link %s: the check above proves nothing", h)
+		}
+	}
+	if slices.Contains(full, "github.com/runbox/runbox/internal/front") {
+		t.Errorf("cmd/runbox-full links internal/front")
 	}
 }
 
@@ -94,11 +140,14 @@ func TestFullLinksNoClientset(t *testing.T) {
 // fullSpy writes a runbox-full stand-in that records each invocation's
 // arguments (one line each) in the returned log, then becomes the real
 // runbox-full with them.
-func fullSpy(t *testing.T) (spy, log string) {
+func fullSpy(t *testing.T) (spy, log string) { return binSpy(t, "runbox-full") }
+
+// binSpy is fullSpy for the binary named name beside runbox.
+func binSpy(t *testing.T, name string) (spy, log string) {
 	t.Helper()
 	dir := t.TempDir()
-	spy, log = filepath.Join(dir, "runbox-full-spy"), filepath.Join(dir, "log")
-	real := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
+	spy, log = filepath.Join(dir, name+"-spy"), filepath.Join(dir, "log")
+	real := filepath.Join(filepath.Dir(binary(t)), name)
 	script := "#!/bin/sh\necho \"$*\" >> " + log + "\nexec " + real + " \"$@\"\n"
 	if err := os.WriteFile(spy, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -157,13 +206,59 @@ func TestDelegation(t *testing.T) {
 	if o := runBin(t, "ls"); o.code != 0 || !strings.Contains(o.stdout, id) {
 		t.Errorf("ls: %+v; want %s listed", o, id)
 	}
-	o = runBin(t, "serve", "--bad-flag")
-	if o.code != 125 || o.stderr != "runbox: serve: unknown flag: --bad-flag (see 'runbox serve --help')\n" {
-		t.Errorf("serve --bad-flag: %+v; want 125 and runbox-full's one-line usage error", o)
-	}
 	lines := strings.Split(strings.TrimSpace(spied(t, log)), "\n")
-	if len(lines) != 3 || lines[1] != "ls" || lines[2] != "serve --bad-flag" {
-		t.Errorf("runbox-full got %q; want ls and serve handed over", lines)
+	if len(lines) != 2 || lines[1] != "ls" {
+		t.Errorf("runbox-full got %q; want ls handed over", lines)
+	}
+}
+
+// TestServerCommandsReachRunboxServer: the server commands (serve, mcp,
+// token, audit, man) run in runbox-server with the invocation's arguments:
+// the front hands them to it directly, runbox-full (flags before the
+// command, `help COMMAND`, runbox-full called directly) hands them on, and
+// the output, messages and exit status are runbox-server's; runbox --help
+// still lists them.
+func TestServerCommandsReachRunboxServer(t *testing.T) {
+	setHome(t)
+	fullSpyPath, fullLog := fullSpy(t)
+	serverSpyPath, serverLog := binSpy(t, "runbox-server")
+	t.Setenv("RUNBOX_FULL", fullSpyPath)
+	t.Setenv("RUNBOX_SERVER", serverSpyPath)
+
+	o := runBin(t, "serve", "--bad-flag")
+	if o.code != 125 || o.stderr != "runbox: serve: unknown flag: --bad-flag (see 'runbox serve --help')\n" {
+		t.Errorf("serve --bad-flag: %+v; want 125 and runbox-server's one-line usage error", o)
+	}
+	if s, f := spied(t, serverLog), spied(t, fullLog); s != "serve --bad-flag\n" || f != "" {
+		t.Errorf("serve: runbox-server got %q, runbox-full %q; want it handed to runbox-server alone", s, f)
+	}
+
+	db := filepath.Join(t.TempDir(), "r.db")
+	o = runBin(t, "--host", "http://127.0.0.1:1", "token", "list", "--db", db)
+	if o.code != 0 || !strings.HasPrefix(o.stdout, "TOKEN ID") {
+		t.Errorf("--host URL token list: %+v; want runbox-server's empty token table", o)
+	}
+	o = runBin(t, "help", "audit")
+	if o.code != 0 || !strings.Contains(o.stdout, "--tenant") || !strings.Contains(o.stdout, "runbox audit") {
+		t.Errorf("help audit: %+v; want audit's own help", o)
+	}
+	handed := "--host http://127.0.0.1:1 token list --db " + db + "\nhelp audit\n"
+	if s, f := spied(t, serverLog), spied(t, fullLog); s != "serve --bad-flag\n"+handed || f != handed {
+		t.Errorf("runbox-server got %q, runbox-full %q; want runbox-full to hand token and help on as given (%q)", s, f, handed)
+	}
+
+	full := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
+	cmd := exec.Command(full, "mcp", "--help")
+	out, err := cmd.Output()
+	if err != nil || !strings.Contains(string(out), "--max-timeout") {
+		t.Errorf("runbox-full mcp --help: %v, %q; want mcp's own help from runbox-server", err, out)
+	}
+
+	o = runBin(t, "--help")
+	for _, name := range []string{"serve", "mcp", "token", "audit", "man", "exec", "up"} {
+		if !strings.Contains(o.stdout, "\n  "+name+" ") {
+			t.Errorf("runbox --help does not list %s:\n%s", name, o.stdout)
+		}
 	}
 }
 
@@ -320,15 +415,68 @@ func TestMissingFullBinary(t *testing.T) {
 	if o := run(nil, "exec", id, "--", "echo alone"); o.code != 0 || o.stdout != "alone\n" {
 		t.Errorf("exec by id without runbox-full: %+v; want it run", o)
 	}
-	for _, args := range [][]string{{"serve"}, {"ls"}, {"exec", id[:4], "--", "true"}, {"up", "--provider", "docker"}} {
+	for _, args := range [][]string{{"inspect", id}, {"ls"}, {"exec", id[:4], "--", "true"}, {"up", "--provider", "docker"}} {
 		o := run(nil, args...)
 		if o.code != 125 || strings.Count(o.stderr, "\n") != 1 || !strings.Contains(o.stderr, "runbox-full not found") ||
 			!strings.Contains(o.stderr, "go build -o bin/ ./cmd/...") || !strings.Contains(o.stderr, "RUNBOX_FULL") {
 			t.Errorf("runbox %q without runbox-full: %+v; want 125 and one line naming runbox-full and how to build it", args, o)
 		}
 	}
-	o := run([]string{"RUNBOX_FULL=" + binary(t)}, "serve")
+	o := run([]string{"RUNBOX_FULL=" + binary(t)}, "ls")
 	if o.code != 125 || !strings.Contains(o.stderr, "handed it back") {
 		t.Errorf("RUNBOX_FULL naming the light runbox: %+v; want 125 saying so", o)
+	}
+}
+
+// TestMissingServerBinary: a runbox and a runbox-full with no
+// runbox-server beside them or on PATH run everything but the server
+// commands, which fail, handed by the front or by runbox-full, with exit
+// 125 and one line naming runbox-server and how to build it; a
+// $RUNBOX_SERVER naming runbox-full or the front is refused, not looped on.
+func TestMissingServerBinary(t *testing.T) {
+	setHome(t)
+	dir := t.TempDir()
+	for _, name := range []string{"runbox", "runbox-full"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(binary(t)), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(env []string, args ...string) outcome {
+		cmd := exec.Command(filepath.Join(dir, "runbox"), args...)
+		cmd.Env = append(os.Environ(), append([]string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin", "RUNBOX_FULL=", "RUNBOX_SERVER="}, env...)...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return outcome{code, stdout.String(), stderr.String()}
+	}
+	if o := run(nil, "ls"); o.code != 0 {
+		t.Errorf("ls without runbox-server: %+v; want it run by runbox-full", o)
+	}
+	for _, args := range [][]string{{"serve"}, {"token", "list"}, {"--host", "http://127.0.0.1:1", "mcp"}, {"help", "man"}} {
+		o := run(nil, args...)
+		if o.code != 125 || strings.Count(o.stderr, "\n") != 1 || !strings.Contains(o.stderr, "runbox-server not found") ||
+			!strings.Contains(o.stderr, "go build -o bin/ ./cmd/...") || !strings.Contains(o.stderr, "RUNBOX_SERVER") || o.stdout != "" {
+			t.Errorf("runbox %q without runbox-server: %+v; want 125 and one line naming runbox-server and how to build it", args, o)
+		}
+	}
+	if o := run([]string{"RUNBOX_SERVER=" + filepath.Join(dir, "runbox-full")}, "--host", "http://127.0.0.1:1", "audit"); o.code != 125 || !strings.Contains(o.stderr, "is this binary") {
+		t.Errorf("RUNBOX_SERVER naming runbox-full: %+v; want 125 saying so", o)
+	}
+	front := []string{"RUNBOX_SERVER=" + filepath.Join(dir, "runbox")}
+	if o := run(front, "serve"); o.code != 125 || !strings.Contains(o.stderr, "is this binary") {
+		t.Errorf("RUNBOX_SERVER naming the front, serve: %+v; want 125 saying so", o)
+	}
+	if o := run(front, "--host", "http://127.0.0.1:1", "serve"); o.code != 125 || !strings.Contains(o.stderr, "handed it back") {
+		t.Errorf("RUNBOX_SERVER naming the front, handed on by runbox-full: %+v; want 125 saying so", o)
 	}
 }

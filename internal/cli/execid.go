@@ -3,9 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
-	"github.com/runbox/runbox/client"
 	"slices"
 	"strings"
+
+	"github.com/runbox/runbox/client"
 )
 
 // resolveExec turns what the user typed for an exec id into the exec's

@@ -13,13 +13,16 @@ import (
 	"github.com/runbox/runbox/provider/ssh"
 )
 
-// The CLI is runbox-full (cmd/runbox-full); the runbox front
-// (internal/front) runs the common execs itself and hands it everything
-// else. The core here links the providers whose sandboxes are records under
-// $RUNBOX_HOME (host, local, ssh); package full adds the providers that
-// need an engine's or a cluster's client (docker, kubernetes) and the
-// commands built on a server, a database or the MCP SDK (serve, token,
-// audit, mcp), through the Features it passes to Main.
+// The CLI is runbox-full (cmd/runbox-full) and runbox-server
+// (cmd/runbox-server); the runbox front (internal/front) runs the common
+// execs itself and hands everything else to one of them. The core here
+// links the providers whose sandboxes are records under $RUNBOX_HOME (host,
+// local, ssh); package full adds the providers that need an engine's or a
+// cluster's client (docker, kubernetes), and package servercli the
+// commands built on a server, a database, the MCP SDK or a man page
+// generator (serve, mcp, token, audit, man), through the Features they
+// pass to Main. runbox-full has a stand-in for each of those commands that
+// hands it to runbox-server (handed.go).
 
 // Features is what a binary links: its providers and the commands it adds
 // to the core's.
@@ -28,8 +31,14 @@ type Features struct {
 	// is looked for (cheapest lookup first).
 	Providers []ProviderKind
 	// Commands make the commands the binary adds to the core's (serve,
-	// token, audit, mcp).
+	// token, audit, mcp, man in runbox-server).
 	Commands []func(App) *cobra.Command
+	// HandOver replaces this process with runbox-server run with args (the
+	// invocation's, as given), for the server commands (serve, mcp, token,
+	// audit, man) that Commands do not provide (handed.go); why names the
+	// command for the error, returned only when that cannot be done. nil:
+	// those commands fail, saying they are not linked.
+	HandOver func(args []string, why string) error
 }
 
 // ProviderKind is a provider a binary links.

@@ -93,14 +93,20 @@ func Run(ctx context.Context, f Features, args []string, stdin io.Reader, stdout
 	if err != nil {
 		return err
 	}
-	a := &app{env: e, features: f, stdin: stdin, stdout: stdout, stderr: stderr}
+	a := &app{env: e, features: f, args: args, stdin: stdin, stdout: stdout, stderr: stderr}
 	defer a.closeProviders()
+	if f.HandOver != nil && handedCompletion(args) {
+		return f.HandOver(args, "runbox "+args[1]+" completion")
+	}
 	root := a.newRoot()
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	return a.explain(root.ExecuteContext(ctx))
+	if err := root.ExecuteContext(ctx); err != nil {
+		return a.explain(err)
+	}
+	return a.handErr
 }
 
 // envFromOS reads RUNBOX_HOME, RUNBOX_RUNBOXD and RUNBOX_PROVIDER.
@@ -123,6 +129,7 @@ func envFromOS() (Env, error) {
 type app struct {
 	env      Env
 	features Features
+	args     []string // the invocation's arguments, without the program name
 	stdin    io.Reader
 	stdout   io.Writer
 	stderr   io.Writer
@@ -130,6 +137,9 @@ type app struct {
 	made   map[string]runbox.Provider // providers made so far, by name
 	unused []*handoff                 // probe connections given to clients, closed at the end if never used
 	remote remoteFlags                // --host and --token (remote.go)
+	// handErr is why a server command's stand-in could not hand `help
+	// COMMAND` over (handed.go): cobra's help functions return no error.
+	handErr error
 }
 
 func (a *app) newRoot() *cobra.Command {
@@ -178,6 +188,7 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 	for _, mk := range a.features.Commands {
 		root.AddCommand(mk(App{a}))
 	}
+	a.addHanded(root)
 	a.addRemoteFlags(root)
 	return root
 }

@@ -15,7 +15,9 @@
 // follows the same rules as runbox-full (package execcli), so its output,
 // messages and exit status are runbox-full's.
 //
-// Handover: anything else goes to runbox-full untouched. When something
+// Handover: the commands of the control plane (serve, mcp, token, audit,
+// man: handover.ServerCommands) go to runbox-server untouched, anything
+// else to runbox-full (package handover finds them). When something
 // fails after the Run call may have reached runboxd, the front hands over
 // with the exec's id added (--id: an id that exists is attached to, never
 // run again), and once the exec has started, with the sequence number to
@@ -30,6 +32,7 @@ import (
 
 	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/handover"
 )
 
 // Main runs the invocation (args without the program name) and returns
@@ -43,6 +46,10 @@ func Main(args []string) int {
 		if x, ok := parseExec(args[1:]); ok {
 			return x.run(args)
 		}
+	case len(args) > 0 && handover.IsServerCommand(args[0]):
+		// runbox-full would hand it on (its stand-in for the command):
+		// one exec less.
+		return execcli.ReportFailure(os.Stderr, handover.Server.Exec(args, "runbox "+args[0]))
 	}
 	return handOver(args, nil)
 }

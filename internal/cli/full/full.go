@@ -1,10 +1,9 @@
-// Package full is the runbox CLI with every provider and command: the
-// core of package cli plus the providers that need an engine's or a
-// cluster's client (docker, kubernetes) and the commands built on a server,
-// a database, the MCP SDK or cobra's man page generator (serve, token,
-// audit, mcp, man). cmd/runbox-full
-// runs it; the light runbox hands it what it does not link (see
-// cli.Features).
+// Package full is the runbox CLI with every provider: the core of package
+// cli plus the providers that need an engine's or a cluster's client
+// (docker, kubernetes). cmd/runbox-full runs it; the front hands it every
+// command it does not run itself but the server commands (serve, mcp,
+// token, audit, man), which live in runbox-server (package servercli) and
+// which runbox-full hands on to it (cli.Features.HandOver).
 package full
 
 import (
@@ -14,11 +13,9 @@ import (
 	"io"
 	"slices"
 
-	"github.com/spf13/cobra"
 	"k8s.io/klog/v2"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/kubernetes"
@@ -36,8 +33,8 @@ func init() {
 	klog.SetOutput(io.Discard)
 }
 
-// Features is every provider and command of runbox, providers in lookup
-// order (cheapest first).
+// Features is every provider of runbox, in lookup order (cheapest first),
+// and no command beyond the core's.
 func Features() cli.Features {
 	ps := append(cli.RecordProviders(),
 		cli.ProviderKind{Name: docker.ProviderName, New: func(e cli.Env) runbox.Provider {
@@ -51,20 +48,13 @@ func Features() cli.Features {
 	slices.SortStableFunc(ps, func(a, b cli.ProviderKind) int {
 		return slices.Index(order, a.Name) - slices.Index(order, b.Name)
 	})
-	return cli.Features{
-		Providers: ps,
-		Commands: []func(cli.App) *cobra.Command{
-			func(x cli.App) *cobra.Command { return newApp(x).mcpCmd() },
-			func(x cli.App) *cobra.Command { return newApp(x).serveCmd() },
-			func(x cli.App) *cobra.Command { return newApp(x).tokenCmd() },
-			func(x cli.App) *cobra.Command { return newApp(x).auditCmd() },
-			func(x cli.App) *cobra.Command { return newApp(x).manCmd() },
-		},
-	}
+	return cli.Features{Providers: ps}
 }
 
-// Main runs the full CLI with args (without the program name) and returns
-// the exit status (cli.Main).
+// Main runs the CLI with every provider and args (without the program
+// name) in this process and returns the exit status (cli.Main). The server
+// commands fail here, not linked: cmd/runbox-full hands them to
+// runbox-server.
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return cli.Main(ctx, Features(), args, stdin, stdout, stderr)
 }
@@ -89,28 +79,3 @@ func configureKube(p runbox.Provider, f cli.ProviderFlags) error {
 	}
 	return nil
 }
-
-// app is one invocation as this package's commands use it: the names they
-// had inside package cli, over cli.App.
-type app struct {
-	x      cli.App
-	env    cli.Env
-	stdin  io.Reader
-	stdout io.Writer
-	stderr io.Writer
-}
-
-func newApp(x cli.App) *app {
-	return &app{x: x, env: x.Env(), stdin: x.Stdin(), stdout: x.Stdout(), stderr: x.Stderr()}
-}
-
-func (a *app) provider(name string) (runbox.Provider, error)      { return a.x.Provider(name) }
-func (a *app) localProvider(name string) (runbox.Provider, error) { return a.x.LocalProvider(name) }
-func (a *app) allProviders() []runbox.Provider                    { return a.x.AllProviders() }
-func (a *app) remoteServer() (*client.Server, error)              { return a.x.RemoteServer() }
-
-var (
-	exactArgs = cli.ExactArgs
-	writeJSON = cli.WriteJSON
-	oneLine   = cli.OneLine
-)

@@ -3,6 +3,7 @@ package full_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -52,5 +53,49 @@ func TestFullLinksEveryProvider(t *testing.T) {
 	cli.Main(context.Background(), full.Features(), []string{"up", "--provider", "nosuch"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
 	if !strings.Contains(stderr.String(), "available: "+strings.Join(slices.Sorted(slices.Values(want)), ", ")) {
 		t.Errorf("up --provider nosuch: %q; want every provider named", stderr.String())
+	}
+}
+
+// TestServerCommandsHandedOver: in runbox-full each server command
+// (serve, mcp, token, audit, man) is a stand-in that hands the whole
+// invocation, as given, to runbox-server (Features.HandOver): its flags,
+// --help, `help COMMAND`, flags before the command and shell completion of
+// its arguments; and where nothing can take it over (in-process), it
+// fails, exit 125, saying it is not linked.
+func TestServerCommandsHandedOver(t *testing.T) {
+	t.Setenv("RUNBOX_HOME", t.TempDir())
+	var handed [][]string
+	f := full.Features()
+	f.HandOver = func(args []string, why string) error {
+		handed = append(handed, args)
+		return fmt.Errorf("%s: handed", why)
+	}
+	for _, args := range [][]string{
+		{"serve", "--listen", "127.0.0.1:0", "--bad-flag"},
+		{"mcp", "--help"},
+		{"help", "token"},
+		{"--host", "http://127.0.0.1:1", "token", "list"},
+		{"audit", "--json"},
+		{"man", "/nonexistent/dir"},
+		{"__complete", "serve", "--li"},
+	} {
+		handed = nil
+		var stdout, stderr bytes.Buffer
+		code := cli.Main(context.Background(), f, args, strings.NewReader(""), &stdout, &stderr)
+		if code != 125 || len(handed) != 1 || !slices.Equal(handed[0], args) || !strings.Contains(stderr.String(), "handed") || stdout.Len() > 0 {
+			t.Errorf("runbox-full %q: exit %d, handed %q, stdout %q, stderr %q; want the invocation handed over as given, once, and nothing printed but the failure",
+				args, code, handed, stdout.String(), stderr.String())
+		}
+	}
+	for _, args := range [][]string{{"ls"}, {"version"}, {"__complete", "ls", ""}} {
+		handed = nil
+		code := cli.Main(context.Background(), f, args, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+		if code != 0 || handed != nil {
+			t.Errorf("runbox-full %q: exit %d, handed %q; want it run here", args, code, handed)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := full.Main(context.Background(), []string{"serve"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); code != 125 || !strings.Contains(stderr.String(), "not linked") {
+		t.Errorf("serve in-process without a handover: exit %d, %q; want 125 saying it is not linked", code, stderr.String())
 	}
 }

@@ -1,4 +1,4 @@
-package full_test
+package servercli_test
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli/servercli"
 )
 
 // commandPaths lists every command --help shows below path (path
@@ -18,7 +18,7 @@ import (
 // still asked for.
 func commandPaths(t *testing.T, path []string) [][]string {
 	t.Helper()
-	out := help(t, full.Features(), append(append([]string{}, path...), "--help")...)
+	out := help(t, servercli.Features(), append(append([]string{}, path...), "--help")...)
 	paths := [][]string{path}
 	_, list, ok := strings.Cut(out, "\nAvailable Commands:\n")
 	if !ok {
@@ -43,7 +43,7 @@ func commandPaths(t *testing.T, path []string) [][]string {
 func TestManPagesCoverEveryCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "man1") // made by runbox man
 	t.Setenv("SOURCE_DATE_EPOCH", "0")
-	help(t, full.Features(), "man", dir)
+	help(t, servercli.Features(), "man", dir)
 
 	want := map[string]string{} // page name -> command line
 	for _, p := range commandPaths(t, nil) {

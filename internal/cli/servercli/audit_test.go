@@ -1,4 +1,4 @@
-package full_test
+package servercli_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli/servercli"
 	"github.com/runbox/runbox/internal/registry"
 )
 
@@ -46,7 +46,7 @@ func TestAuditSandboxByName(t *testing.T) {
 		t.Helper()
 		t.Setenv("RUNBOX_HOME", t.TempDir())
 		var out, errOut bytes.Buffer
-		code = cli.Main(ctx, full.Features(), append([]string{"audit", "--json", "--db", db}, args...), strings.NewReader(""), &out, &errOut)
+		code = cli.Main(ctx, servercli.Features(), append([]string{"audit", "--json", "--db", db}, args...), strings.NewReader(""), &out, &errOut)
 		for l := range strings.Lines(out.String()) {
 			var row struct{ Command string }
 			if err := json.Unmarshal([]byte(l), &row); err != nil {

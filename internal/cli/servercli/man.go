@@ -1,4 +1,4 @@
-package full
+package servercli
 
 import (
 	"fmt"
@@ -12,8 +12,8 @@ import (
 
 // manCmd is runbox man DIR: one man page (section 1) per command of the
 // tree this invocation built, written by cobra's generator. It lives in
-// runbox-full so that the front never links the generator (the front hands
-// it over like any command it does not run itself).
+// runbox-server, whose tree holds every command, so that neither the front
+// nor runbox-full links the generator (both hand it over).
 func (a *app) manCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "man DIR",
