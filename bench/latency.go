@@ -53,10 +53,14 @@ func benchLatency(ctx context.Context, cfg *config, env *sandboxes) (*LatencyRep
 	ways := []*way{
 		{name: "bash -c true", once: cli("bash", "-c", "true")},
 		{name: "runbox version", baseline: "bash -c true", once: cli(runbox, "version")},
-		// The binary with every provider and command: what runbox was
-		// before the split (docs/cli.md, "Two binaries").
-		// Issue 31: its package inits, which every command handed over pays.
+		// The binary with every provider: what runbox was before the
+		// front (docs/cli.md, "Three binaries"), without the server
+		// commands. Issue 31: its package inits, which every command
+		// handed over pays.
 		{name: "runbox-full version", baseline: "runbox version", goal: 3, once: cli(full, "version")},
+		// The binary with the server commands too (serve, mcp, token,
+		// audit, man): what runbox-full was before they moved out.
+		{name: "runbox-server version", baseline: "runbox version", once: cli(filepath.Join(cfg.bin, "runbox-server"), "version")},
 	}
 	for _, p := range []string{"host", "local"} {
 		if id := env.get(p); id != "" {

@@ -133,8 +133,8 @@ func run(cfg *config) error {
 			return err
 		}
 	}
-	log.Printf("building runbox, runbox-full and runboxd into %s", cfg.bin)
-	build := exec.Command("go", "build", "-o", cfg.bin+"/", "./cmd/runbox", "./cmd/runbox-full", "./cmd/runboxd")
+	log.Printf("building runbox, runbox-full, runbox-server and runboxd into %s", cfg.bin)
+	build := exec.Command("go", "build", "-o", cfg.bin+"/", "./cmd/runbox", "./cmd/runbox-full", "./cmd/runbox-server", "./cmd/runboxd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -26,18 +26,18 @@ type serveRun struct {
 	c      *client.Client
 }
 
-// startServe runs runbox-full serve on a loopback port with a database
+// startServe runs runbox-server serve on a loopback port with a database
 // of its own under the run's home, makes a token and a host sandbox
 // through it.
 func startServe(ctx context.Context, cfg *config) (*serveRun, error) {
-	full := filepath.Join(cfg.bin, "runbox-full")
+	server := filepath.Join(cfg.bin, "runbox-server")
 	db := filepath.Join(cfg.home, "serve.db")
-	tok, err := exec.Command(full, "token", "create", "--tenant", "bench", "--db", db).Output()
+	tok, err := exec.Command(server, "token", "create", "--tenant", "bench", "--db", db).Output()
 	if err != nil {
 		return nil, fmt.Errorf("token create: %w", err)
 	}
 	s := &serveRun{exited: make(chan struct{})}
-	s.cmd = exec.Command(full, "serve", "--providers", "host", "--allow-host-provider", "--listen", "127.0.0.1:0", "--db", db)
+	s.cmd = exec.Command(server, "serve", "--providers", "host", "--allow-host-provider", "--listen", "127.0.0.1:0", "--db", db)
 	pr, pw := io.Pipe()
 	s.cmd.Stderr = pw
 	if err := s.cmd.Start(); err != nil {

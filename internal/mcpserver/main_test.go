@@ -46,8 +46,9 @@ func mainCode(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	runboxBin = filepath.Join(dir, "runbox")
-	// runbox hands mcp to runbox-full beside it: build both.
-	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/runbox/runbox/cmd/runbox", "github.com/runbox/runbox/cmd/runbox-full")
+	// runbox hands mcp, serve, token and audit to runbox-server beside it,
+	// and the rest to runbox-full: build all three.
+	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/runbox/runbox/cmd/runbox", "github.com/runbox/runbox/cmd/runbox-full", "github.com/runbox/runbox/cmd/runbox-server")
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build runbox: %v\n%s", err, out)

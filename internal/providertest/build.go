@@ -99,7 +99,7 @@ func mainCode(m *testing.M, leakOpts ...goleak.Option) int {
 	return code
 }
 
-// BuildForAnyUser builds static runbox, runbox-full and runboxd binaries into a fresh
+// BuildForAnyUser builds static runbox, runbox-full, runbox-server and runboxd binaries into a fresh
 // directory every user can read and search (the usual build directories are
 // private to the user running the tests), for a test that runs the CLI as
 // another user. It returns the directory, removed when t ends.
@@ -113,7 +113,7 @@ func BuildForAnyUser(t testing.TB) string {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, pkg := range []string{"runbox", "runbox-full", "runboxd"} {
+	for _, pkg := range []string{"runbox", "runbox-full", "runbox-server", "runboxd"} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -56,7 +56,8 @@ var bins struct {
 	dir  string
 }
 
-// binDir builds runbox and runboxd once for the package's tests.
+// binDir builds runbox, runbox-full, runbox-server (which runs serve,
+// token and audit) and runboxd once for the package's tests.
 func binDir(t testing.TB) string {
 	t.Helper()
 	bins.once.Do(func() {
@@ -64,7 +65,7 @@ func binDir(t testing.TB) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, pkg := range []string{"runbox", "runbox-full", "runboxd"} {
+		for _, pkg := range []string{"runbox", "runbox-full", "runbox-server", "runboxd"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pkg), "github.com/runbox/runbox/cmd/"+pkg)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			if out, err := cmd.CombinedOutput(); err != nil {

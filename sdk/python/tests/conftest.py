@@ -71,7 +71,7 @@ def bin_dir() -> str:
     d = tempfile.mkdtemp(prefix="rbpybin")
     atexit.register(shutil.rmtree, d, True)
     env = dict(os.environ, CGO_ENABLED="0")
-    subprocess.run([go, "build", "-o", d + "/", "./cmd/runbox", "./cmd/runbox-full", "./cmd/runboxd"], cwd=REPO, env=env, check=True)
+    subprocess.run([go, "build", "-o", d + "/", "./cmd/runbox", "./cmd/runbox-full", "./cmd/runbox-server", "./cmd/runboxd"], cwd=REPO, env=env, check=True)
     _bin_dir = d
     return d
 
