@@ -1,7 +1,8 @@
 // Command runbox is the runbox command line that agents and people call:
 // a small front that runs `runbox exec` on a host or local sandbox by id
 // (and `runbox version`) itself, and hands everything else, with the same
-// arguments, to runbox-full beside it; see internal/front.
+// arguments, to runbox-full beside it (serve, mcp, token, audit and man
+// to runbox-server); see internal/front.
 package main
 
 import (

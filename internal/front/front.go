@@ -1,7 +1,8 @@
 // Package front is the runbox binary that agents and people call
 // (cmd/runbox): a small program that runs the hot path itself and hands
-// everything else, with the same arguments, to runbox-full (package cli),
-// by replacing itself with it.
+// everything else, with the same arguments, to runbox-full (package cli)
+// or, for the server commands, runbox-server (package servercli), by
+// replacing itself with it (package handover).
 //
 // Go runs every linked package's init before main, and start-up grows
 // with the binary, so the front links no command-line framework, no HTTP
