@@ -36,8 +36,14 @@ server in a --network private or none sandbox, which nothing else can.`,
 			if _, ok := p.(*remoteProvider); ok {
 				return fail("port-forward", key, "", fmt.Errorf("%w: port-forward through runbox serve", errors.ErrUnsupported))
 			}
-			fc, closeIdle := egress.NewForwardClient(p.Dialer(sb))
+			dial := p.Dialer(sb)
+			fc, closeIdle := egress.NewForwardClient(dial)
 			defer closeIdle()
+			// Where runboxd is on this kernel behind a unix socket, it
+			// passes the connected socket and the kernel splices it;
+			// elsewhere (docker's exec pipe, ssh, kubernetes) the bytes
+			// travel in ForwardService messages.
+			passFDs := p.Name() == "local" || p.Name() == "host"
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
 			if err != nil {
 				return fail("port-forward", key, "", err)
@@ -60,7 +66,11 @@ server in a --network private or none sandbox, which nothing else can.`,
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					if err := egress.ForwardConn(ctx, fc, remote, conn); err != nil {
+					forward := func() error { return egress.ForwardConn(ctx, fc, remote, conn) }
+					if passFDs {
+						forward = func() error { return egress.ForwardConnFD(ctx, dial, remote, conn) }
+					}
+					if err := forward(); err != nil {
 						fmt.Fprintf(a.stderr, "runbox: port-forward: %v\n", err)
 					}
 				}()
