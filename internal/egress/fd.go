@@ -51,8 +51,10 @@ type fdMsg struct {
 	Data []byte `json:"data,omitempty"`
 }
 
+func jsonMsg(m fdMsg) ([]byte, error) { return json.Marshal(m) }
+
 func sendMsg(fc *fdpass.Conn, m fdMsg, conn *net.TCPConn) error {
-	b, err := json.Marshal(m)
+	b, err := jsonMsg(m)
 	if err != nil {
 		return err
 	}
@@ -426,6 +428,7 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 				}
 				continue
 			}
+			log = h.log().With("host", r.msg.GetHost(), "port", r.msg.GetPort(), "via", r.msg.GetVia())
 			cmd, err := fdpass.TCPConn(f)
 			if err != nil {
 				r.conn.Close()
