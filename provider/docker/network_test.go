@@ -66,6 +66,26 @@ except OSError as e:
 	if got := fetch(fmt.Sprintf("http://127.0.0.3:%d/x", port)); !strings.HasPrefix(got, "403") || !strings.Contains(got, "no --allow-cidr covers it") {
 		t.Errorf("raw address: %q", got)
 	}
+	// A CONNECT tunnel: the command's socket is handed to the host side
+	// (fd passing over the bind-mounted socket) and spliced there.
+	res := run(t, c, fmt.Sprintf(`python3 - <<'EOF'
+import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(b"CONNECT pkg.test:%d HTTP/1.1\r\nHost: pkg.test:%d\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+s.sendall(b"GET /tunnel HTTP/1.0\r\nHost: pkg.test\r\n\r\n")
+body = b""
+while True:
+    b = s.recv(65536)
+    if not b: break
+    body += b
+print(head.split(b"\r\n")[0].decode(), body.split(b"\r\n\r\n", 1)[1].decode(), end="")
+EOF`, port, port))
+	if got, want := string(res.Stdout), "HTTP/1.1 200 Connection established host says pkg.test/tunnel"; got != want {
+		t.Errorf("CONNECT tunnel: %q %q, want %q", got, res.Stderr, want)
+	}
 	// A program ignoring the proxy variables: the container has no route.
 	for _, host := range []string{"127.0.0.2", "172.17.0.1"} {
 		res := run(t, c, fmt.Sprintf(`python3 -c '
