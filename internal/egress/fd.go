@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/runbox/runbox"
@@ -459,14 +460,18 @@ func (h *Host) spliceFD(ctx context.Context, log *slog.Logger, r *fdRemote, cmd 
 	defer stop()
 	log.Debug("egress carrying", "remote", r.conn.RemoteAddr().String(), "fd", true)
 	toCmd := make(chan struct{})
+	var refusing atomic.Bool // the command is about to be told why, not cut
 	go func() {
 		defer close(toCmd)
-		if _, err := io.Copy(cmd, r.conn); err != nil {
+		_, err := io.Copy(cmd, r.conn)
+		switch {
+		case refusing.Load():
+		case err != nil:
 			cmd.Close()
 			r.conn.Close()
-			return
+		default:
+			closeWrite(cmd)
 		}
-		closeWrite(cmd)
 	}()
 	defer func() { <-toCmd }()
 	buf := make([]byte, 16<<10)
@@ -483,7 +488,9 @@ func (h *Host) spliceFD(ctx context.Context, log *slog.Logger, r *fdRemote, cmd 
 		return buf[:n], false, err
 	}
 	toCommand := func(b []byte) error {
-		r.conn.Close() // nothing more from the remote
+		refusing.Store(true)
+		r.conn.Close() // nothing more from the remote...
+		<-toCmd        // ...nor being written to the command
 		cmd.SetWriteDeadline(time.Now().Add(headerTimeout))
 		_, err := cmd.Write(b)
 		return err
