@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/egress"
 )
 
@@ -39,11 +40,13 @@ server in a --network private or none sandbox, which nothing else can.`,
 			dial := p.Dialer(sb)
 			fc, closeIdle := egress.NewForwardClient(dial)
 			defer closeIdle()
-			// Where runboxd is on this kernel behind a unix socket, it
+			// Where the provider says runboxd is behind a unix socket on
+			// this kernel (local, host, docker with its socket here), it
 			// passes the connected socket and the kernel splices it;
-			// elsewhere (docker's exec pipe, ssh, kubernetes) the bytes
+			// elsewhere (docker's exec stream, ssh, kubernetes) the bytes
 			// travel in ForwardService messages.
-			passFDs := p.Name() == "local" || p.Name() == "host"
+			fp, ok := p.(fdPasser)
+			passFDs := ok && fp.PassesFDs(sb)
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
 			if err != nil {
 				return fail("port-forward", key, "", err)
@@ -77,6 +80,12 @@ server in a --network private or none sandbox, which nothing else can.`,
 			}
 		},
 	}
+}
+
+// fdPasser is a provider that can say whether connected sockets travel
+// to and from a sandbox's runboxd (internal/fdpass).
+type fdPasser interface {
+	PassesFDs(runbox.Sandbox) bool
 }
 
 // parsePortPair parses REMOTE or LOCAL:REMOTE (LOCAL 0: a free port).
