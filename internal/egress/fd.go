@@ -37,17 +37,17 @@ const (
 
 // fdMsg is a frame's payload on an fd-passing connection.
 type fdMsg struct {
-	// Kind: "hello" (runboxd takes the service), "offer" (a command's
-	// connection, for a verdict), "verdict" (the host side's), "conn"
-	// (runboxd hands over a command's socket), "forward" (the port to
-	// forward to), "forwarded" (its socket).
-	Kind    string `json:"kind"`
-	ID      uint64 `json:"id,omitempty"`
-	Host    string `json:"host,omitempty"`
-	Port    int    `json:"port,omitempty"`
-	Via     string `json:"via,omitempty"`
-	Refusal string `json:"refusal,omitempty"`
-	Error   string `json:"error,omitempty"`
+	// Kind: "hello" (runboxd takes the service, or says why not in
+	// Error), "offer" (a command's connection: with its socket for a
+	// tunnel, without for a plain HTTP request), "forward" (the port to
+	// forward to), "forwarded" (runboxd's answer: the socket it connected
+	// there, or Error).
+	Kind  string `json:"kind"`
+	ID    uint64 `json:"id,omitempty"`
+	Host  string `json:"host,omitempty"`
+	Port  int    `json:"port,omitempty"`
+	Via   string `json:"via,omitempty"`
+	Error string `json:"error,omitempty"`
 	// Data are the command's bytes runboxd read past its proxy request.
 	Data []byte `json:"data,omitempty"`
 }
@@ -131,11 +131,12 @@ func (p *Proxy) take(id uint64) *pending {
 }
 
 // serveFD offers the proxy's connections to a host side over fc, as
-// Listen does, and takes its verdicts: a refusal is answered as Carry's
-// is; an allowed connection is answered (CONNECT's 200, SOCKS5's
-// success) and its socket handed to the host side, runboxd keeping no
-// copy. Plain HTTP requests (one per connection, rewritten here) are
-// carried by Carry still: the host side calls it for those.
+// Listen does, but hands each tunnel's socket over with its offer,
+// keeping no copy: the host side decides, dials, answers the command
+// (CONNECT's 200 or 403, SOCKS5's reply) and splices, so one frame is all
+// a connection costs here. Plain HTTP requests (one per connection,
+// rewritten here) are offered without a socket and carried by Carry,
+// which the host side calls for those.
 func (p *Proxy) serveFD(fc *fdpass.Conn) {
 	if err := sendMsg(fc, fdMsg{Kind: "hello"}, nil); err != nil {
 		return
@@ -143,26 +144,17 @@ func (p *Proxy) serveFD(fc *fdpass.Conn) {
 	done := make(chan struct{})
 	defer func() { fc.Close(); <-done }()
 	go func() {
+		// The host side sends nothing after its preface: a frame, a
+		// descriptor above all, ends the connection.
 		defer close(done)
-		for {
-			m, f, err := recvMsg(fc)
-			if f != nil { // runboxd takes no descriptor from the host side
-				f.Close()
-				p.log.Warn("egress: the host side sent a descriptor; closing its connection")
-				fc.Close()
-				return
-			}
-			if err != nil {
-				fc.Close()
-				return
-			}
-			if m.Kind != "verdict" {
-				continue
-			}
-			if pc := p.take(m.ID); pc != nil {
-				go p.handOver(fc, pc, m.Refusal)
-			}
+		_, f, err := recvMsg(fc)
+		if f != nil {
+			f.Close()
 		}
+		if err == nil || f != nil {
+			p.log.Warn("egress: the host side sent a frame (runboxd takes none); closing its connection")
+		}
+		fc.Close()
 	}()
 	for {
 		select {
@@ -171,44 +163,31 @@ func (p *Proxy) serveFD(fc *fdpass.Conn) {
 		case <-p.closed:
 			return
 		case pc := <-p.offered:
-			if err := sendMsg(fc, fdMsg{Kind: "offer", ID: pc.id, Host: pc.host, Port: pc.port, Via: pc.via}, nil); err != nil {
+			if !p.offerFD(fc, pc) {
 				return
 			}
 		}
 	}
 }
 
-// handOver answers an allowed command and passes its socket to the host
-// side, or answers a refusal.
-func (p *Proxy) handOver(fc *fdpass.Conn, pc *pending, refusal string) {
-	defer pc.conn.Close()
-	fail := func(why string) { sendMsg(fc, fdMsg{Kind: "conn", ID: pc.id, Error: why}, nil) }
-	if refusal != "" {
-		p.refuse(pc, http.StatusForbidden, refusal)
-		return
-	}
+// offerFD offers pc to the host side, with its socket when it is a
+// tunnel; false says fc failed.
+func (p *Proxy) offerFD(fc *fdpass.Conn, pc *pending) bool {
+	m := fdMsg{Kind: "offer", ID: pc.id, Host: pc.host, Port: pc.port, Via: pc.via}
 	tc, ok := pc.conn.(*net.TCPConn)
-	if !ok || pc.req != nil {
-		fail("not a tunnel")
-		p.refuse(pc, http.StatusBadGateway, "runbox egress: this connection cannot be handed over")
-		return
+	if pc.req != nil || !ok { // waits for Carry
+		return sendMsg(fc, m, nil) == nil
 	}
-	pc.conn.SetWriteDeadline(time.Now().Add(headerTimeout))
-	var err error
-	switch pc.via {
-	case "connect":
-		_, err = io.WriteString(pc.conn, "HTTP/1.1 200 Connection established\r\n\r\n")
-	case "socks5":
-		err = socksReply(pc.conn, socksSucceeded)
+	if p.take(pc.id) == nil {
+		return true // it timed out meanwhile, and was answered
 	}
-	pc.conn.SetWriteDeadline(time.Time{})
-	if err != nil {
-		fail(err.Error())
-		return
+	m.Data = pc.buffered()
+	if err := sendMsg(fc, m, tc); err != nil {
+		p.refuse(pc, http.StatusServiceUnavailable, "runbox egress: the host side's connection failed: "+err.Error())
+		return false
 	}
-	if err := sendMsg(fc, fdMsg{Kind: "conn", ID: pc.id, Data: pc.buffered()}, tc); err != nil {
-		p.log.Debug("egress: hand over", "err", err)
-	}
+	pc.conn.Close() // the host side's now
+	return true
 }
 
 // buffered returns the command's bytes read past its proxy request.
@@ -316,13 +295,11 @@ func spliceConns(ctx context.Context, a, b net.Conn) {
 	<-done
 }
 
-// fdRemote is an allowed connection's remote end, dialled, waiting for
-// runboxd to hand over the command's socket.
+// fdRemote is an allowed connection's remote end, dialled.
 type fdRemote struct {
-	conn  net.Conn
-	pol   Policy
-	msg   *runboxv1.EgressListenResponse
-	timer *time.Timer
+	conn net.Conn
+	pol  Policy
+	msg  *runboxv1.EgressListenResponse
 }
 
 // serveFD is Serve over an fd-passing connection.
@@ -352,19 +329,8 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 	}
 	c, closeIdle := h.client() // plain HTTP requests go over Carry
 	defer closeIdle()
-	var mu sync.Mutex
-	remotes := map[uint64]*fdRemote{}
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer func() {
-		mu.Lock()
-		for id, r := range remotes {
-			r.timer.Stop()
-			r.conn.Close()
-			delete(remotes, id)
-		}
-		mu.Unlock()
-	}()
 	for {
 		m, f, err := recvMsg(fc)
 		if err != nil {
@@ -379,74 +345,58 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 		msg := &runboxv1.EgressListenResponse{Id: m.ID, Host: m.Host, Port: uint32(m.Port), Via: m.Via}
 		log := h.log().With("host", m.Host, "port", m.Port, "via", m.Via)
 		switch {
-		case m.Kind == "offer" && f == nil:
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if m.Via == "http" { // one rewritten request: runboxd carries it over Carry
-					h.carry(ctx, c, msg)
-					return
-				}
-				remote, pol, refusal := h.open(ctx, msg)
-				if refusal != "" {
-					log.Warn("egress refused", "rule", refusal)
-					sendMsg(fc, fdMsg{Kind: "verdict", ID: m.ID, Refusal: refusal}, nil)
-					return
-				}
-				r := &fdRemote{conn: remote, pol: pol, msg: msg}
-				mu.Lock()
-				remotes[m.ID] = r
-				// A hand-over that never comes must not hold the remote.
-				r.timer = time.AfterFunc(headerTimeout, func() {
-					mu.Lock()
-					if remotes[m.ID] == r {
-						delete(remotes, m.ID)
-						remote.Close()
-					}
-					mu.Unlock()
-				})
-				mu.Unlock()
-				if err := sendMsg(fc, fdMsg{Kind: "verdict", ID: m.ID}, nil); err != nil {
-					fc.Close()
-				}
-			}()
-		case m.Kind == "conn":
-			mu.Lock()
-			r := remotes[m.ID]
-			delete(remotes, m.ID)
-			mu.Unlock()
-			if r != nil {
-				r.timer.Stop()
-			}
-			if f == nil || r == nil {
-				if f != nil {
-					f.Close()
-					log.Warn("egress: runboxd handed over a socket nobody allowed; closed", "id", m.ID)
-				}
-				if r != nil {
-					r.conn.Close()
-					log.Debug("egress: runboxd did not hand the connection over", "err", m.Error)
-				}
-				continue
-			}
-			log = h.log().With("host", r.msg.GetHost(), "port", r.msg.GetPort(), "via", r.msg.GetVia())
-			cmd, err := fdpass.TCPConn(f)
-			if err != nil {
-				r.conn.Close()
-				log.Warn("egress refused", "rule", "runboxd's hand-over: "+err.Error())
-				continue
-			}
-			// Not waited for: a spliced connection is the host side's
-			// and ends with ctx, not with this connection to runboxd.
-			go h.spliceFD(ctx, log, r, cmd, m.Data)
-		default:
+		case m.Kind != "offer":
 			if f != nil {
 				f.Close()
 			}
 			log.Warn("egress: runboxd sent an unexpected frame; its connection is closed", "kind", m.Kind, "fd", f != nil)
 			return fmt.Errorf("egress fd passing: %w: a %q frame (descriptor: %v)", fdpass.ErrHostileFD, m.Kind, f != nil)
+		case f == nil && m.Via == "http": // one rewritten request: carried over Carry
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				h.carry(ctx, c, msg)
+			}()
+		case f == nil:
+			log.Warn("egress: runboxd offered a tunnel without its socket; ignored")
+		default:
+			cmd, err := fdpass.TCPConn(f)
+			if err != nil {
+				log.Warn("egress refused", "rule", "runboxd's hand-over: "+err.Error())
+				continue
+			}
+			// Not waited for: a passed connection is the host side's
+			// and ends with ctx, not with this connection to runboxd.
+			go h.decideFD(ctx, log, msg, cmd, m.Data)
 		}
 	}
+}
+
+// decideFD decides on a tunnel whose socket runboxd handed over, answers
+// the command as runboxd would have, and splices the allowed ones.
+func (h *Host) decideFD(ctx context.Context, log *slog.Logger, msg *runboxv1.EgressListenResponse, cmd *net.TCPConn, early []byte) {
+	remote, pol, refusal := h.open(ctx, msg)
+	cmd.SetWriteDeadline(time.Now().Add(headerTimeout))
+	if refusal != "" {
+		log.Warn("egress refused", "rule", refusal)
+		answerRefusal(cmd, msg.GetVia(), http.StatusForbidden, refusal)
+		cmd.Close()
+		return
+	}
+	var err error
+	switch msg.GetVia() {
+	case "connect":
+		_, err = io.WriteString(cmd, "HTTP/1.1 200 Connection established\r\n\r\n")
+	case "socks5":
+		err = socksReply(cmd, socksSucceeded)
+	}
+	cmd.SetWriteDeadline(time.Time{})
+	if err != nil {
+		cmd.Close()
+		remote.Close()
+		return
+	}
+	h.spliceFD(ctx, log, &fdRemote{conn: remote, pol: pol, msg: msg}, cmd, early)
 }
 
 // spliceFD splices the command's socket with the remote: the remote's

@@ -362,12 +362,18 @@ func writeStatus(w io.Writer, status int, msg string) {
 // refuse answers the command that its connection is refused, and closes it.
 func (p *Proxy) refuse(pc *pending, status int, msg string) {
 	pc.conn.SetWriteDeadline(time.Now().Add(headerTimeout))
-	if pc.via == "socks5" {
-		socksReply(pc.conn, socksNotAllowed)
-	} else {
-		writeStatus(pc.conn, status, msg)
-	}
+	answerRefusal(pc.conn, pc.via, status, msg)
 	pc.conn.Close()
+}
+
+// answerRefusal tells a command its proxy request is refused: an HTTP
+// status with msg, or SOCKS5's "not allowed" (which has no text).
+func answerRefusal(w io.Writer, via string, status int, msg string) {
+	if via == "socks5" {
+		socksReply(w, socksNotAllowed)
+	} else {
+		writeStatus(w, status, msg)
+	}
 }
 
 // Listen hands the host side every connection commands open, as they come.
