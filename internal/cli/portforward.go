@@ -47,6 +47,8 @@ server in a --network private or none sandbox, which nothing else can.`,
 			// travel in ForwardService messages.
 			fp, ok := p.(fdPasser)
 			passFDs := ok && fp.PassesFDs(sb)
+			fw := &egress.FDForwarder{Dial: dial}
+			defer fw.Close()
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
 			if err != nil {
 				return fail("port-forward", key, "", err)
@@ -71,7 +73,7 @@ server in a --network private or none sandbox, which nothing else can.`,
 					defer wg.Done()
 					forward := func() error { return egress.ForwardConn(ctx, fc, remote, conn) }
 					if passFDs {
-						forward = func() error { return egress.ForwardConnFD(ctx, dial, remote, conn) }
+						forward = func() error { return fw.Forward(ctx, remote, conn) }
 					}
 					if err := forward(); err != nil {
 						fmt.Fprintf(a.stderr, "runbox: port-forward: %v\n", err)

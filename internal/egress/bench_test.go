@@ -74,6 +74,7 @@ func forwardTo(b *testing.B, r *rig, addr string, fds bool) string {
 		b.Fatal(err)
 	}
 	c, closeIdle := NewForwardClient(r.dial)
+	fw := &FDForwarder{Dial: r.dial}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -83,13 +84,13 @@ func forwardTo(b *testing.B, r *rig, addr string, fds bool) string {
 				return
 			}
 			if fds {
-				go ForwardConnFD(context.Background(), r.dial, p, conn)
+				go fw.Forward(context.Background(), p, conn)
 			} else {
 				go ForwardConn(context.Background(), c, p, conn)
 			}
 		}
 	}()
-	b.Cleanup(func() { ln.Close(); <-done; closeIdle() })
+	b.Cleanup(func() { ln.Close(); <-done; closeIdle(); fw.Close() })
 	return ln.Addr().String()
 }
 

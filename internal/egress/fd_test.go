@@ -3,6 +3,7 @@ package egress
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -89,6 +90,7 @@ func forwarder(t testing.TB, r *rig, addr string, fds bool) string {
 	var p int
 	fmt.Sscan(ps, &p)
 	fc, closeIdle := NewForwardClient(r.dial)
+	fw := &FDForwarder{Dial: r.dial}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -98,13 +100,13 @@ func forwarder(t testing.TB, r *rig, addr string, fds bool) string {
 				return
 			}
 			if fds {
-				go ForwardConnFD(context.Background(), r.dial, p, conn)
+				go fw.Forward(context.Background(), p, conn)
 			} else {
 				go ForwardConn(context.Background(), fc, p, conn)
 			}
 		}
 	}()
-	t.Cleanup(func() { ln.Close(); <-done; closeIdle() })
+	t.Cleanup(func() { ln.Close(); <-done; closeIdle(); fw.Close() })
 	return ln.Addr().String()
 }
 
@@ -289,5 +291,58 @@ func TestHostRefusesHostileHandOver(t *testing.T) {
 			cancel()
 			<-served
 		})
+	}
+}
+
+// TestForwardRefusesHostileSocket: a runboxd (a fake one) that answers a
+// forward request with a pipe instead of a connected TCP socket gets the
+// forwarded connection refused with ErrHostileFD; the pipe is closed and
+// the caller's connection too.
+func TestForwardRefusesHostileSocket(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := fdpass.Divert(ln, func(service string, c net.Conn) {
+		defer c.Close()
+		uc, _ := fdpass.UnixConn(c)
+		fc := fdpass.New(uc)
+		m, _, err := recvMsg(fc)
+		if err != nil || service != FDForward {
+			t.Errorf("request %+v %v for %q", m, err, service)
+			return
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		b, _ := jsonMsg(fdMsg{Kind: "forwarded", ID: m.ID})
+		fc.Send(b, int(r.Fd()))
+		r.Close()
+		w.Close()
+		io.Copy(io.Discard, c)
+	})
+	defer d.Close()
+	dial := func(ctx context.Context) (net.Conn, error) {
+		var dd net.Dialer
+		return dd.DialContext(ctx, "unix", sock)
+	}
+	a, b := net.Pipe()
+	defer b.Close()
+	before := openFDs(t)
+	fw := &FDForwarder{Dial: dial}
+	err = fw.Forward(context.Background(), 8080, a)
+	if !errors.Is(err, fdpass.ErrHostileFD) {
+		t.Fatalf("Forward = %v, want ErrHostileFD", err)
+	}
+	t.Logf("refused: %v", err)
+	fw.Close()
+	if n := settle(func() int { return openFDs(t) }, before); n > before {
+		t.Fatalf("%d descriptors open, %d before", n, before)
+	}
+	if _, err := b.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, io.ErrClosedPipe) {
+		t.Errorf("the caller's connection after a refusal: %v, want it closed", err)
 	}
 }
