@@ -23,8 +23,9 @@ import (
 
 // listenEgress opens the egress proxy's listeners on the sandbox's own
 // loopback (before any command runs, so none can take the ports) and
-// returns what mounts its EgressService on the daemon's server.
-func listenEgress() (func(*daemon.Server, *slog.Logger), error) {
+// returns what mounts its EgressService on the daemon's server and returns
+// the proxy (for fd passing, see serveOn).
+func listenEgress() (func(*daemon.Server, *slog.Logger) *egress.Proxy, error) {
 	httpLn, err := net.Listen("tcp", egress.HTTPAddr)
 	if err != nil {
 		return nil, fmt.Errorf("egress proxy: %w", err)
@@ -34,7 +35,7 @@ func listenEgress() (func(*daemon.Server, *slog.Logger), error) {
 		httpLn.Close()
 		return nil, fmt.Errorf("egress proxy: %w", err)
 	}
-	return func(srv *daemon.Server, log *slog.Logger) {
+	return func(srv *daemon.Server, log *slog.Logger) *egress.Proxy {
 		p := egress.NewProxy(log)
 		srv.Also(p.Handler())
 		go func() {
@@ -43,6 +44,7 @@ func listenEgress() (func(*daemon.Server, *slog.Logger), error) {
 		}()
 		go p.ServeHTTPProxy(httpLn)
 		go p.ServeSOCKS(socksLn)
+		return p
 	}, nil
 }
 
@@ -96,6 +98,10 @@ func egressHost(args []string, stderr io.Writer) error {
 		Dial:   procrecord.Dialer(*socket, *stateDir),
 		Policy: func() (egress.Policy, error) { return egress.ReadPolicy(policyPath) },
 		Log:    log,
+		// Started by the local provider beside the sandbox: runboxd's
+		// socket is on this kernel, so the command's sockets are passed
+		// and spliced here, not carried in messages.
+		PassFDs: true,
 	}
 	contacted := false
 	first := time.Now()

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox/runbox/internal/daemon"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/landlock"
 	"github.com/runbox/runbox/internal/layerchmod"
@@ -138,7 +139,7 @@ func jailServe(args []string, stderr io.Writer) error {
 			return fmt.Errorf("jail: %w", err)
 		}
 	}
-	var also []func(*daemon.Server, *slog.Logger)
+	var also []func(*daemon.Server, *slog.Logger) *egress.Proxy
 	if jc.Egress {
 		offer, err := listenEgress()
 		if err != nil {

@@ -40,6 +40,7 @@ import (
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/egress"
+	"github.com/runbox/runbox/internal/fdpass"
 	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/internal/supervisor"
@@ -165,7 +166,7 @@ func serve(args []string, stderr io.Writer) error {
 			return err
 		}
 	}
-	var also []func(*daemon.Server, *slog.Logger)
+	var also []func(*daemon.Server, *slog.Logger) *egress.Proxy
 	if *egressProxy {
 		offer, err := listenEgress()
 		if err != nil {
@@ -203,7 +204,7 @@ func authFlags(fs *flag.FlagSet) *authConfig {
 // serveOn starts the supervisor, opens the listener and serves until ctx ends
 // or a Shutdown RPC arrives. Every connection is authenticated with auth,
 // whatever opened the listener, so serve, jail and container modes all are.
-func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error), also ...func(*daemon.Server, *slog.Logger)) error {
+func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr io.Writer, listen func(*supervisor.Supervisor) (net.Listener, error), also ...func(*daemon.Server, *slog.Logger) *egress.Proxy) error {
 	cfg.Version = versionString()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	var sum [sha256.Size]byte
@@ -236,10 +237,18 @@ func serveOn(ctx context.Context, cfg supervisor.Config, auth authConfig, stderr
 	srv := daemon.NewServer(sup, log)
 	// Port forwarding reaches the sandbox's loopback for a caller that
 	// holds the secret (and so could run any command there anyway).
-	srv.Also(egress.Forwarder{Stop: srv.Stopping()}.Handler())
+	fds := &egress.FDServer{Forward: egress.Forwarder{Stop: srv.Stopping()}, Log: log}
+	srv.Also(fds.Forward.Handler())
 	for _, f := range also {
-		f(srv, log)
+		if p := f(srv, log); p != nil {
+			fds.Proxy = p
+		}
 	}
+	// A host side on this kernel asks for carried connections' sockets
+	// instead of their bytes (internal/fdpass); every other connection
+	// goes on to the API. Diverted after authentication: the preface is
+	// read through the authenticated connection.
+	ln = fdpass.Divert(ln, fds.Handle)
 	if err := srv.Serve(ctx, ln); err != nil {
 		return err
 	}

@@ -95,6 +95,17 @@ type conn struct {
 	rdSet, wdSet bool
 }
 
+// NetConn returns the connection under the authentication, for a caller
+// that has read through it already (so the peer is authenticated) and
+// needs the socket itself (fd passing, internal/fdpass). Before the
+// handshake is over it returns nil.
+func (c *conn) NetConn() net.Conn {
+	if !c.done.Load() || c.err != nil {
+		return nil
+	}
+	return c.Conn
+}
+
 func (c *conn) Read(p []byte) (int, error) {
 	if err := c.authenticate(); err != nil {
 		return 0, err

@@ -56,8 +56,8 @@ func connectVia(b *testing.B, proxy, target string) (net.Conn, *bufio.Reader) {
 	return c, br
 }
 
-func benchRig(b *testing.B) *rig {
-	r := newRig(b, testNames)
+func benchRig(b *testing.B, fds bool) *rig {
+	r := newRig(b, testNames, fds)
 	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	return r
 }
@@ -65,7 +65,7 @@ func benchRig(b *testing.B) *rig {
 // forwardTo listens on the caller's loopback and carries each connection
 // over the rig's ForwardService to port on the "sandbox's" loopback, as
 // runbox port-forward does; it returns the listener's address.
-func forwardTo(b *testing.B, r *rig, addr string) string {
+func forwardTo(b *testing.B, r *rig, addr string, fds bool) string {
 	_, ps, _ := net.SplitHostPort(addr)
 	var p int
 	fmt.Sscan(ps, &p)
@@ -74,6 +74,7 @@ func forwardTo(b *testing.B, r *rig, addr string) string {
 		b.Fatal(err)
 	}
 	c, closeIdle := NewForwardClient(r.dial)
+	fw := &FDForwarder{Dial: r.dial}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -82,10 +83,14 @@ func forwardTo(b *testing.B, r *rig, addr string) string {
 			if err != nil {
 				return
 			}
-			go ForwardConn(context.Background(), c, p, conn)
+			if fds {
+				go fw.Forward(context.Background(), p, conn)
+			} else {
+				go ForwardConn(context.Background(), c, p, conn)
+			}
 		}
 	}()
-	b.Cleanup(func() { ln.Close(); <-done; closeIdle() })
+	b.Cleanup(func() { ln.Close(); <-done; closeIdle(); fw.Close() })
 	return ln.Addr().String()
 }
 
@@ -101,6 +106,14 @@ func dialRead(b *testing.B, addr string, n int) {
 		b.Fatalf("read %d of %d: %v", got, n, err)
 	}
 }
+
+// modes are the two ways bytes travel: over EgressService and
+// ForwardService ("rpc", the remote sandboxes' way), and as passed sockets
+// the kernel splices ("fd", where runboxd shares the kernel).
+var modes = []struct {
+	suffix string
+	fds    bool
+}{{"-rpc", false}, {"-fd", true}}
 
 // BenchmarkConnect: connection set-up and a 1-byte answer, direct,
 // through the proxy (CONNECT, decided and dialled by the host side) and
@@ -119,22 +132,24 @@ func BenchmarkConnect(b *testing.B) {
 			c.Close()
 		}
 	})
-	b.Run("proxy", func(b *testing.B) {
-		r := benchRig(b)
-		for b.Loop() {
-			c, br := connectVia(b, r.httpProxy, "allowed.test:"+port)
-			if _, err := io.ReadFull(br, make([]byte, 1)); err != nil {
-				b.Fatal(err)
+	for _, m := range modes {
+		b.Run("proxy"+m.suffix, func(b *testing.B) {
+			r := benchRig(b, m.fds)
+			for b.Loop() {
+				c, br := connectVia(b, r.httpProxy, "allowed.test:"+port)
+				if _, err := io.ReadFull(br, make([]byte, 1)); err != nil {
+					b.Fatal(err)
+				}
+				c.Close()
 			}
-			c.Close()
-		}
-	})
-	b.Run("forward", func(b *testing.B) {
-		fwd := forwardTo(b, benchRig(b), byteServer(b, "127.0.0.1", 1))
-		for b.Loop() {
-			dialRead(b, fwd, 1)
-		}
-	})
+		})
+		b.Run("forward"+m.suffix, func(b *testing.B) {
+			fwd := forwardTo(b, benchRig(b, m.fds), byteServer(b, "127.0.0.1", 1), m.fds)
+			for b.Loop() {
+				dialRead(b, fwd, 1)
+			}
+		})
+	}
 }
 
 // BenchmarkBulk: 64 MiB from the remote end to the command, direct,
@@ -161,20 +176,22 @@ func BenchmarkBulk(b *testing.B) {
 			c.Close()
 		}
 	})
-	b.Run("proxy", func(b *testing.B) {
-		r := benchRig(b)
-		b.SetBytes(n)
-		for b.Loop() {
-			c, br := connectVia(b, r.httpProxy, "allowed.test:"+port)
-			drain(b, br)
-			c.Close()
-		}
-	})
-	b.Run("forward", func(b *testing.B) {
-		fwd := forwardTo(b, benchRig(b), byteServer(b, "127.0.0.1", n))
-		b.SetBytes(n)
-		for b.Loop() {
-			dialRead(b, fwd, n)
-		}
-	})
+	for _, m := range modes {
+		b.Run("proxy"+m.suffix, func(b *testing.B) {
+			r := benchRig(b, m.fds)
+			b.SetBytes(n)
+			for b.Loop() {
+				c, br := connectVia(b, r.httpProxy, "allowed.test:"+port)
+				drain(b, br)
+				c.Close()
+			}
+		})
+		b.Run("forward"+m.suffix, func(b *testing.B) {
+			fwd := forwardTo(b, benchRig(b, m.fds), byteServer(b, "127.0.0.1", n), m.fds)
+			b.SetBytes(n)
+			for b.Loop() {
+				dialRead(b, fwd, n)
+			}
+		})
+	}
 }

@@ -23,6 +23,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runbox/runbox/internal/daemon/wire"
+	"github.com/runbox/runbox/internal/fdpass"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -51,7 +52,16 @@ func (s *syncBuf) Write(p []byte) (int, error) {
 
 func (s *syncBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-func newRig(t testing.TB, resolver Resolver) *rig {
+// bothModes runs f with bytes carried over EgressService (fds false) and
+// with sockets passed (fds true).
+func bothModes(t *testing.T, f func(t *testing.T, fds bool)) {
+	t.Run("rpc", func(t *testing.T) { f(t, false) })
+	t.Run("fd", func(t *testing.T) { f(t, true) })
+}
+
+// newRig starts a rig; fds has its host side pass sockets (PassFDs) and its
+// "daemon" divert fd-passing connections as runboxd's does.
+func newRig(t testing.TB, resolver Resolver, fds bool) *rig {
 	t.Helper()
 	r := &rig{logs: &syncBuf{}}
 	r.policy.Store(&Policy{})
@@ -83,7 +93,12 @@ func newRig(t testing.TB, resolver Resolver) *rig {
 	// As runboxd's server (internal/daemon): large frames.
 	srv := &http.Server{Handler: mux, Protocols: &protocols, HTTP2: &http.HTTP2Config{MaxReadFrameSize: wire.MaxFrameBytes,
 		MaxReceiveBufferPerStream: wire.StreamWindowBytes, MaxReceiveBufferPerConnection: wire.ConnWindowBytes}}
-	go srv.Serve(dln)
+	if fds {
+		fdSrv := &FDServer{Proxy: p, Forward: Forwarder{Stop: stop}}
+		go srv.Serve(fdpass.Divert(dln, fdSrv.Handle))
+	} else {
+		go srv.Serve(dln)
+	}
 
 	r.dial = func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
@@ -94,6 +109,7 @@ func newRig(t testing.TB, resolver Resolver) *rig {
 		Policy:   func() (Policy, error) { return *r.policy.Load(), nil },
 		Resolver: resolver,
 		Log:      slog.New(slog.NewTextHandler(r.logs, nil)),
+		PassFDs:  fds,
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
@@ -181,8 +197,12 @@ var testNames = testResolver{
 }
 
 func TestProxyHTTPAllowedDeniedAndRebinding(t *testing.T) {
+	bothModes(t, testProxyHTTPAllowedDeniedAndRebinding)
+}
+
+func testProxyHTTPAllowedDeniedAndRebinding(t *testing.T, fds bool) {
 	b := backend(t, false)
-	r := newRig(t, testNames)
+	r := newRig(t, testNames, fds)
 	r.policy.Store(&Policy{Allow: []string{"allowed.test", "rebind.test"}, Deny: []string{"rebind.test"}})
 	c := proxiedClient(r.httpProxy, nil)
 
@@ -215,8 +235,12 @@ func TestProxyHTTPAllowedDeniedAndRebinding(t *testing.T) {
 }
 
 func TestProxyConnectTLSAndRuntimeChange(t *testing.T) {
+	bothModes(t, testProxyConnectTLSAndRuntimeChange)
+}
+
+func testProxyConnectTLSAndRuntimeChange(t *testing.T, fds bool) {
 	b := backend(t, true)
-	r := newRig(t, testNames)
+	r := newRig(t, testNames, fds)
 	pool := b.Client().Transport.(*http.Transport).TLSClientConfig
 	tlsCfg := &tls.Config{RootCAs: pool.RootCAs, ServerName: "example.com"} // httptest's certificate names example.com
 	c := proxiedClient(r.httpProxy, tlsCfg)
@@ -265,9 +289,11 @@ func socksDial(t *testing.T, addr, host string, p int) (byte, net.Conn) {
 	return rep[3], conn
 }
 
-func TestProxySOCKS5(t *testing.T) {
+func TestProxySOCKS5(t *testing.T) { bothModes(t, testProxySOCKS5) }
+
+func testProxySOCKS5(t *testing.T, fds bool) {
 	b := backend(t, false)
-	r := newRig(t, testNames)
+	r := newRig(t, testNames, fds)
 	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	var p int
 	fmt.Sscan(port(t, b), &p)
@@ -312,9 +338,11 @@ func TestProxyWithoutHostSide(t *testing.T) {
 
 // TestProxyCloseEndsStreams: Close ends Listen and every Carry in
 // progress, so a stopping daemon is not held by an idle connection.
-func TestProxyCloseEndsStreams(t *testing.T) {
+func TestProxyCloseEndsStreams(t *testing.T) { bothModes(t, testProxyCloseEndsStreams) }
+
+func testProxyCloseEndsStreams(t *testing.T, fds bool) {
 	b := backend(t, false)
-	r := newRig(t, testNames)
+	r := newRig(t, testNames, fds)
 	r.policy.Store(&Policy{Allow: []string{"allowed.test"}})
 	var p int
 	fmt.Sscan(port(t, b), &p)
@@ -324,10 +352,12 @@ func TestProxyCloseEndsStreams(t *testing.T) {
 		t.Fatalf("reply %d", code)
 	}
 	r.proxy.Close()
-	conn.SetReadDeadline(time.Now().Add(30 * time.Second))
-	if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
-		t.Fatalf("an idle carried connection after Close: %v, want EOF", err)
-	}
+	if !fds {
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if _, err := conn.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("an idle carried connection after Close: %v, want EOF", err)
+		}
+	} // passed sockets are the host side's: they end with its context
 	select {
 	case <-r.served:
 	case <-time.After(30 * time.Second):

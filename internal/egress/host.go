@@ -34,6 +34,13 @@ type Host struct {
 	Policy func() (Policy, error)
 	// Resolver looks names up; nil means net.DefaultResolver.
 	Resolver Resolver
+	// PassFDs says runboxd shares this kernel (its socket is a local unix
+	// socket: local, host and docker sandboxes): the host side asks it
+	// for fd passing (FDEgress) and splices each allowed command's socket
+	// with the remote in the kernel. A runboxd that refuses is an error
+	// from Serve, never a silent fall back to Carry; false carries every
+	// byte over EgressService (ssh, kubernetes).
+	PassFDs bool
 	// Log gets a line per refusal (level WARN) and per carried connection
 	// (DEBUG); nil discards.
 	Log *slog.Logger
@@ -64,6 +71,9 @@ func (h *Host) client() (runboxv1connect.EgressServiceClient, func()) {
 // nil, is called once runboxd has accepted the Listen call. Connections
 // being carried when it returns go on until they end or ctx does.
 func (h *Host) Serve(ctx context.Context, ready func()) error {
+	if h.PassFDs {
+		return h.serveFD(ctx, ready)
+	}
 	c, closeIdle := h.client()
 	defer closeIdle()
 	stream, err := c.Listen(ctx, connect.NewRequest(&runboxv1.EgressListenRequest{}))

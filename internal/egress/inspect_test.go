@@ -16,9 +16,11 @@ import (
 // whose TLS ClientHello names another (domain fronting) is refused with a
 // TLS alert, before the remote gets a byte; the same tunnel with a
 // matching name works.
-func TestProxySNIMustMatch(t *testing.T) {
+func TestProxySNIMustMatch(t *testing.T) { bothModes(t, testProxySNIMustMatch) }
+
+func testProxySNIMustMatch(t *testing.T, fds bool) {
 	b := backend(t, true)
-	r := newRig(t, testNames)
+	r := newRig(t, testNames, fds)
 	r.policy.Store(&Policy{Allow: []string{"example.com", "allowed.test"}, Deny: []string{"other.test"}})
 	roots := b.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs
 
@@ -72,9 +74,11 @@ func rawProxy(t *testing.T, proxy, req string) string {
 // another host than its URL is refused; a request pipelined after an
 // allowed one never reaches the server; a CONNECT tunnel carrying plain
 // HTTP must name the tunnel's host.
-func TestProxyHostMustMatch(t *testing.T) {
+func TestProxyHostMustMatch(t *testing.T) { bothModes(t, testProxyHostMustMatch) }
+
+func testProxyHostMustMatch(t *testing.T, fds bool) {
 	b := backend(t, false)
-	r := newRig(t, testNames)
+	r := newRig(t, testNames, fds)
 	r.policy.Store(&Policy{Allow: []string{"allowed.test"}, Deny: []string{"other.test"}})
 	target := "allowed.test:" + port(t, b)
 

@@ -85,6 +85,7 @@ type pending struct {
 	via   string
 	conn  net.Conn
 	br    *bufio.Reader // conn's bytes past the proxy request
+	raw   *bufio.Reader // conn's own reader, under br when a request parse wrapped it
 	req   *http.Request // a plain HTTP request to forward ("http")
 	taken chan struct{} // closed once Carry owns conn
 }
@@ -130,7 +131,8 @@ func (p *Proxy) accept(ln net.Listener, parse func(*pending) error) error {
 // handle reads the command's request, offers the connection to the host
 // side, and answers the command itself when no host side takes it.
 func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
-	pc := &pending{conn: conn, br: bufio.NewReader(conn), taken: make(chan struct{})}
+	br := bufio.NewReader(conn)
+	pc := &pending{conn: conn, br: br, raw: br, taken: make(chan struct{})}
 	conn.SetDeadline(time.Now().Add(headerTimeout))
 	if err := parse(pc); err != nil {
 		if r := (*Refusal)(nil); errors.As(err, &r) {
@@ -360,12 +362,18 @@ func writeStatus(w io.Writer, status int, msg string) {
 // refuse answers the command that its connection is refused, and closes it.
 func (p *Proxy) refuse(pc *pending, status int, msg string) {
 	pc.conn.SetWriteDeadline(time.Now().Add(headerTimeout))
-	if pc.via == "socks5" {
-		socksReply(pc.conn, socksNotAllowed)
-	} else {
-		writeStatus(pc.conn, status, msg)
-	}
+	answerRefusal(pc.conn, pc.via, status, msg)
 	pc.conn.Close()
+}
+
+// answerRefusal tells a command its proxy request is refused: an HTTP
+// status with msg, or SOCKS5's "not allowed" (which has no text).
+func answerRefusal(w io.Writer, via string, status int, msg string) {
+	if via == "socks5" {
+		socksReply(w, socksNotAllowed)
+	} else {
+		writeStatus(w, status, msg)
+	}
 }
 
 // Listen hands the host side every connection commands open, as they come.
@@ -395,14 +403,10 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 	if err != nil {
 		return err
 	}
-	p.mu.Lock()
-	pc := p.waiting[first.GetId()]
-	delete(p.waiting, first.GetId())
-	p.mu.Unlock()
+	pc := p.take(first.GetId())
 	if pc == nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("egress connection %d: none waiting (it timed out or was carried)", first.GetId()))
 	}
-	close(pc.taken)
 	defer pc.conn.Close()
 	carried := make(chan struct{})
 	defer close(carried)

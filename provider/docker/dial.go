@@ -28,6 +28,18 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 	return p.withSecret(p.dialer(id, sb.Detail["socket"]), id, "")
 }
 
+// PassesFDs says the sandbox's runboxd is reached over its socket on this
+// machine (not a docker exec stream), so connected sockets can travel to
+// and from it (internal/fdpass: runbox port-forward splices them).
+func (p *Provider) PassesFDs(sb runbox.Sandbox) bool {
+	socket := sb.Detail["socket"]
+	if p.execForced() || socket == "" || pausedMarked(socket) {
+		return false
+	}
+	fi, err := os.Stat(socket)
+	return err == nil && fi.Mode().Type() == fs.ModeSocket
+}
+
 func (p *Provider) dialer(containerID, socket string) runbox.Dialer {
 	forced := p.execForced()
 	return func(ctx context.Context) (net.Conn, error) {

@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/provider/docker"
 )
 
@@ -66,6 +69,26 @@ except OSError as e:
 	if got := fetch(fmt.Sprintf("http://127.0.0.3:%d/x", port)); !strings.HasPrefix(got, "403") || !strings.Contains(got, "no --allow-cidr covers it") {
 		t.Errorf("raw address: %q", got)
 	}
+	// A CONNECT tunnel: the command's socket is handed to the host side
+	// (fd passing over the bind-mounted socket) and spliced there.
+	res := run(t, c, fmt.Sprintf(`python3 - <<'EOF'
+import socket
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(b"CONNECT pkg.test:%d HTTP/1.1\r\nHost: pkg.test:%d\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+s.sendall(b"GET /tunnel HTTP/1.0\r\nHost: pkg.test\r\n\r\n")
+body = b""
+while True:
+    b = s.recv(65536)
+    if not b: break
+    body += b
+print(head.split(b"\r\n")[0].decode(), body.split(b"\r\n\r\n", 1)[1].decode(), end="")
+EOF`, port, port))
+	if got, want := string(res.Stdout), "HTTP/1.1 200 Connection established host says pkg.test/tunnel"; got != want {
+		t.Errorf("CONNECT tunnel: %q %q, want %q", got, res.Stderr, want)
+	}
 	// A program ignoring the proxy variables: the container has no route.
 	for _, host := range []string{"127.0.0.2", "172.17.0.1"} {
 		res := run(t, c, fmt.Sprintf(`python3 -c '
@@ -106,5 +129,56 @@ func TestNetworkPrivateRefusals(t *testing.T) {
 	_, err = newProvider(t, true).Create(ctx, runbox.SandboxSpec{Image: testImage, Network: docker.NetworkPrivate})
 	if !errors.Is(err, errors.ErrUnsupported) {
 		t.Errorf("private over an exec stream: %v, want ErrUnsupported", err)
+	}
+}
+
+// TestPortForwardPassesTheSocket: with the sandbox's socket on this
+// machine, port-forward has runboxd connect to the port inside the
+// container and pass that socket (internal/fdpass); the caller splices it.
+// Over an exec stream the provider says sockets cannot travel.
+func TestPortForwardPassesTheSocket(t *testing.T) {
+	needEngine(t)
+	p := newProvider(t, false)
+	sb := create(t, p, runbox.SandboxSpec{Image: toolsImage})
+	if !p.PassesFDs(sb) {
+		t.Fatalf("PassesFDs = false with the socket at %q", sb.Detail["socket"])
+	}
+	c := dial(t, p, sb)
+	const port = 18081
+	res := run(t, c, fmt.Sprintf(`cd /tmp && echo fd-forwarded > idx.txt && (python3 -m http.server %d --bind 127.0.0.1 >/dev/null 2>&1 &)
+for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", %d))' 2>/dev/null && exit 0; sleep 0.1; done; exit 1`, port, port))
+	if res.ExitCode != 0 {
+		t.Fatalf("server in the container: %+v", res)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- egress.ForwardConnFD(t.Context(), p.Dialer(sb), port, conn)
+	}()
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := hc.Get("http://" + ln.Addr().String() + "/idx.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.TrimSpace(string(b)) != "fd-forwarded" {
+		t.Errorf("through the passed socket: %q", b)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("ForwardConnFD: %v", err)
+	}
+	forced := newProvider(t, true)
+	if forced.PassesFDs(sb) {
+		t.Error("PassesFDs = true over a forced exec stream")
 	}
 }

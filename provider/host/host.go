@@ -92,6 +92,10 @@ func (p *Provider) GetByID(ctx context.Context, id string) (runbox.Sandbox, net.
 // Dialer returns a dialer for the sandbox's unix socket.
 func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer { return p.store().Dialer(sb) }
 
+// PassesFDs says connected sockets can travel to and from the sandbox's
+// runboxd (internal/fdpass): its socket is a unix socket on this machine.
+func (p *Provider) PassesFDs(runbox.Sandbox) bool { return true }
+
 // Remove stops every exec with the stop protocol (the Shutdown RPC), waits
 // for runboxd to exit, SIGKILLs it if it has not within a bound, and deletes
 // the sandbox's directory. A sandbox whose runboxd is already gone is only

@@ -129,6 +129,10 @@ func (p *Provider) GetByID(ctx context.Context, id string) (runbox.Sandbox, net.
 // Dialer returns a dialer for the sandbox's unix socket.
 func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer { return p.store().Dialer(sb) }
 
+// PassesFDs says connected sockets can travel to and from the sandbox's
+// runboxd (internal/fdpass): its socket is a unix socket on this machine.
+func (p *Provider) PassesFDs(runbox.Sandbox) bool { return true }
+
 // Remove stops every exec with the stop protocol, ends runboxd (and with it
 // every process and mount of the sandbox), and deletes its cgroups and
 // state. A sandbox whose runboxd died (killed, host rebooted) is removed

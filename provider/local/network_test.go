@@ -54,6 +54,14 @@ func TestNetworkPrivateEgress(t *testing.T) {
 	if got != "host says pkg.test:"+strconv.Itoa(port)+"/simple" {
 		t.Errorf("allowed name through the proxy: %q", got)
 	}
+	// Through a CONNECT tunnel (curl -p) and SOCKS5: the command's socket
+	// is handed to the host side (fd passing) and spliced there.
+	for _, how := range []string{"-p", "--socks5-hostname 127.0.0.1:1080"} {
+		got := run(t, c, fmt.Sprintf("curl -sS %s --max-time 20 http://pkg.test:%d/tunnel", how, port))
+		if got != "host says pkg.test:"+strconv.Itoa(port)+"/tunnel" {
+			t.Errorf("allowed name through the proxy (curl %s): %q", how, got)
+		}
+	}
 	res := exec(t, c, fmt.Sprintf("curl -sS --max-time 20 -w '\\n%%{http_code}' http://blocked.test:%d/x", port))
 	if !strings.Contains(string(res.Stdout), "blocked.test is not in the --allow list") || !strings.HasSuffix(string(res.Stdout), "403") {
 		t.Errorf("name not allowed: %q %q", res.Stdout, res.Stderr)
@@ -232,7 +240,7 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 	}
 	fc, closeIdle := egress.NewForwardClient(p.Dialer(sb))
 	defer closeIdle()
-	forward := func(remote int) string {
+	forward := func(remote int, fds bool) string {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
@@ -245,7 +253,11 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 			if err != nil {
 				return
 			}
-			egress.ForwardConn(t.Context(), fc, remote, conn)
+			if fds {
+				egress.ForwardConnFD(t.Context(), p.Dialer(sb), remote, conn)
+			} else {
+				egress.ForwardConn(t.Context(), fc, remote, conn)
+			}
 		}()
 		defer func() { ln.Close(); <-done }()
 		hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -257,10 +269,12 @@ for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("12
 		b, _ := io.ReadAll(resp.Body)
 		return strings.TrimSpace(string(b))
 	}
-	if got := forward(port); got != token {
-		t.Errorf("through port forwarding: %q, want %q", got, token)
-	}
-	if got := forward(port + 1); !strings.HasPrefix(got, "error:") {
-		t.Errorf("a port nothing listens on: %q, want an error", got)
+	for _, fds := range []bool{false, true} { // ForwardService, and runboxd passing the socket
+		if got := forward(port, fds); got != token {
+			t.Errorf("through port forwarding (fds %v): %q, want %q", fds, got, token)
+		}
+		if got := forward(port+1, fds); !strings.HasPrefix(got, "error:") {
+			t.Errorf("a port nothing listens on (fds %v): %q, want an error", fds, got)
+		}
 	}
 }
