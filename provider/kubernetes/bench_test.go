@@ -10,6 +10,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/endpoint"
 	"github.com/runbox/runbox/provider/kubernetes"
 )
@@ -123,4 +124,57 @@ func BenchmarkPerCommand(b *testing.B) {
 	b.ReportMetric(float64(kube)/float64(lib), "kubectl/client")
 	b.ReportMetric(float64(kube)/float64(cli), "kubectl/cli")
 	b.ReportMetric(float64(kube)/float64(cliDirect), "kubectl/cli-direct")
+}
+
+// BenchmarkConnect weighs the two ways a persistent endpoint could carry a
+// connection to runboxd, each on one warm client to the API server and
+// each ending with runboxd's secret handshake done:
+//
+//	exec-stream-ms  a new pod exec stream of `runboxd proxy` per connection
+//	                (Provider.Dialer): the kubelet and the container runtime
+//	                start a process in the pod each time
+//	mux-stream-ms   a yamux stream on the endpoint's one exec stream of
+//	                `runboxd proxy --mux` (StreamDialer)
+func BenchmarkConnect(b *testing.B) {
+	needCluster(b)
+	p := newProvider(b)
+	p.Home = shortHome(b)
+	sb := create(b, p, runbox.SandboxSpec{})
+	secret, err := daemonauth.ReadSecretFile(filepath.Join(p.Home, "kubernetes", sb.ID, "secret"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	raw, _, err := p.StreamDialer(sb.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	viaExec, viaMux := p.Dialer(sb), daemonauth.Dialer(raw, secret)
+	for _, d := range []runbox.Dialer{viaExec, viaMux} { // warm both
+		c, err := d(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+	}
+	var ex, mx time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		c, err := viaExec(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		t1 := time.Now()
+		c, err = viaMux(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		ex += t1.Sub(t0)
+		mx += time.Since(t1)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(ex)/n/1e6, "exec-stream-ms")
+	b.ReportMetric(float64(mx)/n/1e6, "mux-stream-ms")
 }
