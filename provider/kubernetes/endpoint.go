@@ -143,7 +143,8 @@ func writeFileAtomic(path string, b []byte) error {
 // unauthenticated (the caller presents the secret); gone reports that the
 // sandbox is gone: its local record removed (runbox rm), or its pod lost
 // (deleted, ended), in which case the record is removed too. The sandbox
-// must have a local record (Home).
+// must have a local record (Home), whose namespace and context the
+// provider takes where its own are unset.
 func (p *Provider) StreamDialer(id string) (dial func(ctx context.Context) (net.Conn, error), gone func() bool, err error) {
 	rec, _, err := p.readRecord(id)
 	if err != nil {
