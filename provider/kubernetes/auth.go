@@ -101,7 +101,8 @@ func ownedBy(s *corev1.Secret, uid types.UID) bool {
 
 // Dialer returns how to reach the sandbox's runboxd: an exec stream of
 // `runboxd proxy` in its pod, authenticated with the secret from the
-// sandbox's Secret (read at the first dial, and kept).
+// sandbox's Secret (read at the first dial, and kept; with Home, in the
+// sandbox's local record too).
 func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 	pod := firstNonEmpty(sb.Detail["pod"], "runbox-"+sb.ID)
 	return func(ctx context.Context) (net.Conn, error) {
@@ -109,14 +110,18 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 		if err != nil {
 			return nil, err
 		}
-		return p.podDialer(api, pod, sb.Detail["uid"], sb.ID, sb.Name, "")(ctx)
+		keep := func(secret []byte) {
+			p.remember(localRecord{ID: sb.ID, Name: sb.Name, Namespace: api.namespace, Context: p.context(), Pod: pod, UID: sb.Detail["uid"]}, secret)
+		}
+		return p.podDialer(api, pod, sb.Detail["uid"], sb.ID, "", keep)(ctx)
 	}
 }
 
-// podDialer is Dialer for a pod already looked up. name is the sandbox's
-// name, for the local record (remember) the provider keeps when it reads the
-// secret.
-func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, name, secretObj string) runbox.Dialer {
+// podDialer is Dialer for a pod already looked up. keep, when not nil, is
+// given the secret once it is read from the sandbox's Secret (the local
+// record of a sandbox a command is about to use: not of every sandbox a
+// listing probes).
+func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string, keep func(secret []byte)) runbox.Dialer {
 	secretObj = firstNonEmpty(secretObj, secretName(id))
 	proxy := []string{podRunboxd, "proxy", "--socket", socketName(id)}
 	raw := func(ctx context.Context) (net.Conn, error) {
@@ -141,7 +146,9 @@ func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, name, secretObj string)
 			}
 			secret = s
 			p.keepSecret(uid, s)
-			p.remember(localRecord{ID: id, Name: name, Namespace: api.namespace, Context: p.context(), Pod: pod, UID: uid}, s)
+			if keep != nil {
+				keep(s)
+			}
 		}
 		s := secret
 		mu.Unlock()

@@ -89,7 +89,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err != nil {
 		return cleanup(err)
 	}
-	dial := p.podDialer(api, running.Name, string(running.UID), id, spec.Name, secretName(id))
+	dial := p.podDialer(api, running.Name, string(running.UID), id, secretName(id), nil)
 	var last error
 	for {
 		if last = probeDaemon(sctx, dial, id); last == nil {

@@ -31,9 +31,10 @@ import (
 //
 // The local record, <Home>/kubernetes/<id>/ (0700), holds sandbox.json
 // (the id, name, namespace, context, pod and its UID) and secret (0600).
-// The provider writes it when it creates a sandbox or reads a sandbox's
-// secret from its Secret (any runbox-full command that reaches the pod),
-// and removes it when it removes the sandbox. Like the name index it is a
+// The provider writes it when it creates a sandbox or when its Dialer
+// reads a sandbox's secret from its Secret (a runbox-full command that
+// uses the sandbox; not a listing's probe), and removes it when it removes
+// the sandbox. Like the name index it is a
 // cache: a pod deleted behind runbox's back leaves a record whose endpoint
 // finds the pod gone, exits, and removes it.
 

@@ -67,7 +67,7 @@ func (p *Provider) removePod(ctx context.Context, api *kubeAPI, pod *corev1.Pod,
 			defer cancel()
 		}
 		id := pod.Labels[LabelSandbox]
-		rc := rbclient.New(p.podDialer(api, pod.Name, string(pod.UID), id, pod.Labels[LabelName], pod.Annotations[AnnotationSecret]), rbclient.WithSandboxName(id))
+		rc := rbclient.New(p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret], nil), rbclient.WithSandboxName(id))
 		// An error is expected when runboxd exits before its answer gets
 		// out; whether it stopped is decided by the container's state.
 		shutdownErr := rc.Shutdown(sctx, 0)
