@@ -7,7 +7,7 @@
 //	              [--private DIR]
 //	runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]
 //	              (PID 1 of a local sandbox; configuration, with the hash, on fd 3)
-//	runboxd proxy --socket PATH
+//	runboxd proxy --socket PATH [--mux]
 //	runboxd egress --state-dir D --socket PATH --pid N   (host side of egress, on the host)
 //	runboxd install DEST
 //	runboxd version
@@ -80,7 +80,7 @@ const usage = `usage:
   runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--daemon-file F] [--cgroup auto|cgroup2|off] [--state-dir D] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N] [--private DIR]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
   runboxd fuse-root --server PATH --upper NAME --work NAME --idmap MAP [--lowers NAME,...]   (a local sandbox's root server; descriptors 3-5)
-  runboxd proxy --socket PATH
+  runboxd proxy --socket PATH [--mux]   (--mux: yamux streams on stdio, a kubernetes endpoint's one exec stream)
   runboxd egress --state-dir D --socket PATH --pid N   (host side of a private-network sandbox's egress proxy)
   runboxd install DEST    (copy this binary to DEST: a kubernetes sandbox's init container)
   runboxd version`
@@ -260,6 +260,7 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	socket := fs.String("socket", "", "runboxd's unix socket (required)")
+	mux := fs.Bool("mux", false, "carry many connections as yamux streams (a persistent endpoint's one exec stream)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -275,6 +276,9 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if *mux {
+		return daemon.ProxyMux(ctx, *socket, stdin, stdout)
+	}
 	return daemon.Proxy(ctx, *socket, stdin, stdout)
 }
 

@@ -10,9 +10,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/yamux"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
@@ -197,6 +200,82 @@ func TestProxyCarriesTheAPI(t *testing.T) {
 	res, err := c.Exec(ctx, "echo through the proxy")
 	if err != nil || string(res.Stdout) != "through the proxy\n" {
 		t.Fatalf("exec via proxy: %+v, %v", res, err)
+	}
+}
+
+// TestProxyMuxCarriesManyConnections: `runboxd proxy --mux` on one byte
+// stream (a socketpair, as a pod exec stream is) carries each yamux stream
+// to a connection of its own to runboxd: concurrent clients run commands
+// with their own exit codes and output, a stream with a wrong secret is
+// refused while the others go on, and the proxy exits when its input ends.
+func TestProxyMuxCarriesManyConnections(t *testing.T) {
+	_, _, _, socket := startDaemon(t)
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "mux"), os.NewFile(uintptr(fds[1]), "mux-stdio")
+	p := runboxd("proxy", "--mux", "--socket", socket)
+	p.Stdin, p.Stdout = theirs, theirs
+	if err := p.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- p.Wait() }()
+	t.Cleanup(func() { p.Process.Kill(); <-exited })
+	conn, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sess, err := yamux.Client(conn, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(ctx context.Context) (net.Conn, error) { return sess.Open() }
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := client.New(daemonauth.Dialer(open, testSecret))
+			defer c.Close()
+			res, err := c.Exec(ctx, fmt.Sprintf("echo stream %d; exit %d", i, 10+i))
+			if err != nil || string(res.Stdout) != fmt.Sprintf("stream %d\n", i) || res.ExitCode != 10+i {
+				errs <- fmt.Errorf("stream %d: %+v, %v", i, res, err)
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		wrong := append([]byte(nil), testSecret...)
+		wrong[0] ^= 0xff
+		bad := client.New(daemonauth.Dialer(open, wrong))
+		defer bad.Close()
+		if _, err := bad.Exec(ctx, "echo let me in"); err == nil {
+			errs <- errors.New("a stream with a wrong secret ran a command")
+		}
+	}()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	// The end of its input (the exec stream closed) ends the proxy.
+	sess.Close()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("proxy --mux exited with %v after its input ended; want 0", err)
+		}
+		exited <- err
+	case <-ctx.Done():
+		t.Fatal("proxy --mux still runs after its input ended")
 	}
 }
 

@@ -1,20 +1,29 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox/internal/endpoint"
-	"github.com/runbox/runbox/provider/ssh"
 )
+
+// streamDialer is a provider whose sandboxes have a persistent endpoint
+// (ssh, kubernetes): how the endpoint reaches a sandbox's runboxd anew for
+// each connection, and whether the sandbox is gone.
+type streamDialer interface {
+	StreamDialer(id string) (dial func(ctx context.Context) (net.Conn, error), gone func() bool, err error)
+}
 
 // endpointCmd is `runbox-full endpoint PROVIDER ID`, hidden: the
 // persistent endpoint of a remote sandbox (package internal/endpoint),
 // which the front starts detached on first use with a pipe on descriptor
-// 3 to hear that it listens. Only ssh sandboxes have one.
+// 3 to hear that it listens. ssh and kubernetes sandboxes have one (their
+// providers are streamDialers).
 func (a *app) endpointCmd() *cobra.Command {
 	var idle time.Duration
 	c := &cobra.Command{
@@ -32,16 +41,20 @@ func (a *app) endpointCmd() *cobra.Command {
 				idle = d
 			}
 			ready := os.NewFile(3, "ready")
-			if ready == nil || provider != ssh.ProviderName {
+			var sd streamDialer
+			if ready != nil {
+				if p, err := a.localProvider(provider); err == nil {
+					sd, _ = p.(streamDialer)
+				}
+			}
+			if sd == nil {
 				if ready != nil {
 					fmt.Fprintf(ready, "no endpoint for provider %q\n", provider)
 					ready.Close()
 				}
-				return fmt.Errorf("endpoint: no endpoint for provider %q (only %s)", provider, ssh.ProviderName)
+				return fmt.Errorf("endpoint: no endpoint for provider %q (only ssh and kubernetes)", provider)
 			}
-			p := &ssh.Provider{Home: a.env.Home, Runboxd: a.env.Runboxd}
-			defer p.Close()
-			dial, gone, err := p.StreamDialer(id)
+			dial, gone, err := sd.StreamDialer(id)
 			if err == nil {
 				var sock string
 				if sock, err = endpoint.Socket(a.env.Home, provider, id); err == nil {

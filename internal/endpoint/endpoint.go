@@ -1,9 +1,11 @@
 // Package endpoint is a remote sandbox's persistent endpoint on this
 // machine: a small detached process (`runbox-full endpoint PROVIDER ID`)
 // that holds one connection to the sandbox's host (an SSH connection for
-// provider/ssh) and serves a unix socket under the runbox home, so a fresh
-// CLI process reaches the sandbox's runboxd with a local dial instead of a
-// handshake of its own (the pattern of OpenSSH's ControlMaster).
+// provider/ssh; for provider/kubernetes, one pod exec stream running
+// `runboxd proxy --mux`, each connection a yamux stream on it) and serves a
+// unix socket under the runbox home, so a fresh CLI process reaches the
+// sandbox's runboxd with a local dial instead of a handshake of its own
+// (the pattern of OpenSSH's ControlMaster).
 //
 // The endpoint only carries bytes: every connection through it is opened
 // to runboxd afresh and is authenticated end to end by the sandbox's secret
@@ -17,8 +19,8 @@
 // Dial finds nothing accepting on it, starts a new endpoint, which takes
 // the lock and replaces the file. It exits, removing its socket, when it
 // has carried no connection for its idle time (IdleEnv, default
-// DefaultIdle), or when the sandbox's record is gone from this machine
-// (removed). Each connection reaches runboxd anew, so a runboxd replaced on
+// DefaultIdle), or when the sandbox is gone: its record removed from this
+// machine, or (kubernetes) its pod lost, which the provider's Gone reports. Each connection reaches runboxd anew, so a runboxd replaced on
 // the host is reached on the next connection; one that is gone makes the
 // endpoint close the connection, and the caller (the front hands over to
 // runbox-full) says what became of the sandbox.

@@ -8,7 +8,7 @@
 // with the binary, so the front links no command-line framework, no HTTP
 // stack, no protobuf runtime and no provider: it runs `runbox version` and
 // `runbox exec [flags] SANDBOX -- COMMAND...` on a host, local or docker
-// sandbox whose runboxd listens on a socket on this machine, or an ssh
+// sandbox whose runboxd listens on a socket on this machine, or an ssh or kubernetes
 // sandbox through its persistent endpoint (package endpoint), named by its
 // exact id or by a name the home's name index gives (package
 // sandboxnames; see resolve), with the flags package execcli marks as the front's,

@@ -13,15 +13,19 @@ import (
 )
 
 // remoteDialTimeout bounds the first dial of a remote sandbox: it may
-// start the endpoint and make its SSH connection.
+// start the endpoint and make its SSH connection or its exec stream.
 const remoteDialTimeout = 20 * time.Second
 
-// reachSSH reaches an ssh sandbox through its persistent endpoint
-// (package endpoint), started on first use, with the secret kept beside
-// its record (<home>/ssh/<id>). No record, a record with another name, or
-// a runboxd that does not answer through the endpoint is runbox-full's.
-func reachSSH(home, id, name string) (reach, bool) {
-	sbDir := filepath.Join(home, "ssh", id)
+// reachRemote reaches a remote sandbox (provider "ssh" or "kubernetes")
+// through its persistent endpoint (package endpoint), started on first
+// use, with the secret kept beside its record (<home>/<provider>/<id>, the
+// provider's local record). No record, a record with another name, or a
+// runboxd that does not answer through the endpoint is runbox-full's.
+func reachRemote(home, provider, id, name string) (reach, bool) {
+	if _, err := endpoint.Idle(); err != nil {
+		return reach{}, false // endpoints are off: runbox-full reaches it
+	}
+	sbDir := filepath.Join(home, provider, id)
 	b, err := os.ReadFile(filepath.Join(sbDir, "sandbox.json"))
 	if err != nil {
 		return reach{}, false
@@ -38,7 +42,7 @@ func reachSSH(home, id, name string) (reach, bool) {
 	if err != nil {
 		return reach{}, false
 	}
-	t := endpoint.Target{Home: home, Provider: "ssh", ID: id, Full: full}
+	t := endpoint.Target{Home: home, Provider: provider, ID: id, Full: full}
 	dial := daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) { return endpoint.Dial(ctx, t) }, secret)
 	ctx, cancel := context.WithTimeout(context.Background(), remoteDialTimeout)
 	defer cancel()

@@ -23,7 +23,8 @@ type reach struct {
 
 // resolve finds the sandbox key names, when the front can reach it
 // itself: a host, local or docker sandbox with a socket on this machine,
-// or an ssh sandbox through its persistent endpoint (reachSSH),
+// or an ssh or kubernetes sandbox through its persistent endpoint
+// (reachRemote),
 // named by its exact id or by a name the name index (package
 // sandboxnames) gives, whose record still has that name, and whose
 // runboxd accepts a connection with its secret. Anything else (an id
@@ -60,7 +61,13 @@ func resolve(key string) (reach, bool) {
 	}
 	switch provider {
 	case "", "ssh":
-		return reachSSH(home, id, name)
+		if r, ok := reachRemote(home, "ssh", id, name); ok || provider != "" {
+			return r, ok
+		}
+	}
+	switch provider {
+	case "", "kubernetes":
+		return reachRemote(home, "kubernetes", id, name)
 	}
 	return reach{}, false
 }

@@ -101,7 +101,8 @@ func ownedBy(s *corev1.Secret, uid types.UID) bool {
 
 // Dialer returns how to reach the sandbox's runboxd: an exec stream of
 // `runboxd proxy` in its pod, authenticated with the secret from the
-// sandbox's Secret (read at the first dial, and kept).
+// sandbox's Secret (read at the first dial, and kept; with Home, in the
+// sandbox's local record too).
 func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 	pod := firstNonEmpty(sb.Detail["pod"], "runbox-"+sb.ID)
 	return func(ctx context.Context) (net.Conn, error) {
@@ -109,37 +110,25 @@ func (p *Provider) Dialer(sb runbox.Sandbox) runbox.Dialer {
 		if err != nil {
 			return nil, err
 		}
-		return p.podDialer(api, pod, sb.Detail["uid"], sb.ID, "")(ctx)
+		keep := func(secret []byte) {
+			p.remember(localRecord{ID: sb.ID, Name: sb.Name, Namespace: api.namespace, Context: p.context(), Pod: pod, UID: sb.Detail["uid"]}, secret)
+		}
+		return p.podDialer(api, pod, sb.Detail["uid"], sb.ID, "", keep)(ctx)
 	}
 }
 
-// podDialer is Dialer for a pod already looked up.
-func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string) runbox.Dialer {
+// podDialer is Dialer for a pod already looked up. keep, when not nil, is
+// given the secret once it is read from the sandbox's Secret (the local
+// record of a sandbox a command is about to use: not of every sandbox a
+// listing probes).
+func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string, keep func(secret []byte)) runbox.Dialer {
 	secretObj = firstNonEmpty(secretObj, secretName(id))
+	proxy := []string{podRunboxd, "proxy", "--socket", socketName(id)}
 	raw := func(ctx context.Context) (net.Conn, error) {
-		// The pod is watched for as long as the stream lives (see
-		// podwatch.go); a pod already lost is not dialled.
-		base, cancel := context.WithCancel(context.Background())
-		pw, err := watchPod(ctx, base, api, pod)
+		c, err := p.execStream(ctx, api, pod, uid, proxy)
 		if err != nil {
-			cancel()
 			return nil, err
 		}
-		if lerr := pw.lost(api.namespace, pod, uid); lerr != nil {
-			pw.stop()
-			cancel()
-			return nil, lerr
-		}
-		c, err := dialExec(api, api.namespace, pod, socketName(id), func(err error) error {
-			return lostCause(ctx, api, pod, uid, err)
-		})
-		if err != nil {
-			pw.stop()
-			cancel()
-			return nil, err
-		}
-		c.setOnEnd(cancel)
-		go pw.follow(base, api, pod, uid, c.fail)
 		return c, nil
 	}
 	var mu sync.Mutex
@@ -157,11 +146,43 @@ func (p *Provider) podDialer(api *kubeAPI, pod, uid, id, secretObj string) runbo
 			}
 			secret = s
 			p.keepSecret(uid, s)
+			if keep != nil {
+				keep(s)
+			}
 		}
 		s := secret
 		mu.Unlock()
 		return dialPastKilledProxies(ctx, daemonauth.Dialer(raw, s))
 	}
+}
+
+// execStream opens an exec stream running command (runboxd proxy) in the
+// pod, watched for as long as the stream lives (see podwatch.go): a pod
+// already lost is not dialled, and one lost later cuts the stream with
+// runbox.ErrSandboxLost.
+func (p *Provider) execStream(ctx context.Context, api *kubeAPI, pod, uid string, command []string) (*execConn, error) {
+	base, cancel := context.WithCancel(context.Background())
+	pw, err := watchPod(ctx, base, api, pod)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	if lerr := pw.lost(api.namespace, pod, uid); lerr != nil {
+		pw.stop()
+		cancel()
+		return nil, lerr
+	}
+	c, err := dialExec(api, api.namespace, pod, command, func(err error) error {
+		return lostCause(ctx, api, pod, uid, err)
+	})
+	if err != nil {
+		pw.stop()
+		cancel()
+		return nil, err
+	}
+	c.setOnEnd(cancel)
+	go pw.follow(base, api, pod, uid, c.fail)
+	return c, nil
 }
 
 // proxyKilled reports whether err says the runboxd proxy was killed: it

@@ -89,7 +89,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err != nil {
 		return cleanup(err)
 	}
-	dial := p.podDialer(api, running.Name, string(running.UID), id, secretName(id))
+	dial := p.podDialer(api, running.Name, string(running.UID), id, secretName(id), nil)
 	var last error
 	for {
 		if last = probeDaemon(sctx, dial, id); last == nil {
@@ -104,6 +104,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		}
 	}
 	sb := p.toSandboxAlive(running)
+	p.remember(localRecord{ID: id, Name: spec.Name, Namespace: api.namespace, Context: p.context(), Pod: running.Name, UID: string(running.UID)}, secret)
 	return sb, nil
 }
 

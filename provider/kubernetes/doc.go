@@ -19,6 +19,12 @@
 // (HTTP/2); when it breaks, the client opens another and re-attaches, and
 // the commands run on: their lifetime is runboxd's, not the stream's.
 //
+// With Home set, the provider keeps a local record of each sandbox it
+// creates or reaches (<Home>/kubernetes/<id>: the pod, namespace and
+// secret), from which the runbox CLI reaches the sandbox through a
+// persistent endpoint on this machine: one exec stream of `runboxd proxy
+// --mux`, a yamux stream per connection (StreamDialer, endpoint.go).
+//
 // Labels and the pod's UID are the registry, so any machine with the
 // kubeconfig finds a sandbox without local state:
 //

@@ -45,14 +45,14 @@ type execConn struct {
 	closeOnce sync.Once
 }
 
-// dialExec opens an exec stream of `runboxd proxy` in the sandbox's
-// workload container. explain, called once when the stream fails, may turn
+// dialExec opens an exec stream of command (`runboxd proxy ...`) in the
+// sandbox's workload container. explain, called once when the stream fails, may turn
 // the failure into runbox.ErrSandboxLost naming the pod's state.
-func dialExec(api *kubeAPI, namespace, pod, socket string, explain func(error) error) (*execConn, error) {
+func dialExec(api *kubeAPI, namespace, pod string, command []string, explain func(error) error) (*execConn, error) {
 	req := api.rest.Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
 			Container: containerName,
-			Command:   []string{podRunboxd, "proxy", "--socket", socket},
+			Command:   command,
 			Stdin:     true, Stdout: true, Stderr: true,
 		}, api.params)
 	ws, err := remotecommand.NewWebSocketExecutor(api.cfg, "GET", req.URL().String())

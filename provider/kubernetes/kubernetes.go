@@ -143,6 +143,12 @@ type Provider struct {
 	// Config, when set, is used instead of loading a kubeconfig (tests,
 	// programs with their own).
 	Config *rest.Config
+	// Home, when set, is the runbox home under which the provider keeps a
+	// local record of each sandbox it creates or reaches
+	// (<Home>/kubernetes/<id>: its pod, namespace and secret, 0600), so the
+	// runbox front reaches it through its persistent endpoint (StreamDialer)
+	// without asking the cluster; "" keeps none.
+	Home string
 
 	mu  sync.Mutex
 	api *kubeAPI

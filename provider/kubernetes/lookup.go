@@ -145,7 +145,7 @@ func (p *Provider) toSandbox(ctx context.Context, api *kubeAPI, pod *corev1.Pod,
 		detail["lost"] = why
 	} else if !probe {
 		alive = true
-	} else if err := probeDaemon(ctx, p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret]), id); err != nil {
+	} else if err := probeDaemon(ctx, p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret], nil), id); err != nil {
 		detail["lost"] = fmt.Sprintf("pod %s/%s runs but its runboxd does not answer: %v", pod.Namespace, pod.Name, err)
 	} else {
 		alive = true

@@ -29,6 +29,9 @@ func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) er
 	if !validID.MatchString(sb.ID) {
 		return fail(runbox.ErrSandboxNotFound)
 	}
+	// The local record goes whatever becomes of the pod: its endpoint
+	// exits, and the front hands the next command to runbox-full's lookup.
+	defer p.forget(sb.ID)
 	api, err := p.client()
 	if err != nil {
 		return fail(err)
@@ -64,7 +67,7 @@ func (p *Provider) removePod(ctx context.Context, api *kubeAPI, pod *corev1.Pod,
 			defer cancel()
 		}
 		id := pod.Labels[LabelSandbox]
-		rc := rbclient.New(p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret]), rbclient.WithSandboxName(id))
+		rc := rbclient.New(p.podDialer(api, pod.Name, string(pod.UID), id, pod.Annotations[AnnotationSecret], nil), rbclient.WithSandboxName(id))
 		// An error is expected when runboxd exits before its answer gets
 		// out; whether it stopped is decided by the container's state.
 		shutdownErr := rc.Shutdown(sctx, 0)

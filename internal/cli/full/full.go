@@ -40,8 +40,8 @@ func Features() cli.Features {
 		cli.ProviderKind{Name: docker.ProviderName, New: func(e cli.Env) runbox.Provider {
 			return &docker.Provider{Home: e.Home, Runboxd: e.Runboxd}
 		}},
-		cli.ProviderKind{Name: kubernetes.ProviderName, New: func(cli.Env) runbox.Provider {
-			return &kubernetes.Provider{}
+		cli.ProviderKind{Name: kubernetes.ProviderName, New: func(e cli.Env) runbox.Provider {
+			return &kubernetes.Provider{Home: e.Home}
 		}, Configure: configureKube},
 	)
 	order := []string{"host", "local", docker.ProviderName, "ssh", kubernetes.ProviderName}
