@@ -154,10 +154,10 @@ func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers, snapsho
 		Path: "/proc/self/fd/7",
 		Args: []string{"runboxd", "fuse-root", "--server", server, "--upper", upperDir, "--work", workDir,
 			"--idmap", fuseIDMapping(m.swapped, m.size), "--lowers", strings.Join(lowers, ",")},
-		Dir:        "/",
-		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		Stdout:     log,
-		Stderr:     log,
+		Dir:    "/",
+		Env:    []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Stdout: log,
+		Stderr: log,
 		// 3, 4, 5, 6 (jail.FuseServer*FD; 6 closed when nil), 7
 		ExtraFiles: []*os.File{fuse, lower, layers, snapshots, runboxd},
 	}
