@@ -81,8 +81,9 @@ type ForkRow struct {
 	// RatioUp and RatioRebuild: the median of the per-round ratios.
 	RatioUp      Stat `json:"ratio_to_up"`
 	RatioRebuild Stat `json:"ratio_to_rebuild"`
-	// ForkDisk and UpDisk: the disk one new sandbox takes (du of its
-	// state directory, local; its writable layer, docker), median.
+	// ForkDisk and UpDisk: the disk one new sandbox adds (du of its
+	// state directory less the snapshot's files it links to, local; its
+	// writable layer, docker), median.
 	ForkDisk int64 `json:"fork_disk_bytes"`
 	UpDisk   int64 `json:"up_disk_bytes"`
 }

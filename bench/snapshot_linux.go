@@ -155,9 +155,10 @@ func (b *branchEnv) snapshotDisk(name string) (int64, error) {
 	return du(filepath.Join(b.cfg.home, "snapshots", name))
 }
 
-// sandboxDisk is what the sandbox id takes on disk: its state directory
-// (local: its disk image's allocated blocks among them, after a sync) or its
-// container's writable layer (docker).
+// sandboxDisk is what the sandbox id adds on disk: its state directory
+// (local: its disk image's allocated blocks among them, after a sync;
+// files that are hard links to the snapshot it was made from are the
+// snapshot's, not counted) or its container's writable layer (docker).
 func (b *branchEnv) sandboxDisk(id string) (int64, error) {
 	// A local sandbox's writes reach its disk image through a loop
 	// device's cache: flushed first, or the image looks empty.
@@ -173,7 +174,36 @@ func (b *branchEnv) sandboxDisk(id string) (int64, error) {
 		}
 		return strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
 	}
-	return du(detail["dir"])
+	var shared map[inode]bool
+	if snap := detail["snapshot"]; snap != "" {
+		if shared, err = inodes(filepath.Join(b.cfg.home, "snapshots", snap)); err != nil {
+			return 0, err
+		}
+	}
+	return duExcept(detail["dir"], shared)
+}
+
+// inode names a file on this machine.
+type inode struct{ dev, ino uint64 }
+
+// inodes returns the inodes of the files (not directories) under dir.
+func inodes(dir string) (map[inode]bool, error) {
+	set := map[inode]bool{}
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); err != nil {
+			return err
+		}
+		set[inode{st.Dev, st.Ino}] = true
+		return nil
+	})
+	if err != nil && !os.IsNotExist(err) {
+		return nil, fmt.Errorf("inodes of %s: %w", dir, err)
+	}
+	return set, nil
 }
 
 // baseBytes is what a full copy would take: the host's root (local) or
@@ -201,9 +231,12 @@ func rootUsed() int64 {
 
 // du is the disk the tree at dir takes, as du counts it: allocated blocks,
 // a file with several hard links under dir counted once.
-func du(dir string) (int64, error) {
-	type key struct{ dev, ino uint64 }
-	seen := map[key]bool{}
+func du(dir string) (int64, error) { return duExcept(dir, nil) }
+
+// duExcept is du of dir, leaving out the files in except (another tree's,
+// which they are hard links to).
+func duExcept(dir string, except map[inode]bool) (int64, error) {
+	seen := map[inode]bool{}
 	var n int64
 	err := filepath.WalkDir(dir, func(path string, _ fs.DirEntry, err error) error {
 		if err != nil {
@@ -214,8 +247,8 @@ func du(dir string) (int64, error) {
 			return err
 		}
 		if st.Nlink > 1 && st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			k := key{st.Dev, st.Ino}
-			if seen[k] {
+			k := inode{st.Dev, st.Ino}
+			if seen[k] || except[k] {
 				return nil
 			}
 			seen[k] = true

@@ -19,7 +19,7 @@ func fuseRoot(args []string, stderr io.Writer) error {
 	upper := fs.String("upper", "upper", "the upper layer's name in the layers")
 	work := fs.String("work", "work", "the work directory's name in the layers")
 	idmap := fs.String("idmap", "", "the server's uid and gid mappings")
-	lowers := fs.String("lowers", "", "comma-separated names, in the layers, of read-only layers stacked above the lower one (a snapshot's)")
+	lowers := fs.String("lowers", "", "comma-separated names, in the snapshot layers directory (descriptor 6), of read-only layers stacked above the lower one")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -33,7 +33,7 @@ func fuseRoot(args []string, stderr io.Writer) error {
 			continue
 		}
 		if strings.ContainsAny(n, "/:") || n == "." || n == ".." {
-			return fmt.Errorf("fuse-root: --lowers: %q is not a name in the layers", n)
+			return fmt.Errorf("fuse-root: --lowers: %q is not a name in the snapshot layers directory", n)
 		}
 		names = append(names, n)
 	}

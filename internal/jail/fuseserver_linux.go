@@ -19,6 +19,10 @@ const (
 	// FuseServerLayersFD is a detached mount of the sandbox's layers
 	// directory (upper and work inside).
 	FuseServerLayersFD = 5
+	// FuseServerSnapshotsFD, open only when the server is given lowers,
+	// is a detached, read-only mount of the directory holding the
+	// snapshot layers the sandbox stands on.
+	FuseServerSnapshotsFD = 6
 )
 
 // FuseServerLayersPath is where, in its own mount namespace, the FUSE
@@ -35,7 +39,8 @@ const FuseServerLayersPath = Scratch + "/layers"
 // (fuse-overlayfs) on the device with them as lower, upper and work
 // directories (upper and work name them in the layers), with idmap as
 // the server's uid and gid mappings, and the layers named in lowers (in
-// the layers directory) stacked above the lower one. The
+// the snapshot layers directory, FuseServerSnapshotsFD) stacked above the
+// lower one. The
 // server needs real paths (it resolves them), and the trees reach it
 // though the directories above them on the host are closed to it. It
 // returns only on failure.
@@ -46,11 +51,18 @@ func ExecFuseServer(server, upper, work, idmap string, lowers []string) error {
 	if err := unix.Mount("tmpfs", Scratch, "tmpfs", noSuidDevExec, "mode=700,size=64k"); err != nil {
 		return fmt.Errorf("fuse server: scratch %s: %w", Scratch, err)
 	}
-	lower, layers := filepath.Join(Scratch, "lower"), FuseServerLayersPath
-	for _, t := range []struct {
+	lower, layers, snapshots := filepath.Join(Scratch, "lower"), FuseServerLayersPath, filepath.Join(Scratch, "snapshots")
+	trees := []struct {
 		fd int
 		at string
-	}{{FuseServerLowerFD, lower}, {FuseServerLayersFD, layers}} {
+	}{{FuseServerLowerFD, lower}, {FuseServerLayersFD, layers}}
+	if len(lowers) > 0 {
+		trees = append(trees, struct {
+			fd int
+			at string
+		}{FuseServerSnapshotsFD, snapshots})
+	}
+	for _, t := range trees {
 		if err := os.Mkdir(t.at, 0o700); err != nil {
 			return fmt.Errorf("fuse server: %w", err)
 		}
@@ -68,10 +80,12 @@ func ExecFuseServer(server, upper, work, idmap string, lowers []string) error {
 		return fmt.Errorf("fuse server: device descriptor: %w", err)
 	}
 	// Layers named in lowers (a snapshot's) stack, in order, above the
-	// lower layer and under the upper.
+	// lower layer and under the upper. They are shared with the snapshot
+	// and every other sandbox made from it, on a read-only mount: a write
+	// copies the file up, never changes it there.
 	lowerdir := lower
 	for i := len(lowers) - 1; i >= 0; i-- {
-		lowerdir = filepath.Join(layers, lowers[i]) + ":" + lowerdir
+		lowerdir = filepath.Join(snapshots, lowers[i]) + ":" + lowerdir
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,uidmapping=%s,gidmapping=%s",
 		lowerdir, filepath.Join(layers, upper), filepath.Join(layers, work), idmap, idmap)

@@ -83,7 +83,8 @@ var migrations = []string{
 		created_ms INTEGER NOT NULL,
 		PRIMARY KEY (sandbox, port)
 	);`,
-	// 4: whether each sandbox is paused, and the tenants' snapshots: a
+	// 4: whether each sandbox is paused (later: since when, see
+	// Sandbox.PausedAt), and the tenants' snapshots: a
 	// tenant's name for each, mapped to the provider's own (which no
 	// tenant chooses or sees).
 	`ALTER TABLE sandboxes ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;

@@ -34,6 +34,23 @@ type Sandbox struct {
 	Recreated  int
 	// Paused says the sandbox was paused through the server.
 	Paused bool
+	// PausedAt is when it was paused (zero when it is not, or when a
+	// registry from before pause times were kept paused it): its idle
+	// clock stops from then until it is resumed (see Resume). The column
+	// paused holds it, in ms since the epoch; 1 is paused at an unknown
+	// time.
+	PausedAt time.Time
+}
+
+// pausedMs is the paused column's value for sb.
+func pausedMs(sb Sandbox) int64 {
+	switch {
+	case !sb.Paused:
+		return 0
+	case sb.PausedAt.IsZero():
+		return 1
+	}
+	return max(ms(sb.PausedAt), 2)
 }
 
 const sandboxCols = `id, tenant, name, provider, provider_id, spec, labels, workspace, state, lost_reason, created_ms, last_used_ms, recreated, paused`
@@ -42,10 +59,14 @@ func scanSandbox(row interface{ Scan(...any) error }) (Sandbox, error) {
 	var sb Sandbox
 	var name sql.NullString
 	var labels string
-	var created, used int64
+	var created, used, paused int64
 	if err := row.Scan(&sb.ID, &sb.Tenant, &name, &sb.Provider, &sb.ProviderID, &sb.Spec, &labels,
-		&sb.Workspace, &sb.State, &sb.LostReason, &created, &used, &sb.Recreated, &sb.Paused); err != nil {
+		&sb.Workspace, &sb.State, &sb.LostReason, &created, &used, &sb.Recreated, &paused); err != nil {
 		return Sandbox{}, err
+	}
+	sb.Paused = paused != 0
+	if paused > 1 {
+		sb.PausedAt = fromMs(paused)
 	}
 	sb.Name = nullString(name)
 	sb.Created, sb.LastUsed = fromMs(created), fromMs(used)
@@ -67,7 +88,7 @@ func (s *Store) InsertSandbox(ctx context.Context, sb Sandbox) error {
 	}
 	_, err = s.db.ExecContext(ctx, `INSERT INTO sandboxes (`+sandboxCols+`) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		sb.ID, sb.Tenant, orNull(sb.Name), sb.Provider, sb.ProviderID, sb.Spec, string(labels), sb.Workspace,
-		sb.State, sb.LostReason, ms(sb.Created), ms(sb.LastUsed), sb.Recreated, sb.Paused)
+		sb.State, sb.LostReason, ms(sb.Created), ms(sb.LastUsed), sb.Recreated, pausedMs(sb))
 	if err != nil && strings.Contains(err.Error(), "UNIQUE constraint failed: sandboxes.tenant, sandboxes.name") {
 		return fmt.Errorf("sandbox name %q: %w", sb.Name, ErrNameTaken)
 	}

@@ -102,10 +102,23 @@ func (s *Store) DeleteSnapshot(ctx context.Context, tenant, name string) error {
 	return nil
 }
 
-// SetPaused records whether sandbox id is paused.
-func (s *Store) SetPaused(ctx context.Context, id string, paused bool) error {
-	if _, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET paused = ? WHERE id = ?`, paused, id); err != nil {
-		return fmt.Errorf("set paused of sandbox %s: %w", id, err)
+// Pause records that sandbox id was paused at at. A sandbox already
+// paused keeps its first pause time: pausing it again does not restart
+// the time its idle clock has been stopped.
+func (s *Store) Pause(ctx context.Context, id string, at time.Time) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET paused = CASE WHEN paused = 0 THEN ? ELSE paused END WHERE id = ?`,
+		pausedMs(Sandbox{Paused: true, PausedAt: at}), id); err != nil {
+		return fmt.Errorf("pause sandbox %s: %w", id, err)
+	}
+	return nil
+}
+
+// Resume records that sandbox id is no longer paused and was last used at
+// lastUsed: the caller moves its last use forward by the time it was
+// paused, so that the pause does not count as idle time.
+func (s *Store) Resume(ctx context.Context, id string, lastUsed time.Time) error {
+	if _, err := s.db.ExecContext(ctx, `UPDATE sandboxes SET paused = 0, last_used_ms = ? WHERE id = ?`, ms(lastUsed), id); err != nil {
+		return fmt.Errorf("resume sandbox %s: %w", id, err)
 	}
 	return nil
 }

@@ -101,6 +101,12 @@ type held struct {
 // hold finds tenant's sandbox key (id or name) and its provider sandbox.
 // Another tenant's sandbox is NotFound, a lost one ErrSandboxLost.
 func (s *Server) hold(ctx context.Context, tenant registry.Tenant, key string) (*held, error) {
+	return s.holdFor(ctx, tenant, key, true)
+}
+
+// holdFor is hold; without use, holding the sandbox is not a use of it
+// (see acquireFor).
+func (s *Server) holdFor(ctx context.Context, tenant registry.Tenant, key string, use bool) (*held, error) {
 	if key == "" {
 		return nil, invalid("sandbox_id", "empty: give a sandbox's id or name")
 	}
@@ -118,7 +124,7 @@ func (s *Server) hold(ctx context.Context, tenant registry.Tenant, key string) (
 	if !ok {
 		return nil, apiError(fmt.Errorf("%w: sandbox %s: provider %q is not enabled on this server", runbox.ErrProviderUnavailable, rec.ID, rec.Provider))
 	}
-	release, ok := s.acquire(rec.ID)
+	release, ok := s.acquireFor(rec.ID, use)
 	if !ok {
 		return nil, notFound(key)
 	}
@@ -186,8 +192,23 @@ func (s *Server) pause(ctx context.Context, h *held, pause bool) error {
 	if err != nil {
 		return branchError(err)
 	}
-	if err := s.store.SetPaused(context.WithoutCancel(ctx), h.rec.ID, pause); err != nil {
-		return apiError(err)
+	// The idle clock stops while paused: the pause time is kept (a second
+	// pause keeps the first's), and the resume moves the last use forward
+	// by the time paused.
+	now := s.now()
+	if pause {
+		if err := s.store.Pause(context.WithoutCancel(ctx), h.rec.ID, now); err != nil {
+			return apiError(err)
+		}
+		if !h.rec.Paused {
+			h.rec.PausedAt = now
+		}
+	} else if h.rec.Paused {
+		last := s.resumeIdleClock(h.rec, now)
+		if err := s.store.Resume(context.WithoutCancel(ctx), h.rec.ID, last); err != nil {
+			return apiError(err)
+		}
+		h.rec.LastUsed, h.rec.PausedAt = last, time.Time{}
 	}
 	h.rec.Paused = pause
 	return nil
@@ -205,7 +226,7 @@ func branchError(err error) error {
 // the API's. PauseSandbox, RunboxService.Pause through the server and MCP
 // all pause through it.
 func (s *Server) setPaused(ctx context.Context, tenant registry.Tenant, key string, pause bool) (registry.Sandbox, error) {
-	h, err := s.hold(ctx, tenant, key)
+	h, err := s.holdFor(ctx, tenant, key, false)
 	if err != nil {
 		return registry.Sandbox{}, err
 	}

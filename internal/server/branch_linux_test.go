@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -87,6 +88,7 @@ func TestServePauseLocal(t *testing.T) {
 	if err := a.Pause(ctx, idle); err != nil {
 		t.Fatal(err)
 	}
+	defer a.Resume(ctx, idle)
 	cl := a.Sandbox(sb.ID)
 	defer cl.Close()
 	marker := "busy-" + strconv.FormatInt(time.Now().UnixNano(), 36)
@@ -119,16 +121,8 @@ func TestServePauseLocal(t *testing.T) {
 	if _, err := a.Get(ctx, idle.ID); err != nil {
 		t.Fatalf("the reaper removed a paused sandbox: %v", err)
 	}
-	// Resumed after more than its idle TTL paused, it is not idle: the
-	// resume is a use (the call holds the sandbox, which restarts its
-	// idle clock), so the reaper leaves it for another idle TTL.
-	if err := a.Resume(ctx, idle); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(time.Second)
-	if _, err := a.Get(ctx, idle.ID); err != nil {
-		t.Fatalf("a sandbox resumed after a pause longer than its idle TTL was reaped within 1 s: %v", err)
-	}
+	// What is left of its idle TTL after the resume:
+	// TestServeIdleClockStopsWhilePaused.
 	if err := a.Resume(ctx, sb); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +134,84 @@ func TestServePauseLocal(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Wait(ctx)
+}
+
+// testClock is a server's clock (Config.Now) that moves only when told.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// TestServeIdleClockStopsWhilePaused: a local sandbox with a 10 minute
+// idle TTL, paused after 9 idle minutes and kept paused for an hour (and
+// paused again in it, which does not restart the paused time), has 1
+// idle minute left once resumed: the reaper leaves it after 50 s more and
+// removes it after 70 s. The pause and the resume are not uses. (Before,
+// the resume restarted the idle clock: it stood 10 more minutes.) The
+// server's clock is moved by the test, and the reaper run by it.
+func TestServeIdleClockStopsWhilePaused(t *testing.T) {
+	clock := &testClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
+	ts := startServer(t, onLocalProvider(t), func(c *serverConfig) {
+		c.Now = clock.Now
+		c.ReapInterval = time.Hour // the test reaps (server.ReapNow)
+	})
+	ctx := ctxT(t)
+	a := ts.tenant(t, "a")
+	sb, err := a.CreateSandbox(ctx, runbox.SandboxSpec{}, client.SandboxOptions{IdleTTL: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Remove(ctx, sb, true) })
+	there := func(when string) bool {
+		t.Helper()
+		server.ReapNow(ts.srv)
+		_, err := a.Get(ctx, sb.ID)
+		if err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Fatalf("%s: %v", when, err)
+		}
+		return err == nil
+	}
+	clock.Advance(9 * time.Minute)
+	if !there("idle 9 of 10 minutes") {
+		t.Fatal("reaped after 9 of its 10 idle minutes")
+	}
+	if err := a.Pause(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	if err := a.Pause(ctx, sb); err != nil {
+		t.Fatalf("pause again: %v", err)
+	}
+	clock.Advance(5 * time.Minute)
+	if !there("paused for 65 minutes") {
+		t.Fatal("reaped while paused")
+	}
+	if err := a.Resume(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if !there("just resumed") {
+		t.Fatal("reaped at its resume: the paused hour counted as idle")
+	}
+	clock.Advance(50 * time.Second)
+	if !there("resumed, 50 s idle") {
+		t.Fatal("reaped 50 s after its resume with 1 idle minute left")
+	}
+	clock.Advance(20 * time.Second)
+	if there("resumed, 70 s idle") {
+		t.Error("still there 70 s after its resume with 1 idle minute left: the resume restarted its idle clock")
+	}
 }
 
 // TestServeSnapshotForkLocal: through serve, a snapshot of a local

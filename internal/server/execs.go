@@ -152,7 +152,7 @@ func (s *Server) finishExec(key execKey, res *runboxv1.Result) {
 		// A sandbox is in use until its exec ends: its idle TTL starts
 		// now, not when the exec was started or last followed (an agent
 		// that reads the result of a long command must find the sandbox).
-		s.usageOf(key.sandbox).lastUsed = time.Now()
+		s.usageOf(key.sandbox).lastUsed = s.now()
 	}
 	s.mu.Unlock()
 	if t == nil {

@@ -46,7 +46,7 @@ func (s *Server) reap(ctx context.Context) {
 		s.log.Error("reaper: list sandboxes", "err", err)
 		return
 	}
-	now := time.Now()
+	now := s.now()
 	for _, rec := range recs {
 		if ctx.Err() != nil {
 			return

@@ -81,7 +81,7 @@ func (s *Server) createSandbox(ctx context.Context, tenant registry.Tenant, spec
 		return registry.Sandbox{}, err
 	}
 	specJSON, _ := protojson.Marshal(spec)
-	now := time.Now()
+	now := s.now()
 	rec := registry.Sandbox{
 		ID: id, Tenant: tenant.Name, Name: spec.Name, Provider: spec.Provider, ProviderID: sb.ID,
 		Spec: string(specJSON), Labels: spec.Labels, Workspace: workspace, State: registry.StateReady,

@@ -103,6 +103,9 @@ type Config struct {
 	// (a server started in the background) is idle. By default such a
 	// sandbox is in use.
 	IdleIgnoresBackground bool
+	// Now is the clock of sandboxes' idle TTLs, lifetimes and pauses; nil
+	// means time.Now. Tests move it to see the reaper act without waiting.
+	Now func() time.Time
 	// Log receives the server's structured logs; nil discards them.
 	Log *slog.Logger
 	// MCP, when set, serves MCP over streamable HTTP at /mcp behind the
@@ -161,6 +164,9 @@ func New(cfg Config) *Server {
 	}
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
 	}
 	bg, stopBG := context.WithCancel(context.Background())
 	streams, endStreams := context.WithCancel(context.Background())
@@ -271,3 +277,6 @@ func (s *Server) Handler() http.Handler {
 	root.Handle("/", withBaseURL(s.authenticate(api)))
 	return root
 }
+
+// now is the server's clock (Config.Now).
+func (s *Server) now() time.Time { return s.cfg.Now() }

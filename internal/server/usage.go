@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"time"
+
+	"github.com/runbox/runbox/internal/registry"
 )
 
 // usage is what the server knows of a sandbox's use: calls in flight (an
@@ -31,7 +33,13 @@ func (s *Server) usageOf(id string) *usage {
 
 // acquire marks sandbox id in use until release is called. ok is false
 // while the sandbox is being removed.
-func (s *Server) acquire(id string) (release func(), ok bool) {
+func (s *Server) acquire(id string) (release func(), ok bool) { return s.acquireFor(id, true) }
+
+// acquireFor is acquire; without use, the call keeps the sandbox from
+// being reaped while it runs but is not a use: it leaves the sandbox's
+// idle clock where it was (a pause or a resume, which stop and restart
+// that clock).
+func (s *Server) acquireFor(id string, use bool) (release func(), ok bool) {
 	s.mu.Lock()
 	u := s.usageOf(id)
 	if u.removing {
@@ -39,12 +47,18 @@ func (s *Server) acquire(id string) (release func(), ok bool) {
 		return nil, false
 	}
 	u.active++
-	u.lastUsed = time.Now()
+	if use {
+		u.lastUsed = s.now()
+	}
 	s.mu.Unlock()
 	return func() {
-		now := time.Now()
+		now := s.now()
 		s.mu.Lock()
 		u.active--
+		if !use {
+			s.mu.Unlock()
+			return
+		}
 		u.lastUsed = now
 		persist := now.Sub(u.persisted) >= touchEvery
 		if persist {
@@ -103,4 +117,28 @@ func (s *Server) idleSince(id string, recorded time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return last, true
+}
+
+// resumeIdleClock returns rec's last use once it is resumed at now: moved
+// forward by the time it was paused, so that a sandbox paused with 9 of
+// its 10 idle minutes used has 1 left after resume. A use while paused
+// (a snapshot, a refused exec) restarts the clock at the resume. A record
+// paused at an unknown time (see registry.Sandbox.PausedAt) restarts it
+// too. It records the result as the sandbox's last use in memory; the
+// caller writes it to the registry.
+func (s *Server) resumeIdleClock(rec registry.Sandbox, now time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.usageOf(rec.ID)
+	last := rec.LastUsed
+	if u.lastUsed.After(last) {
+		last = u.lastUsed
+	}
+	resumed := now
+	if !rec.PausedAt.IsZero() && last.Before(rec.PausedAt) {
+		// The idle time it had used before the pause still counts.
+		resumed = now.Add(-rec.PausedAt.Sub(last))
+	}
+	u.lastUsed = resumed
+	return resumed
 }

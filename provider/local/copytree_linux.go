@@ -30,7 +30,8 @@ const (
 // marks among them), times, symbolic links and device nodes (an overlay's
 // whiteouts). It never follows a symbolic link. Hard links inside src
 // become separate files. With linkFiles, a file that cannot be linked
-// because dst is on another filesystem is copied.
+// because dst is on another filesystem or the file has as many links as
+// its filesystem allows is copied.
 func copyTree(src, dst string, mode copyMode) error {
 	return filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -58,9 +59,9 @@ func copyTree(src, dst string, mode copyMode) error {
 				if err == nil {
 					return nil // one inode: owner, mode and xattrs are the original's
 				}
-				// dst on another filesystem (a sandbox's own disk):
-				// a copy of its own, counted against that disk.
-				if !errors.Is(err, unix.EXDEV) {
+				// dst on another filesystem, or the inode at the
+				// filesystem's link limit: a copy of its own.
+				if !errors.Is(err, unix.EXDEV) && !errors.Is(err, unix.EMLINK) {
 					return fmt.Errorf("link %s: %w", path, err)
 				}
 			}

@@ -146,16 +146,20 @@ func receiveFuseDevice(ctx context.Context, sock int, exited <-chan struct{}) (*
 // groups, so it has power over the sandbox's ids (its upper layer) and none
 // over any host id: it reads the host's files as a stranger. It runs
 // outside the sandbox's pid namespace, so no command can signal it.
-func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers *os.File, m idMap, lowers []string, log io.Writer) *exec.Cmd {
+// snapshots (a read-only detached mount of the sandbox's snapshot layers,
+// see snapshotTree) is given when lowers names layers in it, else nil.
+// runboxd's binary (7) is closed by runboxd as it starts.
+func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers, snapshots *os.File, m idMap, lowers []string, log io.Writer) *exec.Cmd {
 	cmd := &exec.Cmd{
-		Path: "/proc/self/fd/6",
+		Path: "/proc/self/fd/7",
 		Args: []string{"runboxd", "fuse-root", "--server", server, "--upper", upperDir, "--work", workDir,
 			"--idmap", fuseIDMapping(m.swapped, m.size), "--lowers", strings.Join(lowers, ",")},
-		Dir:        "/",
-		Env:        []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
-		Stdout:     log,
-		Stderr:     log,
-		ExtraFiles: []*os.File{fuse, lower, layers, runboxd}, // 3, 4, 5 (jail.FuseServer*FD), 6
+		Dir:    "/",
+		Env:    []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
+		Stdout: log,
+		Stderr: log,
+		// 3, 4, 5, 6 (jail.FuseServer*FD; 6 closed when nil), 7
+		ExtraFiles: []*os.File{fuse, lower, layers, snapshots, runboxd},
 	}
 	uids, gids := m.sysProcIDMaps()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -178,4 +182,22 @@ func hostRootTree() (*os.File, error) {
 		return nil, fmt.Errorf("clone the mount of /: %w", err)
 	}
 	return os.NewFile(uintptr(fd), "lower"), nil
+}
+
+// snapshotTree returns a detached clone of the mount of dir (a sandbox's
+// snapshot layers directory), read-only, without setuid or devices: the
+// layers in it are hard links to the snapshot's files, shared with every
+// sandbox made from it, so the FUSE server must never write them. A
+// write in the sandbox copies the file up into its own upper layer.
+func snapshotTree(dir string) (*os.File, error) {
+	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("clone the mount of %s: %w", dir, err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("make the mount of %s read-only: %w", dir, err)
+	}
+	return os.NewFile(uintptr(fd), "snapshots"), nil
 }

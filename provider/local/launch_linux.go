@@ -137,7 +137,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			return nil, fmt.Errorf("snapshot %s: a local sandbox stacks a snapshot on the host's root served through %s; not with --rootfs, --host-root or without root: %w",
 				spec.FromSnapshot, FuseServer, runbox.ErrUnsupported)
 		}
-		depth, err := p.stackSnapshot(spec.FromSnapshot, layers)
+		depth, err := p.stackSnapshot(spec.FromSnapshot, layers, snapshotLayersPath(l.Dir), ids)
 		if err != nil {
 			return nil, err
 		}
@@ -428,7 +428,14 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 	layersTree := os.NewFile(uintptr(fd), "layers")
 	defer layersTree.Close()
 	lowers := snapshotLowers(stackedLayers(runbox.Sandbox{Detail: l.Record.Extra}))
-	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, ids, lowers, l.Log)
+	var snapshots *os.File
+	if len(lowers) > 0 {
+		if snapshots, err = snapshotTree(snapshotLayersPath(l.Dir)); err != nil {
+			return 0, err
+		}
+		defer snapshots.Close()
+	}
+	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, snapshots, ids, lowers, l.Log)
 	srv, err := procbox.StartDetached(cmd)
 	if err != nil {
 		return 0, fmt.Errorf("start %s for the sandbox's root: %w", FuseServer, err)

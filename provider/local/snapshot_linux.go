@@ -25,17 +25,24 @@ var _ runbox.Snapshotter = (*Provider)(nil)
 // A snapshot lives in RUNBOX_HOME/snapshots/NAME: its layer (a copy of the
 // sandbox's upper layer: what the sandbox changed on top of the host's
 // root), its workspace copy, and meta.json. Nothing writes it once made: a
-// sandbox made from it gets the layer as hard links, stacked read-only
-// under its own upper layer, so the data is on disk once however many
-// sandboxes stand on it, and removing the snapshot leaves them working.
+// sandbox made from it gets the layer as hard links in its state directory
+// (snapshotLayersDir, on the home's filesystem like the snapshot, whatever
+// its disk bound), stacked read-only under its own upper layer, so the
+// data is on disk once however many sandboxes stand on it, and removing
+// the snapshot leaves them working.
 const (
 	snapshotsDir      = "snapshots"
 	snapshotLayer     = "layer"
 	snapshotWorkspace = "workspace"
 	snapshotMeta      = "meta.json"
 	// snapshotLayerDir is the snapshot's layer's name in a sandbox's
-	// layers directory (see jail.ExecFuseServer's lowers).
+	// snapshot layers directory (see jail.ExecFuseServer's lowers).
 	snapshotLayerDir = "snapshot"
+	// snapshotLayersDir is the directory, in a sandbox's state directory,
+	// holding the snapshot layers it stands on: outside its layers, which
+	// may be on a disk of its own (a bound), so that they can be hard links
+	// to the snapshot's files. Its FUSE server gets it read-only.
+	snapshotLayersDir = "snapshot-layers"
 	// extraSnapshotLayers is the record's count of the snapshot layers a
 	// sandbox stands on (its Detail's "snapshot_layers").
 	extraSnapshotLayers = "snapshot_layers"
@@ -110,11 +117,15 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
 	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
 	// A sandbox made from a snapshot sees that snapshot's layers under its
-	// own: they go with it, below its changes. They are read-only in the
-	// sandbox, so hard links serve (a copy where the sandbox's own disk
-	// holds them).
+	// own: they go with it, below its changes. Nothing writes them, so hard
+	// links serve: they are on the home's filesystem, as the snapshot is.
+	lowers := snapshotLayersPath(sbDir)
+	if _, serr := os.Lstat(lowers); serr != nil {
+		// Made before the layers were kept beside the disk: in the layers.
+		lowers = filepath.Dir(upper)
+	}
 	for i := 0; err == nil && i < stackedLayers(sb); i++ {
-		err = copyTree(filepath.Join(filepath.Dir(upper), stackedName(snapshotLayerDir, i)), filepath.Join(tmp, stackedName(snapshotLayer, i+1)), linkFiles)
+		err = copyTree(filepath.Join(lowers, stackedName(snapshotLayerDir, i)), filepath.Join(tmp, stackedName(snapshotLayer, i+1)), linkFiles)
 	}
 	if err == nil && !opts.NoWorkspace && sb.Detail["workdir"] != "" {
 		err = copyTree(sb.Detail["workdir"], filepath.Join(tmp, snapshotWorkspace), cloneFiles)
@@ -277,8 +288,12 @@ func stackedLayers(sb runbox.Sandbox) int {
 	return 0
 }
 
-// snapshotLowers are the lower layers (in the layers directory, top
-// first) of a sandbox standing on n snapshot layers.
+// snapshotLayersPath is the snapshot layers directory of the sandbox
+// whose state directory is sbDir.
+func snapshotLayersPath(sbDir string) string { return filepath.Join(sbDir, snapshotLayersDir) }
+
+// snapshotLowers are the lower layers (in the snapshot layers directory,
+// top first) of a sandbox standing on n snapshot layers.
 func snapshotLowers(n int) []string {
 	lowers := make([]string, n)
 	for i := range lowers {
@@ -287,22 +302,29 @@ func snapshotLowers(n int) []string {
 	return lowers
 }
 
-// stackSnapshot puts every layer of the snapshot name in a new sandbox's
-// layers directory, as hard links (see snapshotLayerDir), takes out of the
-// sandbox's seeded upper layer every file a snapshot layer also has, so the
+// stackSnapshot puts every layer of the snapshot name in stack (a new
+// sandbox's snapshot layers directory, made here, its root's alone), as
+// hard links (see snapshotLayersDir), takes out of the sandbox's seeded
+// upper layer (in layers) every file a snapshot layer also has, so the
 // snapshot's version shows through (its own seeding was done the same way
 // when its sandbox was made, and what else it holds the sandbox wrote),
 // and returns how many layers it stacked.
-func (p *Provider) stackSnapshot(name, layers string) (int, error) {
+func (p *Provider) stackSnapshot(name, layers, stack string, ids idMap) (int, error) {
 	if _, err := p.readSnapshot(name); err != nil {
 		return 0, err
 	}
 	dir, _ := p.snapshotPath(name)
 	depth := snapshotDepth(dir)
 	upper := filepath.Join(layers, upperDir)
+	if err := os.Mkdir(stack, 0o700); err != nil {
+		return 0, fmt.Errorf("snapshot %s: %w", name, err)
+	}
+	if err := ids.chown(stack); err != nil {
+		return 0, fmt.Errorf("snapshot %s: %w", name, err)
+	}
 	for i := 0; i < depth; i++ {
 		src := filepath.Join(dir, stackedName(snapshotLayer, i))
-		if err := copyTree(src, filepath.Join(layers, stackedName(snapshotLayerDir, i)), linkFiles); err != nil {
+		if err := copyTree(src, filepath.Join(stack, stackedName(snapshotLayerDir, i)), linkFiles); err != nil {
 			return 0, fmt.Errorf("snapshot %s: %w", name, err)
 		}
 		err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
