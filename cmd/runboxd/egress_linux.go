@@ -18,7 +18,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/egress"
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // listenEgress opens the egress proxy's listeners on the sandbox's own
@@ -95,7 +95,7 @@ func egressHost(args []string, stderr io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	policyPath := filepath.Join(*stateDir, egress.PolicyFile)
 	h := &egress.Host{
-		Dial:   procrecord.Dialer(*socket, *stateDir),
+		Dial:   processrecord.Dialer(*socket, *stateDir),
 		Policy: func() (egress.Policy, error) { return egress.ReadPolicy(policyPath) },
 		Log:    log,
 		// Started by the local provider beside the sandbox: runboxd's

@@ -36,7 +36,7 @@ import (
 	"syscall"
 
 	"github.com/runbox/runbox/internal/buildinfo"
-	"github.com/runbox/runbox/internal/cmdview"
+	"github.com/runbox/runbox/internal/commandview"
 	"github.com/runbox/runbox/internal/daemon"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/egress"
@@ -271,7 +271,7 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	// The proxy runs beside the commands (docker exec), in runboxd's view
 	// of the filesystem, and carries the client's secret: no command may
 	// read its memory or its /proc entries.
-	if err := cmdview.Undumpable(); err != nil {
+	if err := commandview.Undumpable(); err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/runbox/runbox/internal/cmdview"
+	"github.com/runbox/runbox/internal/commandview"
 	"github.com/runbox/runbox/internal/supervisor"
 )
 
@@ -16,7 +16,7 @@ func privateFlag(fs *flag.FlagSet) *string {
 }
 
 // usePrivate configures cfg so that commands run in a view without dir
-// (see internal/cmdview) and makes runboxd non-dumpable, so that no command
+// (see internal/commandview) and makes runboxd non-dumpable, so that no command
 // reaches dir through runboxd's /proc entries. runboxd's state directory
 // (default: dir + "-state") stays in the view, read-only: it holds what
 // later commands read, spill files (whose paths results return) and session
@@ -27,7 +27,7 @@ func usePrivate(cfg *supervisor.Config, dir string) error {
 	if !filepath.IsAbs(dir) {
 		return fmt.Errorf("serve: --private %q: want an absolute path", dir)
 	}
-	if err := cmdview.Undumpable(); err != nil {
+	if err := commandview.Undumpable(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	if cfg.StateDir == "" {
@@ -41,10 +41,10 @@ func usePrivate(cfg *supervisor.Config, dir string) error {
 		readOnly = append(readOnly, cfg.SpillDir)
 	}
 	cfg.SpawnSetup = func(mode string) error {
-		return cmdview.Enter(cmdview.Spec{
+		return commandview.Enter(commandview.Spec{
 			Hide:     []string{dir},
 			ReadOnly: readOnly,
-			KeepCaps: cmdview.DockerDefaultCaps,
+			KeepCaps: commandview.DockerDefaultCaps,
 			Filter:   true,
 			Clone3:   mode == supervisor.ModeCgroup2,
 		})

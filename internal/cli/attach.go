@@ -9,7 +9,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execrules"
 )
 
 // cancelTimeout bounds the cancel attach sends on Ctrl-C: the exec's grace
@@ -62,13 +62,13 @@ it, use runbox logs -f.`,
 			}()
 			res, err := cl.Attach(ctx, id, client.WithFromSeq(from),
 				client.WithStdout(a.stdout), client.WithStderr(a.stderr),
-				client.WithOnGap(func(g runbox.OutputGap) { execcli.ReportGap(a.stderr, g) }))
+				client.WithOnGap(func(g runbox.OutputGap) { execrules.ReportGap(a.stderr, g) }))
 			if err != nil {
 				return fail("attach", key, id, err)
 			}
-			execcli.ReportStop(a.stderr, res, 0, 0)
-			execcli.ReportLeftovers(a.stderr, res, key)
-			if code := execcli.ExitStatus(res); code != 0 {
+			execrules.ReportStop(a.stderr, res, 0, 0)
+			execrules.ReportLeftovers(a.stderr, res, key)
+			if code := execrules.ExitStatus(res); code != 0 {
 				return &ExitError{Code: code}
 			}
 			return nil

@@ -13,7 +13,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execrules"
 )
 
 func (a *app) execCmd() *cobra.Command {
@@ -60,10 +60,10 @@ is a terminal, restored on exit). runbox sh SANDBOX opens an interactive shell.`
 	return c
 }
 
-// execFlags are the flags exec, run and sh share (package execcli has
+// execFlags are the flags exec, run and sh share (package execrules has
 // their rules, which the runbox front follows too).
 type execFlags struct {
-	execcli.Flags
+	execrules.Flags
 
 	// Set by a runbox front that handed over an exec whose stream broke
 	// after it had shown output (hidden flags, see docs/cli.md): the exec
@@ -83,8 +83,8 @@ func (f *execFlags) addCommon(fs *pflag.FlagSet) { f.addFlags(fs, false) }
 
 func (f *execFlags) addFlags(fs *pflag.FlagSet, exec bool) {
 	f.fs = fs
-	f.Flags = execcli.NewFlags()
-	for _, d := range execcli.Defs {
+	f.Flags = execrules.NewFlags()
+	for _, d := range execrules.Defs {
 		if !d.RunToo && !exec {
 			continue
 		}
@@ -110,7 +110,7 @@ func (f *execFlags) addFlags(fs *pflag.FlagSet, exec bool) {
 }
 
 // check refuses flags runbox cannot honour yet, and nonsense combinations
-// (execcli.Flags.Check).
+// (execrules.Flags.Check).
 func (f *execFlags) check() error {
 	f.GraceSet = f.fs != nil && f.fs.Changed("grace")
 	if f.from > 0 && f.ID == "" {
@@ -168,7 +168,7 @@ func splitCommand(c *cobra.Command, args []string, n int) (commandLine, error) {
 }
 
 // exec runs command in sb through cl as f says, and reports the result: the
-// command's non-zero status comes back as an *ExitError (see execcli.ExitStatus).
+// command's non-zero status comes back as an *ExitError (see execrules.ExitStatus).
 func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, command []string, f *execFlags) error {
 	spec := f.Spec(command)
 	var opts []client.ExecOption
@@ -191,7 +191,7 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 	}
 	if f.ID == "" {
 		// The id is chosen here so an interrupted exec can be named.
-		f.ID = execcli.NewExecID()
+		f.ID = execrules.NewExecID()
 		spec.ID = f.ID
 	}
 	var lastSeq atomic.Uint64 // of the last chunk delivered, for attach --from
@@ -206,7 +206,7 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		// Streamed, the output is on this terminal: runboxd spills only
 		// from the first byte the stream misses, if any.
 		opts = append(opts, client.WithStdout(a.stdout), client.WithStderr(a.stderr),
-			client.WithOnGap(func(g runbox.OutputGap) { execcli.ReportGap(a.stderr, g) }),
+			client.WithOnGap(func(g runbox.OutputGap) { execrules.ReportGap(a.stderr, g) }),
 			client.WithSpill(runbox.SpillUnsent))
 	}
 
@@ -240,14 +240,14 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 	res.StreamGaps += f.fromGaps
 	res.StreamLost += f.fromLost
 	if f.JSON {
-		if err := execcli.WriteJSON(a.stdout, execcli.ResultJSON(res)); err != nil {
+		if err := execrules.WriteJSON(a.stdout, execrules.ResultJSON(res)); err != nil {
 			return err
 		}
 	} else {
-		execcli.ReportStop(a.stderr, res, f.Timeout, f.Idle)
-		execcli.ReportLeftovers(a.stderr, res, sb.ID)
+		execrules.ReportStop(a.stderr, res, f.Timeout, f.Idle)
+		execrules.ReportLeftovers(a.stderr, res, sb.ID)
 	}
-	if code := execcli.ExitStatus(res); code != 0 {
+	if code := execrules.ExitStatus(res); code != 0 {
 		return &ExitError{Code: code}
 	}
 	return nil

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/internal/recordfile"
 )
@@ -25,7 +25,7 @@ import (
 func cuttingProxy(t *testing.T, home, id string, cutAfter int64) (cuts *atomic.Int32) {
 	t.Helper()
 	sbDir := filepath.Join(home, "sandboxes", id)
-	rec, err := procrecord.Read(sbDir)
+	rec, err := processrecord.Read(sbDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestFrontSandboxLostAsFull(t *testing.T) {
 	full := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
 	for _, bin := range []string{binary(t), full} {
 		id := up(t)
-		rec, err := procrecord.Read(filepath.Join(home, "sandboxes", id))
+		rec, err := processrecord.Read(filepath.Join(home, "sandboxes", id))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -152,7 +152,7 @@ func TestFrontFailsAsFull(t *testing.T) {
 		return outcome{code, stdout.String(), stderr.String()}
 	}
 	must(t, "rm", gone)
-	secret := filepath.Join(home, "sandboxes", id, procrecord.SecretFile)
+	secret := filepath.Join(home, "sandboxes", id, processrecord.SecretFile)
 	if err := os.WriteFile(secret, []byte(strings.Repeat("x", 32)), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestFrontFailsAsFull(t *testing.T) {
 func TestFrontFrozenDaemonIsLost(t *testing.T) {
 	home := setHome(t)
 	id := up(t)
-	rec, err := procrecord.Read(filepath.Join(home, "sandboxes", id))
+	rec, err := processrecord.Read(filepath.Join(home, "sandboxes", id))
 	if err != nil {
 		t.Fatal(err)
 	}

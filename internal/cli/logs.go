@@ -8,7 +8,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execrules"
 )
 
 // exitInterrupted is logs -f's status when Ctrl-C (or SIGTERM) ends the
@@ -57,7 +57,7 @@ gives that), 130 after Ctrl-C, 125 when runbox failed.`,
 			// runs on; nothing here ever cancels or signals it.
 			_, err = cl.Attach(c.Context(), id, client.WithFromSeq(from),
 				client.WithStdout(a.stdout), client.WithStderr(a.stderr),
-				client.WithOnGap(func(g runbox.OutputGap) { execcli.ReportGap(a.stderr, g) }))
+				client.WithOnGap(func(g runbox.OutputGap) { execrules.ReportGap(a.stderr, g) }))
 			switch {
 			case err != nil && c.Context().Err() != nil:
 				return &ExitError{Code: exitInterrupted}

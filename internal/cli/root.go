@@ -23,18 +23,18 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/buildinfo"
-	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execrules"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
 )
 
 // ExitStatusFailure is the exit status when runbox itself failed rather
 // than the command it ran (docker run's convention).
-const ExitStatusFailure = execcli.ExitStatusFailure
+const ExitStatusFailure = execrules.ExitStatusFailure
 
 // ExitTimedOut is the exit status of a command that timed out and then
-// exited by itself (execcli.ExitTimedOut).
-const ExitTimedOut = execcli.ExitTimedOut
+// exited by itself (execrules.ExitTimedOut).
+const ExitTimedOut = execrules.ExitTimedOut
 
 // ExitError carries the status a command exited with. Run returns it when
 // the command ran and exited non-zero; it is not a runbox failure.
@@ -80,11 +80,11 @@ func ExitCode(err error, stderr io.Writer) int {
 	if errors.As(err, &ee) {
 		return ee.Code
 	}
-	return execcli.ReportFailure(stderr, err)
+	return execrules.ReportFailure(stderr, err)
 }
 
-// oneLine folds a multi-line message onto one line (execcli.OneLine).
-func oneLine(s string) string { return execcli.OneLine(s) }
+// oneLine folds a multi-line message onto one line (execrules.OneLine).
+func oneLine(s string) string { return execrules.OneLine(s) }
 
 // Run runs the CLI with the features a binary links and args (without the
 // program name).

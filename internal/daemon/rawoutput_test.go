@@ -18,7 +18,7 @@ import (
 	"github.com/runbox/runbox/client"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
-	"github.com/runbox/runbox/internal/execwire"
+	"github.com/runbox/runbox/internal/frontrpc"
 )
 
 // writeCountingConn counts the Write calls the server makes on it.
@@ -33,7 +33,7 @@ func (c writeCountingConn) Write(p []byte) (int, error) {
 }
 
 // TestHTTP1RunWritesEachOutputOnce runs a command through the front's
-// HTTP/1 Run (package execwire) and checks that every byte of both streams
+// HTTP/1 Run (package frontrpc) and checks that every byte of both streams
 // arrives in order, with consecutive sequence numbers and no gap, and that
 // runboxd made about one write per Output event: before the HTTP/1 output
 // path, net/http's buffered, chunked writer made two to three per event.
@@ -57,7 +57,7 @@ func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	s, err := execwire.Run(conn, runbox.ExecSpec{
+	s, err := frontrpc.Run(conn, runbox.ExecSpec{
 		Command: "seq 1 300000; seq 1 2000 >&2; seq 300001 500000",
 	}, true)
 	if err != nil {
@@ -76,7 +76,7 @@ func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 		switch ev.Kind {
-		case execwire.EventOutput:
+		case frontrpc.EventOutput:
 			outputs++
 			if ev.Seq != next {
 				t.Fatalf("output seq %d, want %d", ev.Seq, next)
@@ -87,9 +87,9 @@ func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
 			} else {
 				stdout.Write(ev.Data)
 			}
-		case execwire.EventGap:
+		case frontrpc.EventGap:
 			t.Fatalf("a gap for the exec's own stream: %+v", ev.Gap)
-		case execwire.EventExited:
+		case frontrpc.EventExited:
 			r := ev.Result
 			result = &r
 		}

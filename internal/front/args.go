@@ -5,24 +5,24 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execrules"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
 // execArgs is an exec invocation the front runs itself.
 type execArgs struct {
-	flags   execcli.Flags
+	flags   execrules.Flags
 	key     string   // the sandbox's id or name, as given
 	command []string // COMMAND...
 }
 
 // parseExec reads exec's arguments (after "exec") as runbox-full's flag
 // parser does (flags up to COMMAND's first word, the rest the command's), and reports whether the front runs the invocation itself:
-// only flags execcli.Defs marks as the front's (a bool one only true), a
+// only flags execrules.Defs marks as the front's (a bool one only true), a
 // sandbox named by the form of an id or of a name, and a command. Anything else,
 // --help, an unknown flag or a bad value among them, is runbox-full's.
 func parseExec(args []string) (execArgs, bool) {
-	x := execArgs{flags: execcli.NewFlags()}
+	x := execArgs{flags: execrules.NewFlags()}
 	var operands []string
 	dash := -1 // operands before "--"
 	for i := 0; i < len(args); i++ {
@@ -38,7 +38,7 @@ func parseExec(args []string) (execArgs, bool) {
 			if !ok {
 				return x, false
 			}
-			if d.Kind != execcli.Bool && !hasValue {
+			if d.Kind != execrules.Bool && !hasValue {
 				if i+1 >= len(args) {
 					return x, false
 				}
@@ -50,7 +50,7 @@ func parseExec(args []string) (execArgs, bool) {
 			}
 		case strings.HasPrefix(a, "-") && len(a) > 1:
 			d, ok := frontDef("", a[1:2])
-			if !ok || d.Kind == execcli.Bool {
+			if !ok || d.Kind == execrules.Bool {
 				return x, false
 			}
 			value := strings.TrimPrefix(a[2:], "=")
@@ -86,18 +86,18 @@ func parseExec(args []string) (execArgs, bool) {
 
 // frontDef finds the flag with the long name or shorthand given, if the
 // front handles it.
-func frontDef(name, short string) (execcli.Def, bool) {
-	for _, d := range execcli.Defs {
+func frontDef(name, short string) (execrules.Def, bool) {
+	for _, d := range execrules.Defs {
 		if d.Front && (name != "" && d.Name == name || short != "" && d.Short == short) {
 			return d, true
 		}
 	}
-	return execcli.Def{}, false
+	return execrules.Def{}, false
 }
 
 // set stores a flag's value as the flag parser would, and reports whether
 // the front handles it: a bool flag only true.
-func (x *execArgs) set(d execcli.Def, value string, hasValue bool) bool {
+func (x *execArgs) set(d execrules.Def, value string, hasValue bool) bool {
 	switch p := x.flags.Target(d.Name).(type) {
 	case *time.Duration:
 		v, err := time.ParseDuration(value)

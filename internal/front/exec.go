@@ -14,8 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/internal/execcli"
-	"github.com/runbox/runbox/internal/execwire"
+	"github.com/runbox/runbox/internal/execrules"
+	"github.com/runbox/runbox/internal/frontrpc"
 )
 
 // Timing as the Go client has it (client/client.go): the exec's deadline
@@ -47,7 +47,7 @@ func (x *execArgs) run(args []string) int {
 		spec.Spill = runbox.SpillUnsent
 	}
 	if spec.ID == "" {
-		spec.ID = execcli.NewExecID()
+		spec.ID = execrules.NewExecID()
 	}
 	if !utf8.ValidString(spec.ID) || !utf8.ValidString(spec.Session) || spec.CheckInput() != nil {
 		return handOver(args, nil) // refused before sending, by runbox-full
@@ -77,18 +77,18 @@ func (x *execArgs) run(args []string) int {
 	case e.interrupted.Load() && !res.Cancelled:
 		// The command ended before the cancel took: the call failed as
 		// the Go client reports a cancelled context.
-		return execcli.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: context.Canceled})
+		return execrules.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: context.Canceled})
 	}
 	res.StreamGaps, res.StreamLost = e.gaps, e.lost
 	if x.flags.JSON {
-		if err := execcli.WriteJSON(os.Stdout, execcli.ResultJSON(res)); err != nil {
-			return execcli.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: err})
+		if err := execrules.WriteJSON(os.Stdout, execrules.ResultJSON(res)); err != nil {
+			return execrules.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: err})
 		}
 	} else {
-		execcli.ReportStop(os.Stderr, res, x.flags.Timeout, x.flags.Idle)
-		execcli.ReportLeftovers(os.Stderr, res, r.id)
+		execrules.ReportStop(os.Stderr, res, x.flags.Timeout, x.flags.Idle)
+		execrules.ReportLeftovers(os.Stderr, res, r.id)
 	}
-	return execcli.ExitStatus(res)
+	return execrules.ExitStatus(res)
 }
 
 // execRun is one exec the front follows.
@@ -133,7 +133,7 @@ func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err er
 	if e.spec.Timeout > 0 {
 		conn.SetReadDeadline(time.Now().Add(e.spec.Timeout + e.grace() + streamHeadroom))
 	}
-	s, err := execwire.Run(conn, e.spec, !e.x.flags.JSON)
+	s, err := frontrpc.Run(conn, e.spec, !e.x.flags.JSON)
 	if err != nil {
 		return res, false, err
 	}
@@ -141,21 +141,21 @@ func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err er
 		ev, err := s.Next()
 		lastEvent.Store(time.Now().UnixNano())
 		if err != nil {
-			var ce *execwire.CallError
+			var ce *frontrpc.CallError
 			if !started && e.interrupted.Load() && errors.As(err, &ce) && ce.Tag == "cancelled" {
 				// The cancel's tombstone came before the Run: the command
 				// never ran (as the Go client reports it).
 				return runbox.Result{ID: e.spec.ID, Cancelled: true}, true, nil
 			}
 			if err == io.EOF {
-				err = execwire.ErrStreamBroken // ended without the result
+				err = frontrpc.ErrStreamBroken // ended without the result
 			}
 			return res, started, err
 		}
 		switch ev.Kind {
-		case execwire.EventStarted:
+		case frontrpc.EventStarted:
 			started = true
-		case execwire.EventOutput:
+		case frontrpc.EventOutput:
 			if ev.Seq <= e.lastSeq {
 				continue
 			}
@@ -165,14 +165,14 @@ func (e *execRun) follow(conn net.Conn) (res runbox.Result, started bool, err er
 			} else {
 				_, _ = os.Stdout.Write(ev.Data)
 			}
-		case execwire.EventGap:
+		case frontrpc.EventGap:
 			e.gaps++
 			e.lost += ev.Gap.Bytes
 			if to := ev.Gap.ToSeq; to > 0 && to-1 > e.lastSeq {
 				e.lastSeq = to - 1
 			}
-			execcli.ReportGap(os.Stderr, ev.Gap)
-		case execwire.EventExited:
+			execrules.ReportGap(os.Stderr, ev.Gap)
+		case frontrpc.EventExited:
 			return ev.Result, true, nil
 		}
 	}
@@ -230,7 +230,7 @@ func (e *execRun) cancelOnSignal(sigs <-chan os.Signal, done <-chan struct{}, co
 	defer cancel()
 	if c, err := e.dial(ctx); err == nil {
 		c.SetDeadline(time.Now().Add(bound))
-		_ = execwire.Cancel(c, e.spec.ID)
+		_ = frontrpc.Cancel(c, e.spec.ID)
 		c.Close()
 	}
 	conn.SetReadDeadline(time.Now().Add(bound))

@@ -11,9 +11,9 @@
 // sandbox whose runboxd listens on a socket on this machine, or an ssh or kubernetes
 // sandbox through its persistent endpoint (package endpoint), named by its
 // exact id or by a name the home's name index gives (package
-// sandboxnames; see resolve), with the flags package execcli marks as the front's,
-// speaking runboxd's Run and Cancel calls itself (package execwire). It
-// follows the same rules as runbox-full (package execcli), so its output,
+// sandboxnames; see resolve), with the flags package execrules marks as the front's,
+// speaking runboxd's Run and Cancel calls itself (package frontrpc). It
+// follows the same rules as runbox-full (package execrules), so its output,
 // messages and exit status are runbox-full's.
 //
 // Handover: the commands of the control plane (serve, mcp, token, audit,
@@ -32,7 +32,7 @@ import (
 	"os"
 
 	"github.com/runbox/runbox/internal/buildinfo"
-	"github.com/runbox/runbox/internal/execcli"
+	"github.com/runbox/runbox/internal/execrules"
 	"github.com/runbox/runbox/internal/handover"
 )
 
@@ -50,7 +50,7 @@ func Main(args []string) int {
 	case len(args) > 0 && handover.IsServerCommand(args[0]):
 		// runbox-full would hand it on (its stand-in for the command):
 		// one exec less.
-		return execcli.ReportFailure(os.Stderr, handover.Server.Exec(args, "runbox "+args[0]))
+		return execrules.ReportFailure(os.Stderr, handover.Server.Exec(args, "runbox "+args[0]))
 	}
 	return handOver(args, nil)
 }
@@ -66,5 +66,5 @@ func handOver(args, extra []string) int {
 	if len(args) > 0 {
 		why += " " + args[0]
 	}
-	return execcli.ReportFailure(os.Stderr, ExecFull(args, why))
+	return execrules.ReportFailure(os.Stderr, ExecFull(args, why))
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/dockerrecord"
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/sandboxkey"
 	"github.com/runbox/runbox/internal/sandboxnames"
 )
@@ -32,7 +32,7 @@ type reach struct {
 // provider, a sandbox whose runboxd does not answer) is runbox-full's,
 // whose full lookup reports it in its own words.
 func resolve(key string) (reach, bool) {
-	home, err := procrecord.Home()
+	home, err := processrecord.Home()
 	if err != nil {
 		return reach{}, false
 	}
@@ -48,7 +48,7 @@ func resolve(key string) (reach, bool) {
 		id, name, provider = e.ID, key, e.Provider
 	}
 	switch provider {
-	case "", procrecord.HostProvider, procrecord.LocalProvider:
+	case "", processrecord.HostProvider, processrecord.LocalProvider:
 		if r, ok := reachProc(home, id, name); ok || provider != "" {
 			return r, ok
 		}
@@ -75,16 +75,16 @@ func resolve(key string) (reach, bool) {
 // reachProc reaches a host or local sandbox from its record.
 func reachProc(home, id, name string) (reach, bool) {
 	sbDir := filepath.Join(home, "sandboxes", id)
-	rec, err := procrecord.Read(sbDir)
+	rec, err := processrecord.Read(sbDir)
 	if err != nil || rec.ID != id || rec.Name != name && name != "" ||
-		rec.Provider != procrecord.HostProvider && rec.Provider != procrecord.LocalProvider {
+		rec.Provider != processrecord.HostProvider && rec.Provider != processrecord.LocalProvider {
 		return reach{}, false
 	}
-	conn := procrecord.AliveConn(context.Background(), rec, sbDir)
+	conn := processrecord.AliveConn(context.Background(), rec, sbDir)
 	if conn == nil {
 		return reach{}, false // runbox-full says the sandbox is lost
 	}
-	return reach{id: id, conn: conn, dial: procrecord.Dialer(rec.Socket, sbDir)}, true
+	return reach{id: id, conn: conn, dial: processrecord.Dialer(rec.Socket, sbDir)}, true
 }
 
 // reachDocker reaches a docker sandbox through the socket its runboxd
@@ -104,7 +104,7 @@ func reachDocker(home, id, name string) (reach, bool) {
 	if !ok {
 		return reach{}, false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), procrecord.AliveTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), processrecord.AliveTimeout)
 	defer cancel()
 	conn, err := dial(ctx)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // Dialer returns a dialer for the sandbox's unix socket, which opens every
@@ -30,8 +30,8 @@ func (p *Store) Dialer(sb runbox.Sandbox) runbox.Dialer {
 }
 
 // dialer dials socket and authenticates the connection with the secret in
-// sbDir (procrecord.Dialer).
-func dialer(socket, sbDir string) runbox.Dialer { return procrecord.Dialer(socket, sbDir) }
+// sbDir (processrecord.Dialer).
+func dialer(socket, sbDir string) runbox.Dialer { return processrecord.Dialer(socket, sbDir) }
 
 // waitReady polls until runboxd answers Info on dial, it exits, or ctx ends.
 func waitReady(ctx context.Context, socket string, dial runbox.Dialer, exited <-chan struct{}) error {
@@ -128,7 +128,7 @@ func isAlive(ctx context.Context, rec Record, sbDir string) bool {
 	return true
 }
 
-// aliveConn is isAlive's probe that keeps its connection (procrecord.AliveConn).
+// aliveConn is isAlive's probe that keeps its connection (processrecord.AliveConn).
 func aliveConn(ctx context.Context, rec Record, sbDir string) net.Conn {
-	return procrecord.AliveConn(ctx, rec, sbDir)
+	return processrecord.AliveConn(ctx, rec, sbDir)
 }

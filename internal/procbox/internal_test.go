@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // A recorded pid that now belongs to another process (different start
@@ -14,7 +14,7 @@ func TestProcAliveGuardsPidReuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	me := Record{Pid: os.Getpid(), StartTime: start, BootID: procrecord.BootID()}
+	me := Record{Pid: os.Getpid(), StartTime: start, BootID: processrecord.BootID()}
 	if !procAlive(me) {
 		t.Fatal("procAlive(this process) = false")
 	}

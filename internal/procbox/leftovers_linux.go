@@ -18,7 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // daemonFileName is the file, in a sandbox's directory, that runboxd serve
@@ -76,7 +76,7 @@ func recordDaemonFile(path, sbDir string, rec *Record) error {
 // that cgroup and not carrying that marker is signalled. A record of
 // another boot has nothing left.
 func killLeftovers(ctx context.Context, rec Record) (int, error) {
-	if rec.DaemonMark == "" && rec.Cgroup == "" || rec.BootID != "" && rec.BootID != procrecord.BootID() {
+	if rec.DaemonMark == "" && rec.Cgroup == "" || rec.BootID != "" && rec.BootID != processrecord.BootID() {
 		return 0, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, leftoverTimeout)
@@ -211,7 +211,7 @@ func killMarked(ctx context.Context, mark string, since uint64) (int, error) {
 			if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uid {
 				continue
 			}
-			state, start, err := procrecord.ProcStat(pid)
+			state, start, err := processrecord.ProcStat(pid)
 			if err != nil || start < since || state == 'Z' || state == 'X' {
 				continue
 			}

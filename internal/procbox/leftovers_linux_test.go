@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // A damaged or rewritten record never makes Remove kill outside what
@@ -31,7 +31,7 @@ func TestLeftoverKillIsNarrow(t *testing.T) {
 		return cmd
 	}
 	const mark = "0123456789abcdef01234567"
-	_, since, err := procrecord.ProcStat(os.Getpid())
+	_, since, err := processrecord.ProcStat(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestLeftoverKillIsNarrow(t *testing.T) {
 	}
 	target.Wait()
 	for _, c := range []*exec.Cmd{other, prefix} {
-		if _, start, err := procrecord.ProcStat(c.Process.Pid); err != nil || !procrecord.SameProcess(c.Process.Pid, start) {
+		if _, start, err := processrecord.ProcStat(c.Process.Pid); err != nil || !processrecord.SameProcess(c.Process.Pid, start) {
 			t.Errorf("pid %d, marked with another daemon's marker, was killed", c.Process.Pid)
 		}
 	}
@@ -50,7 +50,7 @@ func TestLeftoverKillIsNarrow(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	late := start(mark)
-	_, lateStart, _ := procrecord.ProcStat(late.Process.Pid)
+	_, lateStart, _ := processrecord.ProcStat(late.Process.Pid)
 	if n, err := killMarked(ctx, mark, lateStart+1); err != nil || n != 0 {
 		t.Errorf("killMarked of a daemon started after the process: %d killed, %v; want none", n, err)
 	}

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // Detached is a runboxd started by this process.
@@ -54,7 +54,7 @@ func StartDetached(cmd *exec.Cmd) (*Detached, error) {
 
 // procStartTime returns pid's start time, for the sandbox record.
 func procStartTime(pid int) (uint64, error) {
-	_, start, err := procrecord.ProcStat(pid)
+	_, start, err := processrecord.ProcStat(pid)
 	return start, err
 }
 

@@ -37,7 +37,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/homes"
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
@@ -51,7 +51,7 @@ const (
 	startTimeout = 15 * time.Second
 	// aliveTimeout bounds the Info probe that decides Sandbox.Alive, so one
 	// wedged daemon cannot make List hang.
-	aliveTimeout = procrecord.AliveTimeout
+	aliveTimeout = processrecord.AliveTimeout
 	// shutdownTimeout bounds the Shutdown RPC when the caller's context has no
 	// deadline. The RPC takes as long as the slowest exec's grace period.
 	shutdownTimeout = 2 * time.Minute
@@ -138,10 +138,10 @@ type Store struct {
 }
 
 // DefaultHome returns $RUNBOX_HOME, or ~/.runbox when it is unset.
-func DefaultHome() (string, error) { return procrecord.Home() }
+func DefaultHome() (string, error) { return processrecord.Home() }
 
-// Record is a sandbox as stored in sandbox.json (procrecord.Record).
-type Record = procrecord.Record
+// Record is a sandbox as stored in sandbox.json (processrecord.Record).
+type Record = processrecord.Record
 
 func (p *Store) home() (string, error) {
 	if p.Home != "" {
@@ -158,7 +158,7 @@ func (p *Store) sandboxesDir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return procrecord.SandboxesDir(h)
+	return processrecord.SandboxesDir(h)
 }
 
 // validName is what a sandbox name may look like (docker's rule), so names
@@ -354,7 +354,7 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 		// It died already (and may be reaped); the wait below reports why.
 		rec.StartTime = 0
 	}
-	rec.BootID = procrecord.BootID()
+	rec.BootID = processrecord.BootID()
 	if err := writeRecord(sbDir, *rec); err != nil {
 		proc.Kill()
 		return err
@@ -512,8 +512,8 @@ func (p *Store) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error
 }
 
 // procAlive reports whether the recorded runboxd process is still running
-// (procrecord.Alive).
-func procAlive(rec Record) bool { return procrecord.Alive(rec) }
+// (processrecord.Alive).
+func procAlive(rec Record) bool { return processrecord.Alive(rec) }
 
 // killRecord sends SIGKILL to the recorded runboxd, if it is still that
 // process.

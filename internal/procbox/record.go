@@ -3,7 +3,7 @@ package procbox
 import (
 	"slices"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/recordfile"
 )
 
@@ -20,6 +20,6 @@ func (p *Store) records(dir string) ([]Record, error) {
 // first (see recordfile.List).
 func readRecords(dir string) ([]Record, error) { return recordfile.List[Record](dir, nil) }
 
-func readRecord(sbDir string) (Record, error) { return procrecord.Read(sbDir) }
+func readRecord(sbDir string) (Record, error) { return processrecord.Read(sbDir) }
 
 func writeRecord(sbDir string, r Record) error { return recordfile.Write(sbDir, r) }

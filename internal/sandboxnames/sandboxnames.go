@@ -27,7 +27,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
@@ -55,7 +55,7 @@ func (e Entry) Pending() bool { return e.ID == "" }
 
 // claimerAlive reports whether the process that made a pending entry runs.
 func (e Entry) claimerAlive() bool {
-	return e.Pid > 0 && procrecord.SameProcess(e.Pid, e.Start)
+	return e.Pid > 0 && processrecord.SameProcess(e.Pid, e.Start)
 }
 
 // ErrNoEntry means the index has no entry for the name.
@@ -202,7 +202,7 @@ func (x Index) write(name string, e Entry) error {
 
 // selfStart returns this process's start time (field 22 of its stat).
 func selfStart() uint64 {
-	_, start, err := procrecord.ProcStat(os.Getpid())
+	_, start, err := processrecord.ProcStat(os.Getpid())
 	if err != nil {
 		return 0
 	}

@@ -183,7 +183,7 @@ func TestCommandsHaveDockerDefaults(t *testing.T) {
 // commands' view (here: a second --private names /, which cannot be
 // hidden), it does not start, and Create fails with its reason instead of
 // leaving a sandbox that serves without the view. (A kernel refusal, such
-// as a missing CAP_SYS_ADMIN, takes the same path: see internal/cmdview's
+// as a missing CAP_SYS_ADMIN, takes the same path: see internal/commandview's
 // and internal/supervisor's tests.)
 func TestPrivateViewFailureStopsCreate(t *testing.T) {
 	needEngine(t)

@@ -40,7 +40,7 @@
 // /workspace, which becomes the working directory.
 //
 // Commands cannot reach runboxd's files. For an image whose user is root,
-// runboxd (serve --private /.runbox, see internal/cmdview) forks every
+// runboxd (serve --private /.runbox, see internal/commandview) forks every
 // command from a thread that has a mount namespace of its own, in which
 // /.runbox (runboxd's binary and socket directory) is an empty read-only
 // directory and runboxd's state directory /.runbox-state (spill files,

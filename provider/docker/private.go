@@ -22,7 +22,7 @@ const ctrPrivate = "/.runbox"
 
 // commandView is what the container needs so that runboxd can run its
 // commands in a view without its own files (runboxd serve --private, see
-// internal/cmdview).
+// internal/commandview).
 type commandView struct {
 	args        []string // runboxd serve's flags
 	capAdd      []string

@@ -14,7 +14,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/procrecord"
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // TestRemoveLostSandboxKillsLeftovers: runboxd dies by SIGKILL while an
@@ -54,7 +54,7 @@ func lostRound(t *testing.T, p interface {
 		t.Fatalf("create: %v", err)
 	}
 	home := filepath.Dir(filepath.Dir(sb.Detail["dir"]))
-	rec, err := procrecord.Read(filepath.Join(home, "sandboxes", sb.ID))
+	rec, err := processrecord.Read(filepath.Join(home, "sandboxes", sb.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

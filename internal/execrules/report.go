@@ -1,4 +1,4 @@
-package execcli
+package execrules
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package procrecord
+package processrecord
 
 import (
 	"bytes"

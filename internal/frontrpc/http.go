@@ -1,4 +1,4 @@
-package execwire
+package frontrpc
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package execwire
+package frontrpc
 
 import (
 	"bytes"
@@ -38,7 +38,7 @@ func TestFieldCountsMatchTheProto(t *testing.T) {
 	} {
 		d := c.msg.ProtoReflect().Descriptor()
 		if n := d.Fields().Len(); n != c.want {
-			t.Errorf("%s has %d fields in the proto, the codec knows %d: teach internal/execwire (and internal/front) the new ones", d.FullName(), n, c.want)
+			t.Errorf("%s has %d fields in the proto, the codec knows %d: teach internal/frontrpc (and internal/front) the new ones", d.FullName(), n, c.want)
 		}
 		for i := range d.Fields().Len() {
 			if f := d.Fields().Get(i); int(f.Number()) > c.want {

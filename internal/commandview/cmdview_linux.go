@@ -1,4 +1,4 @@
-package cmdview
+package commandview
 
 import (
 	"bufio"
@@ -54,7 +54,7 @@ var DockerDefaultCaps = []uintptr{
 
 // ErrNotLocked is returned by Enter when it would change a thread other
 // goroutines may run on.
-var ErrNotLocked = errors.New("cmdview: Enter needs a goroutine locked to a thread of its own (runtime.LockOSThread) that is never unlocked")
+var ErrNotLocked = errors.New("commandview: Enter needs a goroutine locked to a thread of its own (runtime.LockOSThread) that is never unlocked")
 
 // Enter makes the calling OS thread the place commands are forked from: it
 // moves the thread into a mount namespace of its own (unshare CLONE_FS |
@@ -73,14 +73,14 @@ func Enter(spec Spec) error {
 	}
 	for _, dir := range append(spec.Hide, spec.ReadOnly...) {
 		if !filepath.IsAbs(dir) || filepath.Clean(dir) == "/" {
-			return fmt.Errorf("cmdview: cannot hide %q or make it read-only: want an absolute directory other than /", dir)
+			return fmt.Errorf("commandview: cannot hide %q or make it read-only: want an absolute directory other than /", dir)
 		}
 	}
 	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("cmdview: new mount namespace (unshare needs CAP_SYS_ADMIN): %w", err)
+		return fmt.Errorf("commandview: new mount namespace (unshare needs CAP_SYS_ADMIN): %w", err)
 	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("cmdview: make mounts private (mount needs CAP_SYS_ADMIN, and no LSM such as AppArmor's docker-default denying it): %w", err)
+		return fmt.Errorf("commandview: make mounts private (mount needs CAP_SYS_ADMIN, and no LSM such as AppArmor's docker-default denying it): %w", err)
 	}
 	for _, dir := range spec.Hide {
 		if err := hide(filepath.Clean(dir)); err != nil {
@@ -110,10 +110,10 @@ func Enter(spec Spec) error {
 func hide(dir string) error {
 	fi, err := os.Stat(dir)
 	if err != nil {
-		return fmt.Errorf("cmdview: hide %s: %w", dir, err)
+		return fmt.Errorf("commandview: hide %s: %w", dir, err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("cmdview: hide %s: not a directory", dir)
+		return fmt.Errorf("commandview: hide %s: not a directory", dir)
 	}
 	mounts, err := mountsUnder(dir)
 	if err != nil {
@@ -121,16 +121,16 @@ func hide(dir string) error {
 	}
 	for _, m := range mounts {
 		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("cmdview: hide %s: detach %s: %w", dir, m, err)
+			return fmt.Errorf("commandview: hide %s: detach %s: %w", dir, m, err)
 		}
 	}
 	const flags = unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if err := unix.Mount("tmpfs", dir, "tmpfs", flags, "size=4k,nr_inodes=16,mode=0755"); err != nil {
-		return fmt.Errorf("cmdview: hide %s: mount an empty tmpfs over it: %w", dir, err)
+		return fmt.Errorf("commandview: hide %s: mount an empty tmpfs over it: %w", dir, err)
 	}
 	left, err := os.ReadDir(dir)
 	if err != nil || len(left) > 0 {
-		return fmt.Errorf("cmdview: hide %s: still shows %d entries (%v)", dir, len(left), err)
+		return fmt.Errorf("commandview: hide %s: still shows %d entries (%v)", dir, len(left), err)
 	}
 	return nil
 }
@@ -139,16 +139,16 @@ func hide(dir string) error {
 // namespace.
 func readOnly(dir string) error {
 	if fi, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("cmdview: make %s read-only: %w", dir, err)
+		return fmt.Errorf("commandview: make %s read-only: %w", dir, err)
 	} else if !fi.IsDir() {
-		return fmt.Errorf("cmdview: make %s read-only: not a directory", dir)
+		return fmt.Errorf("commandview: make %s read-only: not a directory", dir)
 	}
 	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return fmt.Errorf("cmdview: make %s read-only: bind it: %w", dir, err)
+		return fmt.Errorf("commandview: make %s read-only: bind it: %w", dir, err)
 	}
 	const flags = unix.MS_REMOUNT | unix.MS_BIND | unix.MS_RDONLY | unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC
 	if err := unix.Mount("", dir, "", flags, ""); err != nil {
-		return fmt.Errorf("cmdview: make %s read-only: %w", dir, err)
+		return fmt.Errorf("commandview: make %s read-only: %w", dir, err)
 	}
 	return nil
 }
@@ -159,7 +159,7 @@ func mountsUnder(dir string) ([]string, error) {
 	// thread-self: the thread's namespace, not the main thread's.
 	data, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
-		return nil, fmt.Errorf("cmdview: read mountinfo: %w", err)
+		return nil, fmt.Errorf("commandview: read mountinfo: %w", err)
 	}
 	var out []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -196,22 +196,22 @@ func dropCaps(keep []uintptr) error {
 	}
 	for _, c := range drop {
 		if err := unix.Prctl(unix.PR_CAPBSET_DROP, c, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("cmdview: drop capability %d from the bounding set (needs CAP_SETPCAP): %w", c, err)
+			return fmt.Errorf("commandview: drop capability %d from the bounding set (needs CAP_SETPCAP): %w", c, err)
 		}
 	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("cmdview: read capabilities: %w", err)
+		return fmt.Errorf("commandview: read capabilities: %w", err)
 	}
 	for _, c := range drop {
 		data[c/32].Inheritable &^= 1 << (c % 32)
 	}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("cmdview: clear inheritable capabilities: %w", err)
+		return fmt.Errorf("commandview: clear inheritable capabilities: %w", err)
 	}
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("cmdview: clear ambient capabilities: %w", err)
+		return fmt.Errorf("commandview: clear ambient capabilities: %w", err)
 	}
 	return nil
 }
@@ -220,11 +220,11 @@ func dropCaps(keep []uintptr) error {
 func lastCap() (uintptr, error) {
 	b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap")
 	if err != nil {
-		return 0, fmt.Errorf("cmdview: %w", err)
+		return 0, fmt.Errorf("commandview: %w", err)
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil || n < 0 || n > 63 {
-		return 0, fmt.Errorf("cmdview: /proc/sys/kernel/cap_last_cap says %q", b)
+		return 0, fmt.Errorf("commandview: /proc/sys/kernel/cap_last_cap says %q", b)
 	}
 	return uintptr(n), nil
 }
@@ -235,7 +235,7 @@ func lastCap() (uintptr, error) {
 // dumpable again once they execve.
 func Undumpable() error {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fmt.Errorf("cmdview: make the process non-dumpable: %w", err)
+		return fmt.Errorf("commandview: make the process non-dumpable: %w", err)
 	}
 	return nil
 }

@@ -1,10 +1,10 @@
-// Package procrecord reads the record of a sandbox whose runboxd is a
+// Package processrecord reads the record of a sandbox whose runboxd is a
 // process on this machine (the host and local providers), tells whether
 // that runboxd is still the process recorded, and dials it with the
 // sandbox's secret. It is the light part of package procbox, which creates
 // and removes such sandboxes: the runbox front (internal/front) uses it to
 // reach a sandbox by id without linking procbox's client and providers.
-package procrecord
+package processrecord
 
 import (
 	"context"

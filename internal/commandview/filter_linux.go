@@ -1,4 +1,4 @@
-package cmdview
+package commandview
 
 import (
 	"fmt"
@@ -55,7 +55,7 @@ func DockerParityFilter(clone3 bool) []unix.SockFilter {
 // image keep working).
 func loadFilter(prog []unix.SockFilter) error {
 	if err := seccomp.Load(prog, 0); err != nil {
-		return fmt.Errorf("cmdview: the commands' filter: %w", err)
+		return fmt.Errorf("commandview: the commands' filter: %w", err)
 	}
 	return nil
 }

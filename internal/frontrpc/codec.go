@@ -1,4 +1,4 @@
-// Package execwire speaks the part of runboxd's API that `runbox exec`
+// Package frontrpc speaks the part of runboxd's API that `runbox exec`
 // uses, for the runbox front (internal/front), without the generated
 // protobuf code, connect or net/http, whose package inits and start-up
 // cost the front would pay on every command: the Run call and the Cancel
@@ -10,7 +10,7 @@
 // The codec follows proto/runbox/v1/runbox.proto; its tests compare it,
 // field by field, with the generated code both ways, and fail when the
 // proto gains a field this package does not know.
-package execwire
+package frontrpc
 
 import (
 	"encoding/binary"

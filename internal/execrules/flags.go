@@ -1,11 +1,11 @@
-// Package execcli holds the rules of `runbox exec` that both CLI binaries
+// Package execrules holds the rules of `runbox exec` that both CLI binaries
 // follow: its flags and their checks, the spec they make, the exit status
 // of a result, the messages that report how it ended, and its --json
 // object. The runbox front (internal/front) runs the common execs itself
 // and package cli (runbox-full) runs every other, so each rule lives here
 // once. It imports nothing heavy: no HTTP, protobuf or command-line
 // framework.
-package execcli
+package execrules
 
 import (
 	"crypto/rand"
@@ -112,7 +112,7 @@ func (f *Flags) Target(name string) any {
 	case "detach":
 		return &f.Detach
 	}
-	panic("execcli: no flag " + name)
+	panic("execrules: no flag " + name)
 }
 
 // Check refuses flags runbox cannot honour, and nonsense combinations.

@@ -1,4 +1,4 @@
-// Package cmdview builds the view of the system runboxd's commands run in
+// Package commandview builds the view of the system runboxd's commands run in
 // when runboxd is a container's PID 1 and its own files live in the
 // container's filesystem: a mount namespace of the commands' own in which
 // runboxd's directory (binary, socket, state, spill files) is an empty,
@@ -17,4 +17,4 @@
 // CAP_SYS_ADMIN; in a user namespace of its own the mounts are locked
 // together), and /proc/1/root is closed to it (runboxd holds capabilities
 // the command does not and is not dumpable).
-package cmdview
+package commandview

@@ -1,4 +1,4 @@
-package cmdview
+package commandview
 
 import (
 	"errors"
