@@ -210,7 +210,8 @@ func TestEndpoint(t *testing.T) {
 
 	// A cancel (SIGINT to runbox) through the endpoint kills the
 	// command's processes in the pod.
-	cmd := c.cmd("exec", "kep", "--", "sleep 4242 & sleep 4243; wait")
+	// (The shell's own command line must not match "sleep 424".)
+	cmd := c.cmd("exec", "kep", "--", "n=424; sleep ${n}2 & sleep ${n}3; wait")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,22 @@ func (p *Provider) Get(ctx context.Context, idOrName string) (runbox.Sandbox, er
 	if err != nil {
 		return fail(err)
 	}
+	if pod.DeletionTimestamp != nil && removedByRunbox(ctx, api, pod.Labels[LabelSandbox]) {
+		return fail(runbox.ErrSandboxNotFound)
+	}
 	return p.toSandbox(ctx, api, &pod, false), nil
+}
+
+// removedByRunbox tells, for a pod being deleted, whether runbox removed
+// the sandbox: Remove deletes the sandbox's Secret right after its pod,
+// while a pod deleted behind runbox's back keeps its Secret until the
+// garbage collector follows the pod's actual end. So a command after
+// `runbox rm` hears "no such sandbox", not "lost", while the pod still
+// terminates. An error reading the Secret counts as not removed: the
+// caller then reports the pod as lost, which names what it saw.
+func removedByRunbox(ctx context.Context, api *kubeAPI, id string) bool {
+	_, err := api.secrets.Get(ctx, secretName(id), metav1.GetOptions{})
+	return apierrors.IsNotFound(err)
 }
 
 // List returns every sandbox in the namespace, oldest first, each marked
