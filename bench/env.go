@@ -40,6 +40,14 @@ func (s *sandboxes) runbox(args ...string) (string, error) {
 // get returns the sandbox of provider, made on first use; "" when the
 // provider cannot run here (said once in the log).
 func (s *sandboxes) get(provider string) string {
+	if provider == "docker" {
+		return s.getWith(provider, "--image", "runbox-test:busybox", "--network", "none")
+	}
+	return s.getWith(provider, "--workdir", s.cfg.workdir)
+}
+
+// getWith is get with the `runbox up` flags to make the sandbox with.
+func (s *sandboxes) getWith(provider string, flags ...string) string {
 	if id, ok := s.made[provider]; ok {
 		return id
 	}
@@ -47,12 +55,7 @@ func (s *sandboxes) get(provider string) string {
 		s.made = map[string]string{}
 	}
 	// Named, so exec by name can be measured beside exec by id.
-	args := []string{"up", "--provider", provider, "--name", sandboxName(provider)}
-	if provider == "docker" {
-		args = append(args, "--image", "runbox-test:busybox", "--network", "none")
-	} else {
-		args = append(args, "--workdir", s.cfg.workdir)
-	}
+	args := append([]string{"up", "--provider", provider, "--name", sandboxName(provider)}, flags...)
 	id, err := s.runbox(args...)
 	if err != nil {
 		log.Printf("no %s sandbox, its rows are left out: %v", provider, err)
