@@ -276,6 +276,10 @@ func proxy(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	// The far side going away mid-write is the proxy's normal end: a write
+	// to stdout then fails with EPIPE instead of the runtime killing the
+	// process with SIGPIPE (Go's rule for descriptors 1 and 2).
+	signal.Ignore(syscall.SIGPIPE)
 	if *mux {
 		return daemon.ProxyMux(ctx, *socket, stdin, stdout)
 	}

@@ -217,6 +217,8 @@ func TestProxyMuxCarriesManyConnections(t *testing.T) {
 	ours, theirs := os.NewFile(uintptr(fds[0]), "mux"), os.NewFile(uintptr(fds[1]), "mux-stdio")
 	p := runboxd("proxy", "--mux", "--socket", socket)
 	p.Stdin, p.Stdout = theirs, theirs
+	var stderr strings.Builder
+	p.Stderr = &stderr
 	if err := p.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +273,7 @@ func TestProxyMuxCarriesManyConnections(t *testing.T) {
 	select {
 	case err := <-exited:
 		if err != nil {
-			t.Errorf("proxy --mux exited with %v after its input ended; want 0", err)
+			t.Errorf("proxy --mux exited with %v after its input ended (%q); want 0", err, stderr.String())
 		}
 		exited <- err
 	case <-ctx.Done():

@@ -31,7 +31,11 @@ func ProxyMux(ctx context.Context, path string, r io.Reader, w io.Writer) error 
 	for {
 		s, err := sess.AcceptStream()
 		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, io.EOF) {
+			// A session that shut down has lost its link: the far side
+			// closed the stream (EOF) or went away mid-write (a reset or
+			// broken pipe, depending on which side noticed first). That
+			// is this proxy's normal end, not a failure.
+			if ctx.Err() != nil || sess.IsClosed() || errors.Is(err, yamux.ErrSessionShutdown) || errors.Is(err, io.EOF) {
 				return nil
 			}
 			return fmt.Errorf("proxy mux: %w", err)
