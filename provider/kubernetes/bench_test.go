@@ -12,6 +12,7 @@ import (
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/endpoint"
+	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/kubernetes"
 )
 
@@ -83,7 +84,7 @@ func BenchmarkPerCommand(b *testing.B) {
 			b.Fatalf("runbox exec: %v: %s", err, out)
 		}
 	}
-	if sock, err := endpoint.Socket(home, kubernetes.ProviderName, sb.ID); err != nil || endpointPid(b, sock) == 0 {
+	if sock, err := endpoint.Socket(home, kubernetes.ProviderName, sb.ID); err != nil || providertest.EndpointPid(b, sock) == 0 {
 		b.Fatalf("no endpoint after two execs (%v)", err)
 	}
 	var lib, cli, cliDirect, kube time.Duration

@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +16,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/endpoint"
+	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/kubernetes"
 )
 
@@ -48,46 +47,6 @@ func (c *cliRun) run(args ...string) (int, string, string) {
 		c.t.Fatalf("runbox %v: %v", args, err)
 	}
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
-}
-
-// endpointPid returns the pid of the process serving sock (SO_PEERCRED),
-// or 0 when nothing accepts on it.
-func endpointPid(t testing.TB, sock string) int {
-	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return 0
-	}
-	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cred *syscall.Ucred
-	raw.Control(func(fd uintptr) {
-		cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(cred.Pid)
-}
-
-// waitGone waits for pid to exit (bounded: a failure, not a hang).
-func waitGone(t testing.TB, pid int, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		if st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); bytes.Contains(st, []byte(") Z")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: endpoint pid %d still runs", what, pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // countIn counts the pod's live processes whose command line holds s.
@@ -152,7 +111,7 @@ func TestEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			if pid := endpointPid(t, sock); pid > 0 {
+			if pid := providertest.EndpointPid(t, sock); pid > 0 {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -181,7 +140,7 @@ func TestEndpoint(t *testing.T) {
 			t.Fatalf("local record %s: %v; want mode %v", path, err, want)
 		}
 	}
-	pid := endpointPid(t, sock)
+	pid := providertest.EndpointPid(t, sock)
 	if pid == 0 {
 		t.Fatal("no endpoint accepts on", sock)
 	}
@@ -197,7 +156,7 @@ func TestEndpoint(t *testing.T) {
 	if countIn(t, sb, "runboxd proxy --socket") != 0 {
 		t.Errorf("a per-connection runboxd proxy runs in the pod: the execs did not go through the endpoint")
 	}
-	if p2 := endpointPid(t, sock); p2 != pid {
+	if p2 := providertest.EndpointPid(t, sock); p2 != pid {
 		t.Errorf("endpoint pid %d after more execs; want the same %d", p2, pid)
 	}
 
@@ -225,12 +184,12 @@ func TestEndpoint(t *testing.T) {
 	// Killed: the socket file stays (stale); the next exec starts another
 	// endpoint, and the old one's stream in the pod ends.
 	syscall.Kill(pid, syscall.SIGKILL)
-	waitGone(t, pid, "SIGKILL")
+	providertest.WaitGone(t, pid, "SIGKILL")
 	if _, err := os.Stat(sock); err != nil {
 		t.Fatalf("the killed endpoint's socket: %v (the test wants it stale)", err)
 	}
 	exec3("after the endpoint was killed")
-	pid2 := endpointPid(t, sock)
+	pid2 := providertest.EndpointPid(t, sock)
 	if pid2 == 0 || pid2 == pid {
 		t.Errorf("endpoint after a kill: pid %d (was %d)", pid2, pid)
 	}
@@ -239,14 +198,14 @@ func TestEndpoint(t *testing.T) {
 	// Idle: an endpoint with a short idle time exits and removes its
 	// socket; its stream in the pod ends.
 	syscall.Kill(pid2, syscall.SIGKILL)
-	waitGone(t, pid2, "SIGKILL")
+	providertest.WaitGone(t, pid2, "SIGKILL")
 	c.extra = []string{endpoint.IdleEnv + "=1s"}
 	exec3("with a 1s idle time")
-	pid3 := endpointPid(t, sock)
+	pid3 := providertest.EndpointPid(t, sock)
 	if pid3 == 0 {
 		t.Fatal("no endpoint after exec")
 	}
-	waitGone(t, pid3, "idle")
+	providertest.WaitGone(t, pid3, "idle")
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket after the idle exit: %v; want it removed", err)
 	}
@@ -255,21 +214,21 @@ func TestEndpoint(t *testing.T) {
 	// Off: no endpoint starts, and the exec works.
 	c.extra = []string{endpoint.IdleEnv + "=0"}
 	exec3("with endpoints off")
-	if p := endpointPid(t, sock); p != 0 {
+	if p := providertest.EndpointPid(t, sock); p != 0 {
 		t.Errorf("endpoint pid %d with %s=0; want none", p, endpoint.IdleEnv)
 	}
 	c.extra = []string{endpoint.IdleEnv + "=5m"}
 
 	// Removed: the endpoint exits; exec says no such sandbox.
 	exec3("before rm")
-	pid4 := endpointPid(t, sock)
+	pid4 := providertest.EndpointPid(t, sock)
 	if pid4 == 0 {
 		t.Fatal("no endpoint before rm")
 	}
 	if code, _, stderr := c.run("rm", "-f", "kep"); code != 0 {
 		t.Fatalf("rm: %d %s", code, stderr)
 	}
-	waitGone(t, pid4, "sandbox removed")
+	providertest.WaitGone(t, pid4, "sandbox removed")
 	if code, stdout, stderr := c.run("exec", id, "--", "true"); code != 125 || stdout != "" || !strings.Contains(stderr, "no such sandbox") {
 		t.Errorf("exec after rm: status %d, %q %q; want 125, no such sandbox", code, stdout, stderr)
 	}
@@ -283,7 +242,7 @@ func TestEndpoint(t *testing.T) {
 			t.Fatalf("exec kep2: %d %q %q", code, stdout, stderr)
 		}
 	}
-	pid5 := endpointPid(t, sock2)
+	pid5 := providertest.EndpointPid(t, sock2)
 	if pid5 == 0 {
 		t.Fatal("no endpoint for kep2")
 	}
@@ -293,7 +252,7 @@ func TestEndpoint(t *testing.T) {
 	if err := testClient(t).CoreV1().Pods(sb2.Detail["namespace"]).Delete(ctx, sb2.Detail["pod"], metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, pid5, "pod deleted")
+	providertest.WaitGone(t, pid5, "pod deleted")
 	code, stdout, stderr = c.run("exec", "kep2", "--", "echo hi")
 	if code != 125 || stdout != "" || !(strings.Contains(stderr, "no such sandbox") || strings.Contains(stderr, "sandbox lost")) {
 		t.Errorf("exec after the pod was deleted: status %d, %q %q; want 125, no such sandbox or sandbox lost", code, stdout, stderr)

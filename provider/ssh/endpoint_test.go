@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/runbox/runbox/internal/endpoint"
 	"github.com/runbox/runbox/internal/providertest"
@@ -76,46 +73,6 @@ func (c *cliEnv) run(t testing.TB, args ...string) (int, string, string) {
 	return cmd.ProcessState.ExitCode(), out.String(), errb.String()
 }
 
-// endpointPid returns the pid of the process serving sock (SO_PEERCRED),
-// or 0 when nothing accepts on it.
-func endpointPid(t testing.TB, sock string) int {
-	t.Helper()
-	c, err := net.Dial("unix", sock)
-	if err != nil {
-		return 0
-	}
-	defer c.Close()
-	raw, err := c.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cred *syscall.Ucred
-	raw.Control(func(fd uintptr) {
-		cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(cred.Pid)
-}
-
-// waitGone waits for pid to exit (bounded: a failure, not a hang).
-func waitGone(t testing.TB, pid int, what string) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		if st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); bytes.Contains(st, []byte(") Z")) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: endpoint pid %d still runs", what, pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // TestEndpoint drives the ssh sandbox's persistent endpoint through the
 // real CLI: the first exec starts it and later ones reuse its one SSH
 // connection (sshd logs one login); its socket is 0600 in a 0700
@@ -139,7 +96,7 @@ func TestEndpoint(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		c.run(t, "rm", "-f", id)
-		if pid := endpointPid(t, sock); pid > 0 {
+		if pid := providertest.EndpointPid(t, sock); pid > 0 {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
@@ -159,7 +116,7 @@ func TestEndpoint(t *testing.T) {
 	if n := logins() - before; n != 1 {
 		t.Errorf("3 execs made %d SSH logins; want 1 (the endpoint's)", n)
 	}
-	pid := endpointPid(t, sock)
+	pid := providertest.EndpointPid(t, sock)
 	if pid == 0 {
 		t.Fatal("no endpoint accepts on", sock)
 	}
@@ -171,13 +128,13 @@ func TestEndpoint(t *testing.T) {
 
 	// Killed: the socket file stays (stale); the next exec starts another.
 	syscall.Kill(pid, syscall.SIGKILL)
-	waitGone(t, pid, "SIGKILL")
+	providertest.WaitGone(t, pid, "SIGKILL")
 	if _, err := os.Stat(sock); err != nil {
 		t.Fatalf("the killed endpoint's socket: %v (the test wants it stale)", err)
 	}
 	before = logins()
 	exec3("after the endpoint was killed")
-	pid2 := endpointPid(t, sock)
+	pid2 := providertest.EndpointPid(t, sock)
 	if pid2 == 0 || pid2 == pid {
 		t.Errorf("endpoint after a kill: pid %d (was %d)", pid2, pid)
 	}
@@ -190,7 +147,7 @@ func TestEndpoint(t *testing.T) {
 		t.Fatal("no sshd session to kill")
 	}
 	exec3("after the SSH connection dropped")
-	if p := endpointPid(t, sock); p != pid2 {
+	if p := providertest.EndpointPid(t, sock); p != pid2 {
 		t.Errorf("endpoint after a dropped connection: pid %d; want the same %d", p, pid2)
 	}
 
@@ -244,14 +201,14 @@ except OSError as e:
 	// Idle: an endpoint started with a short idle time exits by itself and
 	// removes its socket.
 	syscall.Kill(pid2, syscall.SIGKILL)
-	waitGone(t, pid2, "SIGKILL")
+	providertest.WaitGone(t, pid2, "SIGKILL")
 	c.extra = []string{endpoint.IdleEnv + "=1s"}
 	exec3("with a 1s idle time")
-	pid3 := endpointPid(t, sock)
+	pid3 := providertest.EndpointPid(t, sock)
 	if pid3 == 0 {
 		t.Fatal("no endpoint after exec")
 	}
-	waitGone(t, pid3, "idle")
+	providertest.WaitGone(t, pid3, "idle")
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket after the idle exit: %v; want it removed", err)
 	}
@@ -273,12 +230,12 @@ except OSError as e:
 	}
 
 	// Removed: the endpoint exits; exec says no such sandbox.
-	pid4 := endpointPid(t, sock)
+	pid4 := providertest.EndpointPid(t, sock)
 	if code, _, stderr := c.run(t, "rm", "-f", "ep"); code != 0 {
 		t.Fatalf("rm: %d %s", code, stderr)
 	}
 	if pid4 > 0 {
-		waitGone(t, pid4, "sandbox removed")
+		providertest.WaitGone(t, pid4, "sandbox removed")
 	}
 	if code, _, stderr := c.run(t, "exec", id, "--", "true"); code != 125 || !strings.Contains(stderr, "no such sandbox") {
 		t.Errorf("exec after rm: status %d, %q; want 125, no such sandbox", code, stderr)

@@ -1,0 +1,54 @@
+package providertest
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// EndpointPid returns the pid of the process serving the unix socket sock
+// (SO_PEERCRED), or 0 when nothing accepts on it: a remote sandbox's
+// persistent endpoint (internal/endpoint), as the ssh and kubernetes
+// endpoint tests find it.
+func EndpointPid(t testing.TB, sock string) int {
+	t.Helper()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		return 0
+	}
+	defer c.Close()
+	raw, err := c.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cred *syscall.Ucred
+	raw.Control(func(fd uintptr) {
+		cred, err = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int(cred.Pid)
+}
+
+// WaitGone waits for pid to exit or be a zombie, failing t after a minute
+// (a failure, not a hang); what says what should have ended it.
+func WaitGone(t testing.TB, pid int, what string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		if st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); bytes.Contains(st, []byte(") Z")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: endpoint pid %d still runs", what, pid)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
