@@ -8,32 +8,17 @@ package main
 
 import (
 	"context"
-	"os"
-	"os/signal"
-	"runtime/debug"
-	"syscall"
+	"io"
 
 	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/internal/cli/full"
-	"github.com/runbox/runbox/internal/fdsweep"
 	"github.com/runbox/runbox/internal/handover"
 )
 
 func main() {
-	// Nothing inherited beyond stdio goes on to runboxd, a server's
-	// sandboxes or any other helper (security rule 3).
-	_ = fdsweep.CloexecFrom(3)
-	// Set by the runbox that handed this invocation over; not for the
-	// processes this one starts.
-	os.Unsetenv(handover.DelegatedEnv)
-	// As in cmd/runbox: the CLI keeps little live heap (docs/performance.md).
-	debug.SetGCPercent(400)
-	// Ctrl-C or SIGTERM cancels the context: a running exec is cancelled on
-	// the daemon (stop protocol) and runbox exits with its status.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	f := full.Features()
-	f.HandOver = handover.Server.Exec
-	code := cli.Main(ctx, f, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	handover.Main(func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+		f := full.Features()
+		f.HandOver = handover.Server.Exec
+		return cli.Main(ctx, f, args, stdin, stdout, stderr)
+	})
 }
