@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -345,4 +346,47 @@ func TestForwardRefusesHostileSocket(t *testing.T) {
 	if _, err := b.Read(make([]byte, 1)); err != io.EOF && !errors.Is(err, io.ErrClosedPipe) {
 		t.Errorf("the caller's connection after a refusal: %v, want it closed", err)
 	}
+}
+
+// TestForwardConcurrentConnections: many port-forward connections at once
+// share the forwarder's one kept connection to runboxd (fd mode) or its
+// RPC client; each gets its own answer, none is crossed or lost (the
+// forwarder's waiting map, under -race in CI).
+func TestForwardConcurrentConnections(t *testing.T) {
+	bothModes(t, func(t *testing.T, fds bool) {
+		r := newRig(t, testNames, fds)
+		fwd := forwarder(t, r, countingServer(t, "127.0.0.1"), fds)
+		const conns = 32
+		errs := make(chan error, conns)
+		var wg sync.WaitGroup
+		for i := range conns {
+			wg.Go(func() {
+				msg := strings.Repeat("z", i+1) // each connection's own length
+				c, err := net.Dial("tcp", fwd)
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(30 * time.Second))
+				if _, err := io.WriteString(c, msg); err != nil {
+					errs <- err
+					return
+				}
+				if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+					errs <- err
+					return
+				}
+				b, err := io.ReadAll(c)
+				if want := fmt.Sprintf("got %d", len(msg)); err != nil || string(b) != want {
+					errs <- fmt.Errorf("connection %d: %q, %v; want %q", i, b, err, want)
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
 }
