@@ -192,6 +192,21 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 			return fail(id, err)
 		}
 	}
+	// A local engine gets runboxd bind-mounted read-only (the home's copy),
+	// so it is never in the container's writable layer: a snapshot commits
+	// only the sandbox's own changes. A remote engine (or a forced exec
+	// stream, which stands in for one in tests) gets it copied in.
+	bindRunboxd := isLocal(cli) && !p.execForced()
+	if bindRunboxd {
+		src, err := p.runboxdCopy(bin)
+		if err != nil {
+			if stateDir != "" {
+				os.RemoveAll(stateDir)
+			}
+			return fail(id, err)
+		}
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: ctrRunboxd, ReadOnly: true})
+	}
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
 	}
@@ -312,14 +327,22 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		}
 	}
 
-	archive, err := runboxdTar(bin)
-	if err != nil {
-		cleanup()
-		return fail(id, err)
-	}
-	if _, err := cli.CopyToContainer(ctx, cr.ID, moby.CopyToContainerOptions{DestinationPath: "/", Content: archive}); err != nil {
-		cleanup()
-		return fail(id, fmt.Errorf("copy runboxd into container %.12s: %w", cr.ID, err))
+	// The run directory comes from the archive unless a bind mount covers
+	// it, and runboxd unless it is bind-mounted.
+	if !bindRunboxd || stateDir == "" {
+		content := bin
+		if bindRunboxd {
+			content = nil
+		}
+		archive, err := runboxdTar(content)
+		if err != nil {
+			cleanup()
+			return fail(id, err)
+		}
+		if _, err := cli.CopyToContainer(ctx, cr.ID, moby.CopyToContainerOptions{DestinationPath: "/", Content: archive}); err != nil {
+			cleanup()
+			return fail(id, fmt.Errorf("copy runboxd into container %.12s: %w", cr.ID, err))
+		}
 	}
 	if _, err := cli.ContainerStart(ctx, cr.ID, moby.ContainerStartOptions{}); err != nil {
 		cleanup()
@@ -410,9 +433,10 @@ func newID() (string, error) {
 	return hex.EncodeToString(b[:]), nil
 }
 
-// runboxdTar is the archive copied to / before start: /.runbox/runboxd and
-// the run directory (world-writable with the sticky bit, for images whose
-// user is not root; on the socket stream a bind mount covers it).
+// runboxdTar is the archive copied to / before start: /.runbox/runboxd
+// (when bin is not nil: a local engine bind-mounts it instead) and the run
+// directory (world-writable with the sticky bit, for images whose user is
+// not root; on the socket stream a bind mount covers it).
 func runboxdTar(bin []byte) (*bytes.Buffer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -420,7 +444,9 @@ func runboxdTar(bin []byte) (*bytes.Buffer, error) {
 	hdrs := []*tar.Header{
 		{Name: ".runbox/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: now},
 		{Name: ".runbox/run/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: now},
-		{Name: ".runbox/runboxd", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin)), ModTime: now},
+	}
+	if bin != nil {
+		hdrs = append(hdrs, &tar.Header{Name: ".runbox/runboxd", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin)), ModTime: now})
 	}
 	for _, h := range hdrs {
 		if err := tw.WriteHeader(h); err != nil {
