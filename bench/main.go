@@ -43,6 +43,8 @@ type config struct {
 	home    string // RUNBOX_HOME of this run
 	soakOps int    // commands of the soak
 	full    bool   // the slow sizes of the snapshot section
+	// snapProviders are the providers the snapshot section measures.
+	snapProviders []string
 }
 
 // want reports whether section runs. The soak, security and snapshot
@@ -86,9 +88,11 @@ func main() {
 	flag.BoolVar(&cfg.full, "full", false, "snapshot: also 1 GiB of changes and a fork of 50 (slow)")
 	flag.IntVar(&cfg.soakOps, "soak-ops", 100000, "commands of the soak")
 	flag.IntVar(&cfg.rounds, "rounds", 0, "rounds of the interleaved latency comparison (default 20, quick 5)")
+	snapProviders := flag.String("snapshot-providers", "local,docker", "snapshot: comma-separated providers to measure")
 	replot := flag.Bool("replot", false, "only redraw the plots (and print the tables) from the -out directory's results.json")
 	soakPartial := flag.Int("soak-partial", 0, "only write soak.json and soak.png from the -out directory's soak-partial.json, of a soak stopped after this many commands")
 	flag.Parse()
+	cfg.snapProviders = strings.Split(*snapProviders, ",")
 	if *soakPartial > 0 {
 		if err := replotSoakPartial(cfg.out, *soakPartial); err != nil {
 			log.Fatalf("bench: %v", err)
@@ -177,7 +181,7 @@ func run(cfg *config) error {
 		}
 	}
 	if cfg.want("snapshot") {
-		log.Printf("snapshot: pause, snapshot and fork on local and docker")
+		log.Printf("snapshot: pause, snapshot and fork on %s", strings.Join(cfg.snapProviders, " and "))
 		snap, err := benchSnapshot(ctx, cfg, env, cfg.full)
 		if err != nil {
 			return fmt.Errorf("snapshot: %w", err)

@@ -153,7 +153,7 @@ func benchSnapshot(ctx context.Context, cfg *config, env *sandboxes, full bool) 
 	if err := os.MkdirAll(workdirs, 0o755); err != nil {
 		return nil, err
 	}
-	for _, p := range []string{"local", "docker"} {
+	for _, p := range cfg.snapProviders {
 		b := &branchEnv{cfg: cfg, provider: p, runbox: env.runbox, workdirs: workdirs}
 		probe, err := b.up()
 		if err != nil {
