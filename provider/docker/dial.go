@@ -43,10 +43,12 @@ func (p *Provider) PassesFDs(sb runbox.Sandbox) bool {
 func (p *Provider) dialer(containerID, socket string) runbox.Dialer {
 	forced := p.execForced()
 	return func(ctx context.Context) (net.Conn, error) {
+		// Checked on the exec stream too: a docker exec into a container
+		// whose cgroup Pause froze (the engine does not know) would hang.
+		if pausedMarked(socket) {
+			return nil, errPaused(containerID)
+		}
 		if !forced && socket != "" {
-			if pausedMarked(socket) {
-				return nil, errPaused(containerID)
-			}
 			if fi, err := os.Stat(socket); err == nil && fi.Mode().Type() == fs.ModeSocket {
 				var d net.Dialer
 				conn, err := d.DialContext(ctx, "unix", socket)

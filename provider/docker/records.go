@@ -77,6 +77,7 @@ func (p *Provider) toSandbox(c ctr, alive bool) runbox.Sandbox {
 	}
 	if c.isPaused() {
 		detail["paused"] = "true"
+		detail["state"] = string(container.StatePaused)
 	}
 	if !alive {
 		detail["lost"] = fmt.Sprintf("container %s is %s", c.Name, c.State)

@@ -85,8 +85,13 @@ func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) er
 	return nil
 }
 
-// removeContainer shuts c's runboxd down and removes c.
+// removeContainer shuts c's runboxd down and removes c. A container whose
+// cgroup Pause froze is thawed and resumed first: the engine, which does
+// not know it is frozen, would wait forever for its processes to die.
 func (p *Provider) removeContainer(ctx context.Context, cli *moby.Client, c ctr, force bool) error {
+	if err := p.thawDirect(ctx, c); err != nil {
+		return err
+	}
 	if c.State == container.StateRunning {
 		sctx := ctx
 		if _, ok := ctx.Deadline(); !ok {
@@ -124,4 +129,27 @@ func waitStopped(ctx context.Context, cli *moby.Client, id string, d time.Durati
 	case err := <-w.Error:
 		return cerrdefs.IsNotFound(err)
 	}
+}
+
+// thawDirect thaws c's cgroup if Pause froze it, and lets its runboxd
+// resume its commands, so that what follows (the stop protocol, the
+// engine's kill) reaches running processes.
+func (p *Provider) thawDirect(ctx context.Context, c ctr) error {
+	dir := c.stateDir()
+	f, ok := frozenDirectly(dir, c.ID)
+	if !ok {
+		return nil
+	}
+	if err := f.thaw(); err != nil {
+		return fmt.Errorf("thaw container %.12s before removing it: %w", c.ID, err)
+	}
+	os.Remove(filepath.Join(dir, pausedFile))
+	rctx, cancel := context.WithTimeout(ctx, aliveTimeout)
+	defer cancel()
+	rc := rbclient.New(p.dialerFor(c), rbclient.WithSandboxName(c.Labels[LabelSandbox]))
+	defer rc.Close()
+	// An error leaves the commands stopped by runboxd: the stop protocol
+	// and, past it, the engine's kill still end them.
+	_ = rc.Resume(rctx)
+	return nil
 }
