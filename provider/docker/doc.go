@@ -1,7 +1,9 @@
 // Package docker is the runbox provider whose sandboxes are Docker
 // containers: a container from any image, with the static runboxd binary
-// copied in before start and run as PID 1 in place of the image's
-// entrypoint. It talks to the engine through the official Go client
+// run as PID 1 in place of the image's entrypoint: bind-mounted read-only
+// from the home's copy when the engine is local (so it is never in the
+// container's writable layer, nor in a snapshot), copied in before start
+// when it is remote. It talks to the engine through the official Go client
 // (github.com/moby/moby/client) and honours DOCKER_HOST and the rest of the
 // usual client environment. Without DOCKER_HOST, when nothing answers on
 // Docker's socket, it uses Podman's (NewEngineClient); Podman, rootful and

@@ -86,8 +86,9 @@ func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) er
 }
 
 // removeContainer shuts c's runboxd down and removes c. A container whose
-// cgroup Pause froze is thawed and resumed first: the engine, which does
-// not know it is frozen, would wait forever for its processes to die.
+// cgroup Pause froze is thawed and resumed first: a frozen runboxd cannot
+// run the stop protocol (the engine, which does not know it is frozen,
+// would wait out the grace and kill).
 func (p *Provider) removeContainer(ctx context.Context, cli *moby.Client, c ctr, force bool) error {
 	if err := p.thawDirect(ctx, c); err != nil {
 		return err
