@@ -54,6 +54,14 @@ const pausedFile = "paused"
 // sandbox does nothing.
 func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
 	fail := func(err error) error { return &runbox.Error{Op: "pause", Sandbox: sb.ID, Err: err} }
+	dir := sb.Detail["dir"]
+	// A freezer found before (freezerFile) spares the engine's inspect.
+	if f, ok := p.knownFreezer(dir, sb.Detail["container"]); ok {
+		if err := p.pauseDirect(ctx, sb, f); err != nil {
+			return fail(err)
+		}
+		return nil
+	}
 	st, err := p.pausedState(ctx, sb)
 	if err != nil {
 		return fail(err)
@@ -61,26 +69,22 @@ func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
 	if st.paused {
 		return nil
 	}
+	if dir != "" {
+		if f, ok := p.directFreezer(ctx, st); ok {
+			// Recorded for the next Pause; a failure only costs it the inspect.
+			_ = os.WriteFile(filepath.Join(dir, freezerFile), []byte(f.marker()), 0o600)
+			if err := p.pauseDirect(ctx, sb, f); err != nil {
+				return fail(err)
+			}
+			return nil
+		}
+	}
 	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
 	defer cl.Close()
 	if err := cl.Pause(ctx); err != nil {
 		return fail(err)
 	}
-	dir := sb.Detail["dir"]
 	if dir != "" {
-		if f, ok := p.directFreezer(ctx, st); ok {
-			err := os.WriteFile(filepath.Join(dir, pausedFile), []byte(f.marker()), 0o600)
-			if err == nil {
-				if err = f.freeze(ctx); err != nil {
-					p.clearPaused(sb)
-				}
-			}
-			if err != nil {
-				_ = cl.Resume(context.WithoutCancel(ctx))
-				return fail(err)
-			}
-			return nil
-		}
 		if err := os.WriteFile(filepath.Join(dir, pausedFile), nil, 0o600); err != nil {
 			_ = cl.Resume(ctx)
 			return fail(err)
@@ -90,6 +94,52 @@ func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
 		p.clearPaused(sb)
 		_ = cl.Resume(ctx)
 		return fail(fmt.Errorf("pause container %.12s: %w", st.id, engineError(st.cli, err)))
+	}
+	return nil
+}
+
+// freezerFile, in a socket-stream sandbox's state directory, records the
+// container's cgroup freezer once Pause has found it (as pausedFile does
+// while frozen), so later pauses need no inspect from the engine. The
+// cgroup is named by the container's id and goes when the container stops.
+const freezerFile = "freezer"
+
+// knownFreezer is the freezer freezerFile in dir records for container id,
+// when it is there and writable.
+func (p *Provider) knownFreezer(dir, id string) (cgroupFreezer, bool) {
+	if dir == "" || p.execForced() {
+		return cgroupFreezer{}, false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, freezerFile))
+	if err != nil {
+		return cgroupFreezer{}, false
+	}
+	f, ok := parseFreezerMarker(string(b), id)
+	return f, ok && f.writable()
+}
+
+// pauseDirect pauses sb by its cgroup's freezer f: runboxd stops its
+// clocks and freezes its commands, the marker is written (so no dial
+// reaches the frozen runboxd), then the cgroup is frozen. A cgroup found
+// frozen already (paused before, by Pause or the engine) is left as it is.
+func (p *Provider) pauseDirect(ctx context.Context, sb runbox.Sandbox, f cgroupFreezer) error {
+	if frozen, err := f.frozen(); err != nil || frozen {
+		return err
+	}
+	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
+	defer cl.Close()
+	if err := cl.Pause(ctx); err != nil {
+		return err
+	}
+	err := os.WriteFile(filepath.Join(sb.Detail["dir"], pausedFile), []byte(f.marker()), 0o600)
+	if err == nil {
+		if err = f.freeze(ctx); err != nil {
+			p.clearPaused(sb)
+		}
+	}
+	if err != nil {
+		_ = cl.Resume(context.WithoutCancel(ctx))
+		return err
 	}
 	return nil
 }
@@ -117,6 +167,17 @@ func (p *Provider) directFreezer(ctx context.Context, st pauseState) (cgroupFree
 // clocks. Resuming a running sandbox does nothing.
 func (p *Provider) Resume(ctx context.Context, sb runbox.Sandbox) error {
 	fail := func(err error) error { return &runbox.Error{Op: "resume", Sandbox: sb.ID, Err: err} }
+	// Frozen by Pause itself: thawed without asking the engine. A cgroup
+	// that is gone (the container stopped) is left to the engine's answer.
+	if f, ok := frozenDirectly(sb.Detail["dir"], sb.Detail["container"]); ok && f.thaw() == nil {
+		p.clearPaused(sb)
+		cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
+		defer cl.Close()
+		if err := cl.Resume(ctx); err != nil {
+			return fail(err)
+		}
+		return nil
+	}
 	st, err := p.pausedState(ctx, sb)
 	if err != nil {
 		return fail(err)

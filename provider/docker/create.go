@@ -64,13 +64,6 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err != nil {
 		return fail("", err)
 	}
-	bin, err := os.ReadFile(binPath)
-	if err != nil {
-		return fail("", fmt.Errorf("read runboxd: %w", err))
-	}
-	if err := runboxdbin.CheckStatic(bin, binPath); err != nil {
-		return fail("", err)
-	}
 	workdir := ""
 	if spec.Workdir != "" {
 		if workdir, err = filepath.Abs(spec.Workdir); err != nil {
@@ -112,6 +105,21 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		return fail("", err)
 	}
 	if err := ensureImage(ctx, cli, spec.Image); err != nil {
+		return fail("", err)
+	}
+	// A local engine gets runboxd bind-mounted read-only (the home's copy),
+	// so it is never in the container's writable layer: a snapshot commits
+	// only the sandbox's own changes. A remote engine (or a forced exec
+	// stream, which stands in for one in tests) gets it copied in.
+	bindRunboxd := isLocal(cli) && !p.execForced()
+	var bin []byte        // runboxd, to copy in
+	var runboxdSrc string // the home's copy, to bind-mount
+	if bindRunboxd {
+		runboxdSrc, err = p.runboxdCopy(binPath)
+	} else {
+		bin, err = readRunboxd(binPath)
+	}
+	if err != nil {
 		return fail("", err)
 	}
 	id, err := newID()
@@ -192,20 +200,8 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 			return fail(id, err)
 		}
 	}
-	// A local engine gets runboxd bind-mounted read-only (the home's copy),
-	// so it is never in the container's writable layer: a snapshot commits
-	// only the sandbox's own changes. A remote engine (or a forced exec
-	// stream, which stands in for one in tests) gets it copied in.
-	bindRunboxd := isLocal(cli) && !p.execForced()
 	if bindRunboxd {
-		src, err := p.runboxdCopy(bin)
-		if err != nil {
-			if stateDir != "" {
-				os.RemoveAll(stateDir)
-			}
-			return fail(id, err)
-		}
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: src, Target: ctrRunboxd, ReadOnly: true})
+		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: runboxdSrc, Target: ctrRunboxd, ReadOnly: true})
 	}
 	if workdir != "" {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
@@ -330,11 +326,7 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	// The run directory comes from the archive unless a bind mount covers
 	// it, and runboxd unless it is bind-mounted.
 	if !bindRunboxd || stateDir == "" {
-		content := bin
-		if bindRunboxd {
-			content = nil
-		}
-		archive, err := runboxdTar(content)
+		archive, err := runboxdTar(bin)
 		if err != nil {
 			cleanup()
 			return fail(id, err)

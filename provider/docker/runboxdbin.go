@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/runbox/runbox/internal/runboxdbin"
 )
 
 // staleRunboxd is how old another build's copy of runboxd in the home must
@@ -16,26 +18,41 @@ import (
 // Create that chose an older build could still be starting.
 const staleRunboxd = 24 * time.Hour
 
-// runboxdCopy returns the home's copy of the runboxd binary bin, made on
-// first use: $RUNBOX_HOME/docker/bin/runboxd-<sha256>, mode 0555. A local
-// engine bind-mounts it read-only at /.runbox/runboxd, so the binary is
-// never in a container's writable layer (nor in a snapshot committed from
-// it), and Create copies nothing into the container. The copy is the
-// home's, not the file runbox found: the host itself runs that one
-// (startEgressHost), and no container ever has it mounted.
-func (p *Provider) runboxdCopy(bin []byte) (string, error) {
+// runboxdCopy returns the home's copy of the runboxd binary at binPath,
+// made on first use: $RUNBOX_HOME/docker/bin/runboxd-<key>, mode 0555,
+// checked static when made. A local engine bind-mounts it read-only at
+// /.runbox/runboxd, so the binary is never in a container's writable layer
+// (nor in a snapshot committed from it), and Create copies nothing into
+// the container. The copy is the home's, not the file runbox found: the
+// host itself runs that one (startEgressHost), and no container ever has
+// it mounted.
+//
+// The key is the source's path, size and modification time, not its
+// content: a Create that finds its copy reads nothing (hashing 16 MiB per
+// Create cost about 50 ms of CPU, times N for a fork of N); a rebuilt
+// binary has a new time, so a new copy.
+func (p *Provider) runboxdCopy(binPath string) (string, error) {
 	home, err := p.home()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256(bin)
+	fi, err := os.Stat(binPath)
+	if err != nil {
+		return "", fmt.Errorf("runboxd: %w", err)
+	}
+	abs, _ := filepath.Abs(binPath)
+	key := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%d", abs, fi.Size(), fi.ModTime().UnixNano()))
 	dir := filepath.Join(home, "docker", "bin")
-	dst := filepath.Join(dir, "runboxd-"+hex.EncodeToString(sum[:16]))
-	if fi, err := os.Stat(dst); err == nil && fi.Mode().IsRegular() && fi.Size() == int64(len(bin)) {
+	dst := filepath.Join(dir, "runboxd-"+hex.EncodeToString(key[:16]))
+	if st, err := os.Stat(dst); err == nil && st.Mode().IsRegular() && st.Size() == fi.Size() {
 		// Touched, so another build's Create does not prune it as stale.
 		now := time.Now()
 		os.Chtimes(dst, now, now)
 		return dst, nil
+	}
+	bin, err := readRunboxd(binPath)
+	if err != nil {
+		return "", err
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("runboxd copy: %w", err)
@@ -61,6 +78,19 @@ func (p *Provider) runboxdCopy(bin []byte) (string, error) {
 	}
 	pruneRunboxd(dir, dst)
 	return dst, nil
+}
+
+// readRunboxd reads the runboxd binary at binPath and checks it is static
+// (it runs in images without a C library).
+func readRunboxd(binPath string) ([]byte, error) {
+	bin, err := os.ReadFile(binPath)
+	if err != nil {
+		return nil, fmt.Errorf("read runboxd: %w", err)
+	}
+	if err := runboxdbin.CheckStatic(bin, binPath); err != nil {
+		return nil, err
+	}
+	return bin, nil
 }
 
 // pruneRunboxd removes other builds' copies in dir not touched for
