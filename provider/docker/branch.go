@@ -79,8 +79,7 @@ func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
 			return nil
 		}
 	}
-	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
-	defer cl.Close()
+	cl := p.daemon(sb)
 	if err := cl.Pause(ctx); err != nil {
 		return fail(err)
 	}
@@ -126,8 +125,7 @@ func (p *Provider) pauseDirect(ctx context.Context, sb runbox.Sandbox, f cgroupF
 	if frozen, err := f.frozen(); err != nil || frozen {
 		return err
 	}
-	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
-	defer cl.Close()
+	cl := p.daemon(sb)
 	if err := cl.Pause(ctx); err != nil {
 		return err
 	}
@@ -171,8 +169,7 @@ func (p *Provider) Resume(ctx context.Context, sb runbox.Sandbox) error {
 	// that is gone (the container stopped) is left to the engine's answer.
 	if f, ok := frozenDirectly(sb.Detail["dir"], sb.Detail["container"]); ok && f.thaw() == nil {
 		p.clearPaused(sb)
-		cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
-		defer cl.Close()
+		cl := p.daemon(sb)
 		if err := cl.Resume(ctx); err != nil {
 			return fail(err)
 		}
@@ -193,12 +190,43 @@ func (p *Provider) Resume(ctx context.Context, sb runbox.Sandbox) error {
 		}
 	}
 	p.clearPaused(sb)
-	cl := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
-	defer cl.Close()
+	cl := p.daemon(sb)
 	if err := cl.Resume(ctx); err != nil {
 		return fail(err)
 	}
 	return nil
+}
+
+// daemon returns a client of sb's runboxd, kept for the provider's life
+// (until Remove or Close): a new connection for each Pause and Resume was
+// about half of their time (serve, which holds one provider, pauses and
+// resumes through it). Only Pause and Resume use it, each at a moment
+// runboxd is not frozen.
+func (p *Provider) daemon(sb runbox.Sandbox) *rbclient.Client {
+	key := sb.ID + "/" + sb.Detail["container"]
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.daemons[key]; ok {
+		return c
+	}
+	if p.daemons == nil {
+		p.daemons = map[string]*rbclient.Client{}
+	}
+	c := rbclient.New(p.Dialer(sb), rbclient.WithSandboxName(sb.ID))
+	p.daemons[key] = c
+	return c
+}
+
+// forgetDaemon closes the clients daemon kept for sandbox id.
+func (p *Provider) forgetDaemon(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, c := range p.daemons {
+		if strings.HasPrefix(k, id+"/") {
+			c.Close()
+			delete(p.daemons, k)
+		}
+	}
 }
 
 func (p *Provider) clearPaused(sb runbox.Sandbox) {

@@ -39,7 +39,8 @@ import (
 var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 
 // Create makes a container from spec.Image (pulling it when the engine does
-// not have it), copies runboxd in, starts it, and returns once runboxd
+// not have it), gives it runboxd (a read-only bind mount on a local engine,
+// a copy for a remote one), starts it, and returns once runboxd
 // answers. On failure nothing is left behind.
 func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.Sandbox, error) {
 	fail := func(id string, err error) (runbox.Sandbox, error) {

@@ -14,6 +14,7 @@ import (
 	moby "github.com/moby/moby/client"
 
 	"github.com/runbox/runbox"
+	rbclient "github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/dockerrecord"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/provider/host"
@@ -125,6 +126,9 @@ type Provider struct {
 	// info is what the engine said it is, asked once (infoOK).
 	info   EngineInfo
 	infoOK bool
+	// daemons are runboxd clients Pause and Resume keep per sandbox
+	// (daemon), closed by Remove and Close.
+	daemons map[string]*rbclient.Client
 }
 
 var _ runbox.Provider = (*Provider)(nil)
@@ -137,6 +141,10 @@ func (p *Provider) Name() string { return ProviderName }
 func (p *Provider) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for k, c := range p.daemons {
+		c.Close()
+		delete(p.daemons, k)
+	}
 	if p.own == nil {
 		return nil
 	}

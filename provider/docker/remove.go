@@ -29,6 +29,7 @@ func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) er
 	if !validID.MatchString(sb.ID) {
 		return fail(runbox.ErrSandboxNotFound)
 	}
+	p.forgetDaemon(sb.ID)
 	cli, err := p.engine()
 	if err != nil {
 		return fail(err)
