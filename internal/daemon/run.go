@@ -72,11 +72,13 @@ func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *superviso
 	return nil
 }
 
-// outputBatchBytes bounds the chunk bytes sent in one batch: half the
-// default replay ring (supervisor.DefaultRingBytes), so that while a batch is
-// written (the store keeps it until the next call, in case the send fails)
-// the pipe's reader still has room to keep reading.
-const outputBatchBytes = 512 << 10
+// outputBatchBytes bounds the chunk bytes sent in one batch: a quarter of
+// the default replay ring (supervisor.DefaultRingBytes), as one full pipe
+// read is, so that while a batch is written (the store keeps it until the
+// next call, in case the send fails) the pipe's reader still has room to
+// keep reading. Half the ring made the reader wait for the stream: 1.5–2×
+// the context switches in a local sandbox (docs/performance.md).
+const outputBatchBytes = 256 << 10
 
 // sendOutput sends every output event r reads until its end: each batch
 // of events that are ready together ([supervisor.OutputReader.NextBatch])
