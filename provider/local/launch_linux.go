@@ -18,6 +18,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
 )
@@ -238,6 +239,13 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if fuseRoot {
 		cfg.Direct = []string{SpillDir}
 	}
+	if rec.Workdir != "" && !cfg.WorkspaceTree {
+		// The jail opens the workspace by its path in its own mount
+		// namespace and refuses any directory but the one checked.
+		if cfg.WorkspaceDev, cfg.WorkspaceIno, err = owndir.Stat(l.WorkdirHandle); err != nil {
+			return fail(err)
+		}
+	}
 	if lower == "/" {
 		cfg.Private, cfg.Fresh = privateDirs, freshDirs
 		cfg.Mask = append(cfg.Mask, engineDirs()...)
@@ -352,9 +360,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		trees = append(trees, fd)
 	}
 	if cfg.WorkspaceTree {
-		fd, err := idmappedTree(rec.Workdir, proc.Pid)
+		fd, err := idmappedTreeOf(l.WorkdirHandle, proc.Pid)
 		if err != nil {
-			return stopped(fmt.Errorf("workspace: %w", err))
+			return stopped(fmt.Errorf("workspace %s: %w", rec.Workdir, err))
 		}
 		trees = append(trees, fd)
 	}
