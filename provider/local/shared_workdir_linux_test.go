@@ -288,3 +288,42 @@ func TestWorkdirSwapRace(t *testing.T) {
 		t.Errorf("no sandbox made in %d creates: the race was never on the bind", 2*rounds)
 	}
 }
+
+// TestCLIUpSharedWorkdir: `runbox up --workdir DIR` with DIR a fresh
+// sticky 1777 directory at a random path, holding a listening socket of
+// another uid (0660), exits 125 with a message naming DIR, why and what to
+// do instead, and makes no sandbox; `up --mkdir --workdir` makes a
+// directory that passes the rule even under a umask of 0 (mode 0755, as
+// the caller). Before the rule, up made the sandbox; before --mkdir's mode,
+// its directory was 0777 under umask 0 and then refused.
+func TestCLIUpSharedWorkdir(t *testing.T) {
+	rb := localCLI(t)
+	wd := filepath.Join(t.TempDir(), "shared-"+randomName(t))
+	if err := os.Mkdir(wd, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(wd, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	other := 1000 + rand.IntN(50000)
+	listenServiceAs(t, wd, other, other, 0o660)
+	code, out, errs := rb("up", "--workdir", wd)
+	if code == 0 {
+		rb("rm", "-f", strings.TrimSpace(out))
+	}
+	for _, want := range []string{wd, "not yours alone", "sticky", "mktemp -d"} {
+		if code != 125 || !strings.Contains(errs, want) {
+			t.Errorf("up --workdir STICKY: exit %d, stderr %q; want 125 and %q", code, errs, want)
+		}
+	}
+	if code, out, _ := rb("ls", "-q"); code != 0 || out != "" {
+		t.Errorf("after the refusal, ls -q: exit %d %q; want no sandbox", code, out)
+	}
+	old := unix.Umask(0)
+	defer unix.Umask(old)
+	made := filepath.Join(t.TempDir(), "a", "b")
+	upLocal(t, rb, "--mkdir", "--workdir", made)
+	if fi, err := os.Stat(made); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("up --mkdir under umask 0 made %v %v; want 0755", fi, err)
+	}
+}
