@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -58,7 +59,7 @@ func Check(f *os.File, abs string) error {
 	if err != nil {
 		return fmt.Errorf("workdir %s: its ACL: %w", abs, err)
 	}
-	why := refusal(st, acl, os.Geteuid(), os.Getegid())
+	why := refusal(st, acl, callers())
 	if why == "" {
 		return nil
 	}
@@ -76,9 +77,23 @@ func Stat(f *os.File) (dev, ino uint64, err error) {
 	return st.Dev, st.Ino, nil
 }
 
+// callers are the uids a workdir may belong to: this process's effective
+// uid and, when that is root run through sudo, the user who ran sudo
+// (SUDO_UID: `sudo runbox run` in one's own project directory; only root
+// or that user can have set it for a root process).
+func callers() []uint32 {
+	ids := []uint32{uint32(os.Geteuid())}
+	if ids[0] == 0 {
+		if n, err := strconv.ParseUint(os.Getenv("SUDO_UID"), 10, 32); err == nil && n != 0 {
+			ids = append(ids, uint32(n))
+		}
+	}
+	return ids
+}
+
 // refusal says why a directory with stat st and ACL acl (nil: none) is
-// not the caller's (euid, egid) alone, or "" when it is.
-func refusal(st unix.Stat_t, acl *posixACL, euid, egid int) string {
+// not alone the caller's (one of the uids callers), or "" when it is.
+func refusal(st unix.Stat_t, acl *posixACL, callers []uint32) string {
 	mode := st.Mode & 0o7777
 	groupWrite := mode&0o020 != 0
 	if acl != nil {
@@ -87,34 +102,32 @@ func refusal(st unix.Stat_t, acl *posixACL, euid, egid int) string {
 		groupWrite = acl.groupObj&aclWrite != 0 && acl.maskWrite()
 	}
 	switch {
-	case st.Uid != uint32(euid):
-		return fmt.Sprintf("it belongs to %s, not to you (uid %d): its owner may put anything in it, or open it to others, at any time", userName(st.Uid), euid)
+	case !slices.Contains(callers, st.Uid):
+		return fmt.Sprintf("it belongs to %s, not to you (uid %d): its owner may put anything in it, or open it to others, at any time", userName(st.Uid), callers[0])
 	case mode&unix.S_ISVTX != 0:
 		return fmt.Sprintf("mode %04o: sticky, like /tmp, so any user who may write into it can leave files and sockets there", mode)
 	case mode&0o002 != 0:
 		return fmt.Sprintf("mode %04o: any user may write into it", mode)
-	case groupWrite && !privateGroup(st.Gid, euid, egid):
+	case groupWrite && !privateGroup(st.Gid, st.Uid):
 		return fmt.Sprintf("mode %04o: group %s may write into it; `chmod g-w` it if that group is yours alone", mode, groupName(st.Gid))
 	case acl != nil:
-		if who := acl.otherWriter(euid); who != "" {
+		if who := acl.otherWriter(callers); who != "" {
 			return who + " may write into it through its POSIX ACL (getfacl shows it; `setfacl -b` removes it)"
 		}
 	}
 	return ""
 }
 
-// privateGroup reports whether gid is the caller's user private group: its
-// primary group (egid), named as the user is, the convention useradd
-// follows on systems whose umask makes directories group-writable (0775).
-func privateGroup(gid uint32, euid, egid int) bool {
-	if gid != uint32(egid) {
+// privateGroup reports whether gid is the user private group of uid (the
+// directory's owner, one of the callers): its primary group, named as the
+// user is, the convention useradd follows on systems whose umask makes
+// directories group-writable (0775).
+func privateGroup(gid, uid uint32) bool {
+	u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10))
+	if err != nil || u.Gid != strconv.FormatUint(uint64(gid), 10) {
 		return false
 	}
-	u, err := user.LookupId(strconv.Itoa(euid))
-	if err != nil {
-		return false
-	}
-	g, err := user.LookupGroupId(strconv.Itoa(egid))
+	g, err := user.LookupGroupId(u.Gid)
 	return err == nil && g.Name == u.Username
 }
 
@@ -162,16 +175,16 @@ type aclEntry struct {
 // maskWrite reports whether the mask (if any) lets group-class entries write.
 func (a *posixACL) maskWrite() bool { return a.mask < 0 || a.mask&aclWrite != 0 }
 
-// otherWriter names the first user other than euid, or group, that a named
-// entry lets write, or returns "".
-func (a *posixACL) otherWriter(euid int) string {
+// otherWriter names the first user not among callers, or group, that a
+// named entry lets write, or returns "".
+func (a *posixACL) otherWriter(callers []uint32) string {
 	if !a.maskWrite() {
 		return ""
 	}
 	for _, e := range a.named {
 		switch {
 		case e.perm&aclWrite == 0:
-		case e.tag == aclUser && e.id != uint32(euid):
+		case e.tag == aclUser && !slices.Contains(callers, e.id):
 			return userName(e.id)
 		case e.tag == aclGroup:
 			return "group " + groupName(e.id)

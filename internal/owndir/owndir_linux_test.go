@@ -71,7 +71,8 @@ func TestCheck(t *testing.T) {
 // directory would need other users: another owner; a group-writable
 // directory of another group (with and without an ACL, whose own group
 // entry then decides); an ACL whose mask takes write away; an ACL entry
-// for the caller itself.
+// for the caller itself; a directory of the user who ran sudo, when the
+// caller is root through sudo.
 func TestRefusal(t *testing.T) {
 	const me, myGroup = 1234, 5678
 	all := ^uint32(0)
@@ -97,9 +98,16 @@ func TestRefusal(t *testing.T) {
 		{"ACL: another user rwx", me, myGroup, 0o775, named(0x02, 7, me+1, 7), true},
 		{"ACL: another user rwx, mask r-x", me, myGroup, 0o755, named(0x02, 7, me+1, 5), false},
 		{"ACL: a group rwx", me, myGroup, 0o775, named(0x08, 7, myGroup, 7), true},
+		{"root through sudo: the sudo user's", me + 2, myGroup, 0o755, nil, false},
+		{"root through sudo: root's", 0, 0, 0o755, nil, false},
+		{"root through sudo: another's", me + 3, myGroup, 0o755, nil, true},
 	} {
+		callers := []uint32{me}
+		if strings.HasPrefix(c.name, "root through sudo") {
+			callers = []uint32{0, me + 2}
+		}
 		st := unix.Stat_t{Uid: c.uid, Gid: c.gid, Mode: unix.S_IFDIR | c.mode}
-		if why := refusal(st, c.acl, me, myGroup); (why != "") != c.refused {
+		if why := refusal(st, c.acl, callers); (why != "") != c.refused {
 			t.Errorf("%s: refusal %q, want refused %v", c.name, why, c.refused)
 		}
 	}
