@@ -123,3 +123,32 @@ func aclBytes(entries [][3]uint32) []byte {
 	}
 	return b
 }
+
+// BenchmarkOpen is the baseline: resolving a workdir, as every create did
+// before the rule.
+func BenchmarkOpen(b *testing.B) {
+	d := b.TempDir()
+	for b.Loop() {
+		f, err := Open(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+}
+
+// BenchmarkOpenCheck is what a create does now: resolve, then Check
+// (fstat, the ACL through /proc/self/fd).
+func BenchmarkOpenCheck(b *testing.B) {
+	d := b.TempDir()
+	for b.Loop() {
+		f, err := Open(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := Check(f, d); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+	}
+}
