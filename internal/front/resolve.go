@@ -2,9 +2,11 @@ package front
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/dockerrecord"
@@ -19,6 +21,12 @@ type reach struct {
 	id   string
 	conn net.Conn
 	dial runbox.Dialer
+	// dialBound bounds one dial after the first.
+	dialBound time.Duration
+	// gone, when set, says from the sandbox's record why its runboxd is
+	// gone (runbox.ErrSandboxLost), or nil: a broken stream then is not
+	// retried.
+	gone func() error
 }
 
 // resolve finds the sandbox key names, when the front can reach it
@@ -84,7 +92,24 @@ func reachProc(home, id, name string) (reach, bool) {
 	if conn == nil {
 		return reach{}, false // runbox-full says the sandbox is lost
 	}
-	return reach{id: id, conn: conn, dial: processrecord.Dialer(rec.Socket, sbDir)}, true
+	return reach{id: id, conn: conn, dial: processrecord.Dialer(rec.Socket, sbDir), dialBound: daemonProbeBound,
+		gone: func() error { return procGone(rec, sbDir) }}, true
+}
+
+// procGone says why the host or local sandbox whose record rec was read
+// from sbDir is lost when its runboxd no longer runs (or its record is
+// gone), in runbox-full's words; else nil.
+func procGone(rec processrecord.Record, sbDir string) error {
+	now, err := processrecord.Read(sbDir)
+	if err == nil && now.Pid == rec.Pid && processrecord.Alive(now) {
+		return nil
+	}
+	rm := "runbox rm " + rec.ID
+	if rec.Provider == processrecord.HostProvider {
+		rm = "runbox rm -f " + rec.ID // commands it started may still run
+	}
+	return fmt.Errorf("%w: runboxd (pid %d) is not running (runbox inspect %s shows its record; %s removes it)",
+		runbox.ErrSandboxLost, rec.Pid, rec.ID, rm)
 }
 
 // reachDocker reaches a docker sandbox through the socket its runboxd
@@ -110,5 +135,5 @@ func reachDocker(home, id, name string) (reach, bool) {
 	if err != nil {
 		return reach{}, false
 	}
-	return reach{id: id, conn: conn, dial: dial}, true
+	return reach{id: id, conn: conn, dial: dial, dialBound: daemonProbeBound}, true
 }
