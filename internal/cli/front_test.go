@@ -247,8 +247,8 @@ func TestFrontFrozenDaemonIsLost(t *testing.T) {
 	defer resume()
 	code, took := waitExit(t, cmd, 2*hangBound)
 	resume()
-	if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") {
-		t.Fatalf("runboxd stopped mid-exec: exit %d after %v, stdout %q, stderr %q; want 125 saying the sandbox is lost", code, took, out.String(), stderr.String())
+	if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost: runboxd (pid "+strconv.Itoa(rec.Pid)+") runs but does not answer") {
+		t.Fatalf("runboxd stopped mid-exec: exit %d after %v, stdout %q, stderr %q; want 125 saying the sandbox is lost, runboxd running but not answering (runbox-full's words)", code, took, out.String(), stderr.String())
 	}
 	if got := spied(t, log); got != "" {
 		t.Errorf("the front handed the exec to runbox-full (%q): want it to report the lost sandbox itself", got)

@@ -163,7 +163,7 @@ func (e *execRun) retry(err error, brokeAt *time.Time, backoff *time.Duration) e
 	e.mu.Unlock()
 	switch {
 	case silent != nil:
-		return silent
+		return e.r.lostError(silent)
 	case !cancelBy.IsZero() && !now.Before(cancelBy):
 		return errNoResultAfterCancel
 	case overdue:
@@ -184,7 +184,7 @@ func (e *execRun) retry(err error, brokeAt *time.Time, backoff *time.Duration) e
 	}
 	left := reconnectWindow - now.Sub(*brokeAt)
 	if left <= 0 {
-		return fmt.Errorf("%w: %v", runbox.ErrSandboxLost, err)
+		return e.r.lostError(err)
 	}
 	time.Sleep(min(*backoff, left))
 	*backoff = min(*backoff*2, maxBackoff)

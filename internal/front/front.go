@@ -12,7 +12,7 @@
 // sandbox through its persistent endpoint (package endpoint), named by its
 // exact id or by a name the home's name index gives (package
 // sandboxnames; see resolve), with the flags package execrules marks as the front's,
-// speaking runboxd's Run and Cancel calls itself (package frontrpc). It
+// speaking runboxd's Run, Attach, Cancel and Info calls itself (package frontrpc). It
 // follows the same rules as runbox-full (package execrules), so its output,
 // messages and exit status are runbox-full's.
 //
