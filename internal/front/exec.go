@@ -75,6 +75,12 @@ func (x *execArgs) run(args []string) int {
 		return execrules.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: context.Canceled})
 	}
 	res.StreamGaps, res.StreamLost = e.gaps, e.lost
+	if e.gaps > 0 {
+		// A gap met on an Attach from a sequence number does not know its
+		// bytes (runboxd knows the reader's sequence number, not its byte
+		// offset): what the command wrote less what was shown is exact.
+		res.StreamLost = max(res.StreamLost, res.StdoutBytes-e.shown[0]+res.StderrBytes-e.shown[1])
+	}
 	if x.flags.JSON {
 		if err := execrules.WriteJSON(os.Stdout, execrules.ResultJSON(res)); err != nil {
 			return execrules.ReportFailure(os.Stderr, &runbox.Error{Op: "exec", Sandbox: x.key, Exec: spec.ID, Err: err})
@@ -100,7 +106,8 @@ type execRun struct {
 	lastSeq uint64    // of the last chunk shown, or the end of the last gap
 	gaps    int       // gaps reported, and the bytes they left out
 	lost    int64
-	events  int // events received, over every stream
+	shown   [2]int64 // bytes of stdout and stderr shown
+	events  int      // events received, over every stream
 
 	interrupted atomic.Bool
 	lastEvent   atomic.Int64 // when a stream last brought an event, unix ns

@@ -122,8 +122,10 @@ func (e *execRun) stream() (runbox.Result, error) {
 			e.lastSeq = ev.Seq
 			if ev.Stream == runbox.Stderr {
 				_, _ = os.Stderr.Write(ev.Data)
+				e.shown[1] += int64(len(ev.Data))
 			} else {
 				_, _ = os.Stdout.Write(ev.Data)
+				e.shown[0] += int64(len(ev.Data))
 			}
 		case frontrpc.EventGap:
 			if to := ev.Gap.ToSeq; to > 0 && to-1 <= e.lastSeq {
