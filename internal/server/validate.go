@@ -3,8 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/internal/egress"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +10,9 @@ import (
 	"sort"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/egress"
 
 	"google.golang.org/protobuf/proto"
 
