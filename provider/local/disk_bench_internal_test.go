@@ -20,7 +20,7 @@ func BenchmarkDiskSetup(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		d, err := newDisk(dir, DefaultMaxDisk)
+		d, err := newDisk(dir, DefaultMaxDisk, false)
 		if err != nil {
 			b.Fatal(err)
 		}
