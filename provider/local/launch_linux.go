@@ -98,12 +98,20 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if err != nil {
 		return nil, err
 	}
+	// Everything the sandbox writes outside its workspace lies in the
+	// layers: their own bounded filesystem holds them all. A FUSE root's
+	// layers are on a filesystem of their own even with no bound, never on
+	// the host root's (see unboundedDisk).
+	image := disk
+	if fuseRoot && disk == 0 {
+		if image, err = unboundedDisk(l.Home); err != nil {
+			return nil, err
+		}
+	}
 	layers := filepath.Join(l.Dir, layersDir)
 	var dk *diskFS
-	if disk > 0 {
-		// Everything the sandbox writes outside its workspace lies in
-		// the layers: their own bounded filesystem holds them all.
-		if dk, err = newDisk(l.Dir, disk); err != nil {
+	if image > 0 {
+		if dk, err = newDisk(l.Dir, image, disk == 0); err != nil {
 			return nil, err
 		}
 		defer dk.Close()

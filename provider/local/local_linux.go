@@ -222,7 +222,7 @@ func describe(rec procbox.Record, detail map[string]string) {
 	detail["workspace"] = jail.WorkspacePath
 	dir := filepath.Dir(rec.Socket) // the socket is in the state dir
 	detail["upper"] = filepath.Join(dir, layersDir, upperDir)
-	if rec.Extra["disk"] != "" {
+	if onOwnDisk(dir) {
 		detail["upper"] = filepath.Join(dir, diskImage) + ":/" + upperDir
 	}
 }
