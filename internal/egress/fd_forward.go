@@ -164,9 +164,22 @@ func (w *FDForwarder) Close() error {
 // closes conn.
 func (w *FDForwarder) Forward(ctx context.Context, port int, conn net.Conn) error {
 	defer conn.Close()
+	sc, err := w.DialPort(ctx, port)
+	if err != nil {
+		return err
+	}
+	spliceConns(ctx, conn, sc)
+	return nil
+}
+
+// DialPort connects to port on the sandbox's loopback: runboxd connects and
+// passes the socket, checked to be a connected TCP socket before it is
+// returned. The caller owns the connection (serve's port route speaks
+// HTTP over it).
+func (w *FDForwarder) DialPort(ctx context.Context, port int) (*net.TCPConn, error) {
 	fc, err := w.conn(ctx)
 	if err != nil {
-		return fmt.Errorf("forward to port %d: %w", port, err)
+		return nil, fmt.Errorf("forward to port %d: %w", port, err)
 	}
 	ch := make(chan fdAnswer, 1)
 	w.mu.Lock()
@@ -189,7 +202,7 @@ func (w *FDForwarder) Forward(ctx context.Context, port int, conn net.Conn) erro
 	if err := sendMsg(fc, fdMsg{Kind: "forward", ID: id, Port: port}, nil); err != nil {
 		giveUp()
 		fc.Close()
-		return fmt.Errorf("forward to port %d: %w", port, err)
+		return nil, fmt.Errorf("forward to port %d: %w", port, err)
 	}
 	timer := time.NewTimer(forwardDialTimeout + headerTimeout)
 	defer timer.Stop()
@@ -198,28 +211,27 @@ func (w *FDForwarder) Forward(ctx context.Context, port int, conn net.Conn) erro
 	case a = <-ch:
 	case <-ctx.Done():
 		giveUp()
-		return fmt.Errorf("forward to port %d: %w", port, ctx.Err())
+		return nil, fmt.Errorf("forward to port %d: %w", port, ctx.Err())
 	case <-timer.C:
 		giveUp()
-		return fmt.Errorf("forward to port %d: runboxd did not answer", port)
+		return nil, fmt.Errorf("forward to port %d: runboxd did not answer", port)
 	}
 	switch {
 	case a.err != nil:
-		return fmt.Errorf("forward to port %d: runboxd's answer: %w", port, a.err)
+		return nil, fmt.Errorf("forward to port %d: runboxd's answer: %w", port, a.err)
 	case a.m.Error != "":
 		if a.f != nil {
 			a.f.Close()
 		}
-		return fmt.Errorf("forward to port %d: %s", port, a.m.Error)
+		return nil, fmt.Errorf("forward to port %d: %s", port, a.m.Error)
 	case a.f == nil:
-		return fmt.Errorf("forward to port %d: runboxd answered without a socket", port)
+		return nil, fmt.Errorf("forward to port %d: runboxd answered without a socket", port)
 	}
 	sc, err := fdpass.TCPConn(a.f)
 	if err != nil {
-		return fmt.Errorf("forward to port %d: %w", port, err)
+		return nil, fmt.Errorf("forward to port %d: %w", port, err)
 	}
-	spliceConns(ctx, conn, sc)
-	return nil
+	return sc, nil
 }
 
 // ForwardConnFD is FDForwarder's Forward over a connection of its own,

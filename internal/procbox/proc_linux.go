@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/runbox/runbox/internal/processrecord"
+	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // Detached is a runboxd started by this process.
@@ -69,19 +70,9 @@ func killPid(pid int) error {
 // lockHome takes an exclusive lock on dir/.lock and returns its release. It
 // serialises Creates across processes so names stay unique.
 func lockHome(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	release, err := recordfile.Lock(filepath.Join(dir, ".lock"))
 	if err != nil {
-		return nil, fmt.Errorf("lock runbox home: %w", err)
+		return nil, fmt.Errorf("runbox home: %w", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock runbox home: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return release, nil
 }

@@ -15,11 +15,11 @@ import (
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 )
 
-// dialPort opens one connection to port on a sandbox's loopback through
+// dialPortStream opens one connection to port on a sandbox's loopback through
 // its runboxd's ForwardService, and returns it once the port answered
 // (an error naming the port when nothing listens there). The connection
 // lives until closed or until ctx ends.
-func dialPort(ctx context.Context, fc runboxv1connect.ForwardServiceClient, port int) (net.Conn, error) {
+func dialPortStream(ctx context.Context, fc runboxv1connect.ForwardServiceClient, port int) (net.Conn, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stream := fc.Forward(ctx)
 	if err := stream.Send(&runboxv1.ForwardRequest{Port: uint32(port)}); err != nil {

@@ -16,7 +16,8 @@ import (
 
 // portRoutePrefix starts the route to a sandbox's exposed port:
 // /sandboxes/{id}/ports/{port}/{path...} reaches http://localhost:{port}/{path...}
-// on the sandbox's own loopback, through its runboxd's ForwardService.
+// on the sandbox's own loopback: by the connected socket its runboxd passes
+// where it shares this kernel, else through its ForwardService.
 const portRoutePrefix = "/sandboxes/"
 
 // portPath splits a route path into the sandbox, the port and the path
@@ -94,7 +95,7 @@ func (s *Server) portRoute(w http.ResponseWriter, r *http.Request) {
 		http.SetCookie(w, &http.Cookie{Name: portCookie, Value: cookie, Path: prefix + "/",
 			Expires: time.Unix(secs, 0), HttpOnly: true, SameSite: http.SameSiteLaxMode, Secure: r.TLS != nil})
 	}
-	fc := rt.up.forward
+	up := rt.up
 	proxy := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			out := pr.Out
@@ -118,7 +119,7 @@ func (s *Server) portRoute(w http.ResponseWriter, r *http.Request) {
 		},
 		Transport: &http.Transport{
 			DialContext: func(context.Context, string, string) (net.Conn, error) {
-				return dialPort(ctx, fc, port)
+				return up.dialPort(ctx, port)
 			},
 			// One sandbox connection per request: nothing pooled outlives
 			// the request (or the port's exposure).

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,11 +75,49 @@ func withPath(t *testing.T, su, p string) string {
 // tenant's token (404), a signature moved to another port or altered
 // (403), an expired URL (403), a port not exposed or unexposed since
 // (403).
+// TestPortRoute drives the route both ways serve reaches a sandbox's
+// port: by the connected socket runboxd passes (a provider on this
+// kernel that says so) and in ForwardService messages (one that does
+// not: docker's exec stream, ssh, kubernetes).
 func TestPortRoute(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
 	}
-	ts := startServer(t, onLocalProvider(t))
+	for _, passFDs := range []bool{true, false} {
+		t.Run(map[bool]string{true: "fd", false: "rpc"}[passFDs], func(t *testing.T) {
+			probe := &fdPassingProbe{pass: passFDs}
+			testPortRoute(t, startServer(t, onLocalProvider(t), probe.wrap))
+			if probe.asked.Load() == 0 {
+				t.Errorf("serve never asked the provider whether runboxd passes sockets")
+			}
+		})
+	}
+}
+
+// fdPassingProbe wraps the server's providers so that each says
+// whether runboxd passes sockets as pass says, and counts the asking.
+type fdPassingProbe struct {
+	pass  bool
+	asked atomic.Int32
+}
+
+func (p *fdPassingProbe) wrap(c *serverConfig) {
+	for name, prov := range c.Providers {
+		c.Providers[name] = fdPassingProvider{Provider: prov, probe: p}
+	}
+}
+
+type fdPassingProvider struct {
+	runbox.Provider
+	probe *fdPassingProbe
+}
+
+func (p fdPassingProvider) PassesFDs(runbox.Sandbox) bool {
+	p.probe.asked.Add(1)
+	return p.probe.pass
+}
+
+func testPortRoute(t *testing.T, ts *testServer) {
 	ctx := ctxT(t)
 	tok, other := ts.token(t, "a"), ts.token(t, "b")
 	srv := ts.tenant(t, "a")

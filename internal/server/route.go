@@ -12,6 +12,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/registry"
 )
 
@@ -22,8 +23,19 @@ type upstream struct {
 	transport *http.Transport
 	rpc       runboxv1connect.RunboxServiceClient
 	files     runboxv1connect.FilesServiceClient
-	// forward reaches ports on the sandbox's loopback (the port route).
+	// forward reaches ports on the sandbox's loopback (the port route)
+	// in ForwardService messages, where runboxd cannot pass sockets.
 	forward runboxv1connect.ForwardServiceClient
+	// fdForward, where the provider says runboxd shares this kernel
+	// (local, host, docker with its socket here), reaches them by the
+	// connected socket runboxd passes instead: no byte in a message.
+	fdForward *egress.FDForwarder
+}
+
+// fdPasser is a provider that says whether connected sockets travel to
+// and from a sandbox's runboxd (internal/fdpass).
+type fdPasser interface {
+	PassesFDs(runbox.Sandbox) bool
 }
 
 func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
@@ -37,7 +49,12 @@ func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
 		HTTP2:           &http.HTTP2Config{SendPingTimeout: 5 * time.Second, PingTimeout: 5 * time.Second},
 	}
 	hc := &http.Client{Transport: t}
+	var fdForward *egress.FDForwarder
+	if fp, ok := p.(fdPasser); ok && fp.PassesFDs(sb) {
+		fdForward = &egress.FDForwarder{Dial: dial}
+	}
 	return &upstream{
+		fdForward: fdForward,
 		sb:        sb,
 		transport: t,
 		rpc:       runboxv1connect.NewRunboxServiceClient(hc, "http://runboxd", connect.WithAcceptCompression("gzip", nil, nil)),
@@ -46,7 +63,21 @@ func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
 	}
 }
 
-func (u *upstream) close() { u.transport.CloseIdleConnections() }
+func (u *upstream) close() {
+	u.transport.CloseIdleConnections()
+	if u.fdForward != nil {
+		u.fdForward.Close() // connections already handed over go on
+	}
+}
+
+// dialPort connects to port on the sandbox's loopback: by the socket
+// runboxd passes where it can, else over a ForwardService stream.
+func (u *upstream) dialPort(ctx context.Context, port int) (net.Conn, error) {
+	if u.fdForward != nil {
+		return u.fdForward.DialPort(ctx, port)
+	}
+	return dialPortStream(ctx, u.forward, port)
+}
 
 // routed is a sandbox a call was routed to. release must be called when
 // the call ends: until then the sandbox counts as in use (never idle).

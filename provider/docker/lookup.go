@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -19,9 +18,6 @@ import (
 	rbclient "github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
-
-// validID is what a sandbox id looks like.
-var validID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 
 // Get finds a sandbox by exact id, exact name, or unique id prefix, among
 // the engine's containers labelled by runbox, and probes whether its
@@ -134,7 +130,7 @@ func containers(ctx context.Context, cli *moby.Client, id string) ([]ctr, error)
 	out := make([]ctr, 0, len(res.Items))
 	for _, s := range res.Items {
 		c := fromSummary(s)
-		if !validID.MatchString(c.Labels[LabelSandbox]) {
+		if !sandboxkey.ValidID(c.Labels[LabelSandbox]) {
 			continue
 		}
 		out = append(out, c)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
 // A kubernetes sandbox's persistent endpoint (package internal/endpoint,
@@ -53,7 +54,7 @@ type localRecord struct {
 
 // recordDir returns the local record's directory, "" without a home.
 func (p *Provider) recordDir(id string) string {
-	if p.Home == "" || !validID.MatchString(id) {
+	if p.Home == "" || !sandboxkey.ValidID(id) {
 		return ""
 	}
 	return filepath.Join(p.Home, recordsDir, id)

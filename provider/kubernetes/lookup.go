@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -18,9 +17,6 @@ import (
 	rbclient "github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
-
-// validID is what a sandbox id looks like.
-var validID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 
 // Get finds a sandbox by exact id, exact name, or unique id prefix among
 // the namespace's pods labelled by runbox. Alive comes from the pod's state
@@ -107,7 +103,7 @@ func listPods(ctx context.Context, api *kubeAPI, id string) ([]corev1.Pod, error
 	}
 	out := make([]corev1.Pod, 0, len(list.Items))
 	for _, pod := range list.Items {
-		if validID.MatchString(pod.Labels[LabelSandbox]) {
+		if sandboxkey.ValidID(pod.Labels[LabelSandbox]) {
 			out = append(out, pod)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/runbox/runbox"
 	rbclient "github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
 // Remove stops every exec with the stop protocol (the Shutdown RPC through
@@ -26,7 +27,7 @@ import (
 // pod is deleted (the kubelet kills what runs in it).
 func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) error {
 	fail := func(err error) error { return &runbox.Error{Op: "remove", Sandbox: sb.ID, Err: err} }
-	if !validID.MatchString(sb.ID) {
+	if !sandboxkey.ValidID(sb.ID) {
 		return fail(runbox.ErrSandboxNotFound)
 	}
 	// The local record goes whatever becomes of the pod: its endpoint

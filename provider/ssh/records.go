@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/runbox/runbox/internal/daemonauth"
@@ -151,21 +150,11 @@ func reserve(dir string, r record) (record, string, error) {
 
 // lock takes an exclusive lock on dir/.lock and returns its release.
 func lock(dir string) (func(), error) {
-	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	release, err := recordfile.Lock(filepath.Join(dir, ".lock"))
 	if err != nil {
-		return nil, fmt.Errorf("lock ssh records: %w", err)
+		return nil, fmt.Errorf("ssh records: %w", err)
 	}
-	for {
-		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		if !errors.Is(err, syscall.EINTR) {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock ssh records: %w", err)
-	}
-	return func() { f.Close() }, nil
+	return release, nil
 }
 
 // writeSecret makes a fresh secret for the sandbox in sbDir.
