@@ -24,6 +24,8 @@ import (
 // chunking (Transfer-Encoding: identity; the connection closes after it,
 // and Connect's end-of-stream message still ends the stream), so one
 // Write of a buffer larger than net/http's goes straight to the socket.
+// The Outputs of one batch (every chunk ready when the stream comes back,
+// see sendOutput) go one behind another in that one write.
 // Every other event (started, gap, exited) and the end of the stream still
 // go through Connect, on the same goroutine, so their order is kept.
 
