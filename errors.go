@@ -77,6 +77,14 @@ var (
 	// same id with the same spec attaches to the exec instead of running it
 	// again, and the same id with another spec is refused.
 	ErrExecIDConflict = errors.New("exec id already in use by a different spec")
+	// ErrUnsafeWorkdir means a sandbox's workdir is a directory someone
+	// other than the caller can put things into, now or later: it is not
+	// owned by the caller, or others may write into it (sticky like /tmp,
+	// world- or group-writable, or through a POSIX ACL). Whatever they left
+	// there (a daemon's unix socket above all) would be in the sandbox. The
+	// message names the directory and what to do; errors wrapping it wrap
+	// ErrInvalidSpec as well.
+	ErrUnsafeWorkdir = errors.New("workdir is not the caller's own")
 	// ErrNameInUse means another sandbox already has the requested name
 	// (names are unique per runbox home, across providers, and per tenant
 	// of runbox serve). runbox serve answers it as already_exists.

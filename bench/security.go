@@ -15,8 +15,9 @@ import (
 // isolation costs: its default root (the host's root through fuse-overlayfs,
 // read as an unprivileged stranger, and a loop-mounted disk image for what
 // the sandbox writes) beside the configurations closest to the one before
-// (no disk image; --host-root: the kernel's overlay straight over the host's
-// root, no user namespace) and the host provider (no isolation at all). Each
+// (--disk 0: no bound, its image as large as the home's filesystem;
+// --host-root: the kernel's overlay straight over the host's root, no user
+// namespace) and the host provider (no isolation at all). Each
 // round makes one fresh sandbox per configuration, the configurations
 // interleaved, so that the cold walk of the root is cold in every round.
 
@@ -27,7 +28,7 @@ var securityConfigs = []struct {
 	args []string
 }{
 	{"local default (FUSE root, disk image)", []string{"--provider", "local"}},
-	{"local --disk 0 (FUSE root, no image)", []string{"--provider", "local", "--disk", "0"}},
+	{"local --disk 0 (FUSE root, unbounded image)", []string{"--provider", "local", "--disk", "0"}},
 	{"local --host-root --disk 0 (kernel overlay)", []string{"--provider", "local", "--host-root", "--disk", "0"}},
 	{"host (no isolation)", []string{"--provider", "host"}},
 }
@@ -35,15 +36,14 @@ var securityConfigs = []struct {
 // securityJobs are the timed commands, run in this order in each fresh
 // sandbox after its first exec. The copy goes to a fresh directory under
 // /var/tmp: the sandbox's overlay (its disk image by default), the host's
-// own /var/tmp for the host provider. tar sets no times and no owners
-// (-m, --no-same-owner): with --disk 0, fuse-overlayfs answered tar's
-// utime and chown of a file it had just written with ENOENT (open, see
-// docs/performance.md).
+// own /var/tmp for the host provider. tar x runs as users run it, setting
+// owners and times (with --disk 0, fuse-overlayfs once answered its utime
+// and chown of a file just written with ENOENT: see docs/providers.md).
 var securityJobs = []struct {
 	name, script string
 }{
 	{"find /usr/lib | wc -l, cold", "find /usr/lib -xdev | wc -l"},
-	{"tar /usr/share/doc into /var/tmp, find, cat all", `d=$(mktemp -d /var/tmp/rbsec.XXXXXX) && tar -C /usr/share -cf - doc | tar -C "$d" --no-same-owner -xmf - && find "$d" -type f -exec cat {} + | wc -c && rm -rf "$d"`},
+	{"tar /usr/share/doc into /var/tmp, find, cat all", `d=$(mktemp -d /var/tmp/rbsec.XXXXXX) && tar -C /usr/share -cf - doc | tar -C "$d" -xf - && find "$d" -type f -exec cat {} + | wc -c && rm -rf "$d"`},
 }
 
 // SecurityRow is one configuration's figures, medians over the rounds, ms.

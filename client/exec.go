@@ -128,11 +128,8 @@ func WithOnGap(fn func(runbox.OutputGap)) ExecOption {
 }
 
 // WithFromSeq makes Attach replay output from sequence number seq (default:
-// from the start, as far as the daemon's ring reaches). Given to ExecSpec
-// or StartSpec with seq > 0, it says the exec with the spec's id exists
-// already (another process started it and showed its output up to seq-1):
-// the call follows it from seq, as Attach does, and never runs it, even
-// on a daemon that no longer knows the id (that is runbox.ErrSandboxLost).
+// from the start, as far as the daemon's ring reaches). Exec, ExecSpec,
+// Start and StartSpec ignore it: they follow their exec from its start.
 func WithFromSeq(seq uint64) ExecOption { return func(o *execOptions) { o.fromSeq = seq } }
 
 func newExecOptions(spec runbox.ExecSpec, opts []ExecOption) execOptions {
@@ -331,9 +328,6 @@ func (c *Client) newProcess(o execOptions) *Process {
 	p.f = &follower{
 		c: c, id: o.spec.ID, ctx: ctx, streamOutput: o.streaming(),
 		run: &runboxv1.RunRequest{Spec: wire.SpecToProto(o.spec), StreamOutput: o.streaming()},
-	}
-	if o.fromSeq > 0 {
-		p.f.seen, p.f.lastSeq = true, o.fromSeq-1
 	}
 	if o.spec.Timeout > 0 {
 		p.watchOverdue(o.spec.Timeout+p.grace()+c.headroom, errNoResult)

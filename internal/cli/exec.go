@@ -65,14 +65,6 @@ is a terminal, restored on exit). runbox sh SANDBOX opens an interactive shell.`
 type execFlags struct {
 	execrules.Flags
 
-	// Set by a runbox front that handed over an exec whose stream broke
-	// after it had shown output (hidden flags, see docs/cli.md): the exec
-	// exists; follow it from sequence number from, and count the gaps
-	// and bytes the front already reported.
-	from     uint64
-	fromGaps int
-	fromLost int64
-
 	fs *pflag.FlagSet // to tell --grace 0 from no --grace
 }
 
@@ -99,23 +91,12 @@ func (f *execFlags) addFlags(fs *pflag.FlagSet, exec bool) {
 			fs.BoolVarP(p, d.Name, d.Short, *p, d.Usage)
 		}
 	}
-	if exec {
-		fs.Uint64Var(&f.from, "from", 0, "")
-		fs.IntVar(&f.fromGaps, "from-gaps", 0, "")
-		fs.Int64Var(&f.fromLost, "from-lost", 0, "")
-		for _, name := range []string{"from", "from-gaps", "from-lost"} {
-			_ = fs.MarkHidden(name)
-		}
-	}
 }
 
 // check refuses flags runbox cannot honour yet, and nonsense combinations
 // (execrules.Flags.Check).
 func (f *execFlags) check() error {
 	f.GraceSet = f.fs != nil && f.fs.Changed("grace")
-	if f.from > 0 && f.ID == "" {
-		return fmt.Errorf("--from needs --id: %w", runbox.ErrInvalidSpec)
-	}
 	return f.Check()
 }
 
@@ -195,12 +176,6 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		spec.ID = f.ID
 	}
 	var lastSeq atomic.Uint64 // of the last chunk delivered, for attach --from
-	if f.from > 0 {
-		// Handed over by the runbox front after it showed output up to
-		// from-1: follow the exec from there, never run it again.
-		opts = append(opts, client.WithFromSeq(f.from))
-		lastSeq.Store(f.from - 1)
-	}
 	opts = append(opts, client.WithOnChunk(func(c runbox.Chunk) { lastSeq.Store(c.Seq) }))
 	if !f.JSON {
 		// Streamed, the output is on this terminal: runboxd spills only
@@ -237,8 +212,6 @@ func (a *app) exec(ctx context.Context, cl *client.Client, sb runbox.Sandbox, co
 		}
 	}
 
-	res.StreamGaps += f.fromGaps
-	res.StreamLost += f.fromLost
 	if f.JSON {
 		if err := execrules.WriteJSON(a.stdout, execrules.ResultJSON(res)); err != nil {
 			return err

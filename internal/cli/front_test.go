@@ -1,14 +1,15 @@
 package cli_test
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,8 +22,9 @@ import (
 
 // cuttingProxy listens beside the sandbox's runboxd socket and makes the
 // record point at it: it forwards every connection to runboxd, but cuts
-// the first one once it has carried cutAfter bytes from the daemon.
-func cuttingProxy(t *testing.T, home, id string, cutAfter int64) (cuts *atomic.Int32) {
+// each of the first cutN once it has carried cutAfter bytes from the
+// daemon, and calls hold (when set) before forwarding each later one.
+func cuttingProxy(t *testing.T, home, id string, cutN int32, cutAfter int64, hold func()) (cuts *atomic.Int32) {
 	t.Helper()
 	sbDir := filepath.Join(home, "sandboxes", id)
 	rec, err := processrecord.Read(sbDir)
@@ -34,20 +36,22 @@ func cuttingProxy(t *testing.T, home, id string, cutAfter int64) (cuts *atomic.I
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
+	t.Cleanup(func() { l.Close(); os.Remove(sock) })
 	real := rec.Socket
 	cuts = new(atomic.Int32)
-	var first sync.Once
+	var accepted atomic.Int32
 	go func() {
 		for {
 			c, err := l.Accept()
 			if err != nil {
 				return
 			}
-			cut := false
-			first.Do(func() { cut = true })
+			cut := accepted.Add(1) <= cutN
 			go func() {
 				defer c.Close()
+				if !cut && hold != nil {
+					hold()
+				}
 				d, err := net.Dial("unix", real)
 				if err != nil {
 					t.Logf("proxy: %v", err)
@@ -75,30 +79,99 @@ func cuttingProxy(t *testing.T, home, id string, cutAfter int64) (cuts *atomic.I
 	return cuts
 }
 
-// TestFrontHandsOverABrokenStream: when the front's stream to runboxd
-// breaks after it showed output, runbox-full follows the exec from the next
-// chunk: every line appears once, in order, the command ran once, and the
-// status is the command's.
-func TestFrontHandsOverABrokenStream(t *testing.T) {
+// TestFrontReattachesABrokenStream: when the front's stream to runboxd
+// breaks, before the exec started (the Run sent, its answer cut short) or
+// while it shows output, the front dials runboxd again and re-attaches by
+// itself, never handing over to runbox-full: every line appears once, in
+// order, the command ran once, and the status is the command's. Before,
+// the front handed the exec to runbox-full (--from SEQ) at the first cut.
+func TestFrontReattachesABrokenStream(t *testing.T) {
 	home := setHome(t)
 	id := up(t)
 	spy, log := fullSpy(t)
 	t.Setenv("RUNBOX_FULL", spy)
-	count := filepath.Join(t.TempDir(), "count")
-	cuts := cuttingProxy(t, home, id, 2000)
-	o := runBin(t, "exec", id, "--", "echo run >> "+count+"; for i in $(seq 1 300); do echo line $i; sleep 0.002; done; echo done >&2; exit 3")
 	var want strings.Builder
 	for i := 1; i <= 300; i++ {
 		want.WriteString("line " + strconv.Itoa(i) + "\n")
 	}
-	if o.code != 3 || o.stdout != want.String() || o.stderr != "done\n" {
-		t.Errorf("exec through a stream cut once: exit %d, stderr %q, stdout %d bytes (want %d, each line once); want exit 3", o.code, o.stderr, len(o.stdout), want.Len())
+	for _, c := range []struct {
+		name     string
+		cutAfter int64
+	}{
+		{"before the started event", 60}, // in the answer's headers, after the handshake's 16 bytes
+		{"mid-output", 2000},             // each stream carries ~100 lines
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			count := filepath.Join(t.TempDir(), "count")
+			cuts := cuttingProxy(t, home, id, 3, c.cutAfter, nil)
+			o := runBin(t, "exec", id, "--", "echo run >> "+count+"; for i in $(seq 1 300); do echo line $i; sleep 0.002; done; echo done >&2; exit 3")
+			if o.code != 3 || o.stdout != want.String() || o.stderr != "done\n" {
+				t.Errorf("exec through a stream cut 3 times: exit %d, stderr %q, stdout %d bytes (want %d, each line once); want exit 3", o.code, o.stderr, len(o.stdout), want.Len())
+			}
+			if b, _ := os.ReadFile(count); string(b) != "run\n" {
+				t.Errorf("the command ran %q; want once", b)
+			}
+			if cuts.Load() != 3 {
+				t.Errorf("the proxy cut %d streams; want 3", cuts.Load())
+			}
+			if got := spied(t, log); got != "" {
+				t.Errorf("runbox-full was run with %q; want the front to re-attach by itself", got)
+			}
+		})
 	}
-	if b, _ := os.ReadFile(count); string(b) != "run\n" {
-		t.Errorf("the command ran %q; want once", b)
+}
+
+// TestFrontReattachCountsTheGap: a stream cut while the command writes
+// 3 MB, and the front's new connection held until the command is done, so
+// the start of what it missed left runboxd's 1 MiB ring: the front
+// re-attaches, shows the start and the end of the output, reports the
+// gap, and the bytes shown plus the bytes the gap reports are exactly the
+// command's output, the bytes shown exactly its start and its end; exit 0.
+func TestFrontReattachCountsTheGap(t *testing.T) {
+	home := setHome(t)
+	id := up(t)
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
+	const total = 3_000_000
+	var full strings.Builder
+	for i := 1; full.Len() < total; i++ {
+		full.WriteString(strconv.Itoa(i) + "\n")
 	}
-	if cuts.Load() != 1 || !strings.Contains(spied(t, log), "--from ") {
-		t.Errorf("cuts %d, runbox-full got %q; want the stream cut and the exec handed over with --from", cuts.Load(), spied(t, log))
+	want := full.String()[:total]
+	done := filepath.Join(t.TempDir(), "done")
+	cuttingProxy(t, home, id, 1, 200_000, func() {
+		// Until the command wrote everything (bounded well inside the half
+		// second runboxd waits for a follower before it cancels the exec).
+		for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+			if _, err := os.Stat(done); err == nil {
+				return
+			}
+		}
+	})
+	o := runBin(t, "exec", id, "--", fmt.Sprintf("seq 1 1000000 | head -c %d; : > %s", total, done))
+	// runboxd does not know the bytes of a gap met on an Attach from a
+	// sequence number; the final warning counts them.
+	// (It knows them when the cut came before any output was shown: the
+	// Attach is then from the first chunk.)
+	gaps := regexp.MustCompile(`runbox: \[\.\.\. (?:(\d+) bytes of )?output left out here \(chunks \d+-\d+ left`).FindAllStringSubmatch(o.stderr, -1)
+	lost := -1
+	if m := regexp.MustCompile(`runbox: warning: (\d+) bytes of output are missing above \(1 gaps?\)`).FindStringSubmatch(o.stderr); m != nil {
+		lost, _ = strconv.Atoi(m[1])
+	}
+	shown := len(o.stdout)
+	head, tail := 0, 0
+	for head < shown && o.stdout[head] == want[head] {
+		head++
+	}
+	for tail < shown-head && o.stdout[shown-1-tail] == want[total-1-tail] {
+		tail++
+	}
+	if o.code != 0 || len(gaps) != 1 || gaps[0][1] != "" && gaps[0][1] != strconv.Itoa(lost) || shown+lost != total || head+tail != shown || tail == 0 {
+		t.Errorf("exec cut at 200 kB while writing %d bytes: exit %d, %d bytes shown (%d the output's start, %d its end), %d gap(s), %d bytes missing by the final warning; want exit 0, one gap (of the missing bytes, when it says), shown + missing = %d, the shown bytes the output's start and end\nstderr: %s",
+			total, o.code, shown, head, tail, len(gaps), lost, total, o.stderr)
+	}
+	if got := spied(t, log); got != "" {
+		t.Errorf("runbox-full was run with %q; want the front to re-attach by itself", got)
 	}
 }
 
@@ -108,6 +181,8 @@ func TestFrontHandsOverABrokenStream(t *testing.T) {
 func TestFrontSandboxLostAsFull(t *testing.T) {
 	home := setHome(t)
 	full := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
 	for _, bin := range []string{binary(t), full} {
 		id := up(t)
 		rec, err := processrecord.Read(filepath.Join(home, "sandboxes", id))
@@ -120,6 +195,9 @@ func TestFrontSandboxLostAsFull(t *testing.T) {
 		code, _ := waitExit(t, cmd, hangBound)
 		if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") || strings.Count(stderr.String(), "\n") != 1 {
 			t.Errorf("%s, runboxd killed mid-exec: exit %d, stdout %q, stderr %q; want 125, the output, one line saying the sandbox is lost", filepath.Base(bin), code, out.String(), stderr.String())
+		}
+		if got := spied(t, log); bin == binary(t) && got != "" {
+			t.Errorf("the front handed the lost exec to runbox-full (%q): want it to report it itself", got)
 		}
 		// runboxd died by SIGKILL: its exec's sleep lives on until the
 		// sandbox is removed, and rm -f must not return before it is gone.
@@ -134,7 +212,9 @@ func TestFrontSandboxLostAsFull(t *testing.T) {
 }
 
 // TestFrontFailsAsFull: a sandbox whose record is gone, or whose secret
-// runboxd refuses, gives what runbox-full alone gives, byte for byte.
+// runboxd refuses, gives what runbox-full alone gives, byte for byte; so
+// does a Run that runboxd refuses (an exec id reused with another spec, a
+// program that does not exist or cannot run, a bad session name).
 func TestFrontFailsAsFull(t *testing.T) {
 	home := setHome(t)
 	full := filepath.Join(filepath.Dir(binary(t)), "runbox-full")
@@ -167,17 +247,45 @@ func TestFrontFailsAsFull(t *testing.T) {
 			t.Errorf("runbox %q: %+v; runbox-full: %+v; want the same failure, 125", args, f, w)
 		}
 	}
+	// runboxd's refusals of the Run, which the front now reports itself.
+	ok := up(t)
+	for _, c := range []struct {
+		args []string
+		code int
+	}{
+		{[]string{"exec", "--id", "same", ok, "--", "true"}, 0},
+		{[]string{"exec", "--id", "same", ok, "--", "false"}, 125}, // the id with another spec
+		{[]string{"exec", ok, "no-such-program-31", "x"}, 127},
+		{[]string{"exec", ok, "/etc/passwd", "x"}, 126},
+		{[]string{"exec", "--session", "no/such", ok, "--", "true"}, 125},
+	} {
+		f := run(binary(t), c.args...)
+		if c.code == 0 {
+			continue // sets up the next case
+		}
+		w := run(full, c.args...)
+		// Each run makes its own exec id.
+		f.stderr, w.stderr = anyExecID.ReplaceAllString(f.stderr, "exec ID"), anyExecID.ReplaceAllString(w.stderr, "exec ID")
+		if f != w || f.code != c.code {
+			t.Errorf("runbox %q: %+v; runbox-full: %+v; want the same failure, %d", c.args, f, w, c.code)
+		}
+	}
 }
+
+// anyExecID matches an exec id execrules.NewExecID made, after "exec ".
+var anyExecID = regexp.MustCompile(`exec [0-9a-f]{16}`)
 
 // TestFrontFrozenDaemonIsLost: a runboxd that stops answering mid-exec
 // without closing its socket (SIGSTOP) does not leave the front waiting
-// forever: it probes runboxd after a silence, hands over, and runbox-full
-// reports the sandbox lost (125). Once runboxd runs again, the exec that
+// forever: it probes runboxd after a silence and reports the sandbox lost
+// (125) itself. Once runboxd runs again, the exec that
 // lost its follower is stopped (cancel-on-exit), so nothing outlives it.
 // Before the probe, the front waited for as long as runboxd stayed stopped.
 func TestFrontFrozenDaemonIsLost(t *testing.T) {
 	home := setHome(t)
 	id := up(t)
+	spy, log := fullSpy(t)
+	t.Setenv("RUNBOX_FULL", spy)
 	rec, err := processrecord.Read(filepath.Join(home, "sandboxes", id))
 	if err != nil {
 		t.Fatal(err)
@@ -197,8 +305,11 @@ func TestFrontFrozenDaemonIsLost(t *testing.T) {
 	defer resume()
 	code, took := waitExit(t, cmd, 2*hangBound)
 	resume()
-	if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost") {
-		t.Fatalf("runboxd stopped mid-exec: exit %d after %v, stdout %q, stderr %q; want 125 saying the sandbox is lost", code, took, out.String(), stderr.String())
+	if code != 125 || out.String() != "started\n" || !strings.Contains(stderr.String(), "sandbox lost: runboxd (pid "+strconv.Itoa(rec.Pid)+") runs but does not answer") {
+		t.Fatalf("runboxd stopped mid-exec: exit %d after %v, stdout %q, stderr %q; want 125 saying the sandbox is lost, runboxd running but not answering (runbox-full's words)", code, took, out.String(), stderr.String())
+	}
+	if got := spied(t, log); got != "" {
+		t.Errorf("the front handed the exec to runbox-full (%q): want it to report the lost sandbox itself", got)
 	}
 	t.Logf("the front reported the stopped runboxd after %v: %s", took, strings.TrimSpace(stderr.String()))
 	if n := pollCount(t, m, hangBound, func(n int) bool { return n == 0 }); n != 0 {

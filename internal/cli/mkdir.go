@@ -13,8 +13,10 @@ import (
 // this machine (local, host).
 type hostDirectoryProvider interface{ RunsInHostDirectory() bool }
 
-// makeWorkdir creates the workdir up --mkdir names, as mkdir -p run by
-// the invoking user would (this process's uid and umask), after refusing
+// makeWorkdir creates the workdir up --mkdir names, as mkdir -p -m 0755
+// run by the invoking user would (this process's uid; the umask may take
+// more away, never add), so it is a directory only its owner may write
+// into, which a workspace must be (internal/owndir); after refusing
 // one inside, around or equal to a runbox home (this invocation's or any
 // other this machine knows): a sandbox must never see a home. It is for
 // the providers whose workspace is a directory of this machine; through a
@@ -40,7 +42,7 @@ func makeWorkdir(p runbox.Provider, workdir, home string) error {
 	if err := homes.Check(abs, ""); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(abs, 0o777); err != nil {
+	if err := os.MkdirAll(abs, 0o755); err != nil {
 		return fmt.Errorf("--mkdir: %w", err)
 	}
 	return nil

@@ -93,7 +93,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	fs.BoolVar(&f.hostRoot, "host-root", false, "local, as root: make the sandbox's root the host's root instead of an unprivileged host uid range (weaker: see docs/security.md)")
 	fs.StringVar(&f.name, "name", "", "a unique name to refer to the sandbox by")
 	fs.StringVar(&f.workdir, "workdir", "", "the sandbox's workspace (default: the current directory; local: mounted at /workspace; an existing directory, no symbolic link in its path; docker: none)")
-	fs.BoolVar(&f.mkdir, "mkdir", false, "local and host: create the --workdir directory (as mkdir -p would, as you) when it does not exist; without it a missing workdir is an error")
+	fs.BoolVar(&f.mkdir, "mkdir", false, "local and host: create the --workdir directory (as mkdir -p -m 0755 would, as you) when it does not exist; without it a missing workdir is an error")
 	f.flags = fs
 	fs.StringVar(&f.memory, "memory", "", "memory limit, e.g. 512M or 2G (local's default: min(4G, half the RAM); 0 or unlimited: none)")
 	fs.StringVar(&f.disk, "disk", "", "what the sandbox may write to disk outside its workspace, e.g. 2G (local as root's default: min(10G, half the home's free space); 0 or unlimited: none; docker: engines whose storage driver can; kubernetes: ephemeral storage)")

@@ -24,6 +24,8 @@ import (
 // chunking (Transfer-Encoding: identity; the connection closes after it,
 // and Connect's end-of-stream message still ends the stream), so one
 // Write of a buffer larger than net/http's goes straight to the socket.
+// The Outputs of one batch (every chunk ready when the stream comes back,
+// see sendOutput) go one behind another in that one write.
 // Every other event (started, gap, exited) and the end of the stream still
 // go through Connect, on the same goroutine, so their order is kept.
 
@@ -87,18 +89,37 @@ func newRawOutput(ctx context.Context, stream *connect.ServerStream[runboxv1.Exe
 	return &rawOutput{w: w, f: f}
 }
 
-// send writes ev: an Output in one write of its envelope, anything else
-// through Connect.
-func (o *rawOutput) send(stream *connect.ServerStream[runboxv1.ExecEvent], ev supervisor.OutputEvent) error {
-	if ev.Chunk == nil {
-		return stream.Send(outputEvent(ev))
+// sendBatch writes evs in order: each run of Outputs as their envelopes
+// one behind another in one write, anything else through Connect.
+func (o *rawOutput) sendBatch(stream *connect.ServerStream[runboxv1.ExecEvent], evs []supervisor.OutputEvent) error {
+	o.buf = o.buf[:0]
+	for _, ev := range evs {
+		if ev.Chunk != nil {
+			buf, err := wire.AppendOutputEnvelope(o.buf, *ev.Chunk)
+			if err != nil {
+				return err
+			}
+			o.buf = buf
+			continue
+		}
+		if err := o.flush(); err != nil {
+			return err
+		}
+		if err := stream.Send(outputEvent(ev)); err != nil {
+			return err
+		}
 	}
-	buf, err := wire.AppendOutputEnvelope(o.buf[:0], *ev.Chunk)
+	return o.flush()
+}
+
+// flush writes the envelopes gathered in buf, if any.
+func (o *rawOutput) flush() error {
+	if len(o.buf) == 0 {
+		return nil
+	}
+	_, err := o.w.Write(o.buf)
+	o.buf = o.buf[:0]
 	if err != nil {
-		return err
-	}
-	o.buf = buf
-	if _, err := o.w.Write(o.buf); err != nil {
 		return err
 	}
 	o.f.Flush()

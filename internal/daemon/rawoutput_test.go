@@ -9,8 +9,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -63,8 +65,30 @@ func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stdout, stderr bytes.Buffer
-	var outputs int64
+	stdout, stderr, outputs := readRun(t, s)
+	var want bytes.Buffer
+	for i := 1; i <= 500000; i++ {
+		fmt.Fprintln(&want, i)
+	}
+	if !bytes.Equal(stdout, want.Bytes()) {
+		t.Fatalf("stdout: %d bytes, want %d, or they differ", len(stdout), want.Len())
+	}
+	if want := seqOutput(2000); !bytes.Equal(stderr, want) {
+		t.Fatalf("stderr: %d bytes, want %d, or they differ", len(stderr), len(want))
+	}
+	// Besides one write per Output: the headers with the started event,
+	// the exited event, the end of the stream (its prefix and message).
+	if n := writes.Load(); n > outputs+4 {
+		t.Fatalf("runboxd made %d writes for %d Output events", n, outputs)
+	}
+	t.Logf("%d writes, %d Output events", writes.Load(), outputs)
+}
+
+// readRun reads a Run stream to its end and returns each stream's bytes
+// and the count of Output events, failing on a gap, on a sequence number
+// that does not follow the last, and on an exec that did not exit 0.
+func readRun(t *testing.T, s *frontrpc.Stream) (stdout, stderr []byte, outputs int64) {
+	t.Helper()
 	var next uint64 = 1
 	var result *runbox.Result
 	for {
@@ -83,9 +107,9 @@ func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
 			}
 			next++
 			if ev.Stream == runbox.Stderr {
-				stderr.Write(ev.Data)
+				stderr = append(stderr, ev.Data...)
 			} else {
-				stdout.Write(ev.Data)
+				stdout = append(stdout, ev.Data...)
 			}
 		case frontrpc.EventGap:
 			t.Fatalf("a gap for the exec's own stream: %+v", ev.Gap)
@@ -97,26 +121,76 @@ func TestHTTP1RunWritesEachOutputOnce(t *testing.T) {
 	if result == nil || result.ExitCode != 0 {
 		t.Fatalf("result %+v", result)
 	}
-	var want bytes.Buffer
-	for i := 1; i <= 500000; i++ {
-		fmt.Fprintln(&want, i)
+	return stdout, stderr, outputs
+}
+
+// seqOutput is what seq 1 n prints.
+func seqOutput(n int) []byte {
+	var b bytes.Buffer
+	for i := 1; i <= n; i++ {
+		fmt.Fprintln(&b, i)
 	}
-	if !bytes.Equal(stdout.Bytes(), want.Bytes()) {
-		t.Fatalf("stdout: %d bytes, want %d, or they differ", stdout.Len(), want.Len())
+	return b.Bytes()
+}
+
+// slowConn reads at most 16 KiB at a time and yields the processor after
+// each read: a client slower than the command.
+type slowConn struct{ net.Conn }
+
+func (c slowConn) Read(p []byte) (int, error) {
+	runtime.Gosched()
+	time.Sleep(50 * time.Microsecond)
+	return c.Conn.Read(p[:min(len(p), 16<<10)])
+}
+
+// TestHTTP1RunBatchesReadyOutput runs a command that writes both streams
+// at once to a client slower than the command: while runboxd waits for the
+// client, chunks gather in the ring, and it must send every chunk ready
+// together with one write (fewer writes than Output events; before the
+// batches each Output event took a write of its own), every byte of each
+// stream exact and in order, the sequence numbers consecutive, no gap.
+func TestHTTP1RunBatchesReadyOutput(t *testing.T) {
+	var writes atomic.Int64
+	_, socket, served := serveWrapped(t, func(ln net.Listener) net.Listener {
+		return &writeCountingListener{Listener: ln, writes: &writes}
+	})
+	defer func() {
+		c := client.DialUnix(socket)
+		defer c.Close()
+		if err := c.Shutdown(testCtx(t), 0); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	for round := range 3 {
+		writes.Store(0)
+		conn, err := net.Dial("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := frontrpc.Run(slowConn{conn}, runbox.ExecSpec{
+			Command: "seq 1 700000 & seq 1 400000 >&2; wait",
+		}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, outputs := readRun(t, s)
+		conn.Close()
+		if want := seqOutput(700000); !bytes.Equal(stdout, want) {
+			t.Fatalf("round %d: stdout: %d bytes, want %d, or they differ", round, len(stdout), len(want))
+		}
+		if want := seqOutput(400000); !bytes.Equal(stderr, want) {
+			t.Fatalf("round %d: stderr: %d bytes, want %d, or they differ", round, len(stderr), len(want))
+		}
+		// Besides the Outputs: the headers with the started event, the
+		// exited event, the end of the stream.
+		if n := writes.Load(); n-4 >= outputs {
+			t.Fatalf("round %d: runboxd made %d writes for %d Output events", round, n, outputs)
+		}
+		t.Logf("round %d: %d writes, %d Output events", round, writes.Load(), outputs)
 	}
-	want.Reset()
-	for i := 1; i <= 2000; i++ {
-		fmt.Fprintln(&want, i)
-	}
-	if !bytes.Equal(stderr.Bytes(), want.Bytes()) {
-		t.Fatalf("stderr: %d bytes, want %d, or they differ", stderr.Len(), want.Len())
-	}
-	// Besides one write per Output: the headers with the started event,
-	// the exited event, the end of the stream (its prefix and message).
-	if n := writes.Load(); n > outputs+4 {
-		t.Fatalf("runboxd made %d writes for %d Output events", n, outputs)
-	}
-	t.Logf("%d writes, %d Output events", writes.Load(), outputs)
 }
 
 type writeCountingListener struct {

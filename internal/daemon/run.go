@@ -57,22 +57,8 @@ func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *superviso
 		return sendFailed(ctx, e, "started event", err)
 	}
 	if r != nil {
-		for {
-			ev, err := r.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			if raw != nil {
-				err = raw.send(stream, ev)
-			} else {
-				err = stream.Send(outputEvent(ev))
-			}
-			if err != nil {
-				return sendFailed(ctx, e, "output", err)
-			}
+		if err := sendOutput(ctx, e, r, raw, stream); err != nil {
+			return err
 		}
 	}
 	select {
@@ -84,6 +70,43 @@ func follow(ctx context.Context, e *supervisor.Exec, attached bool, r *superviso
 		return sendFailed(ctx, e, "result", err)
 	}
 	return nil
+}
+
+// outputBatchBytes bounds the chunk bytes sent in one batch: a quarter of
+// the default replay ring (supervisor.DefaultRingBytes), as one full pipe
+// read is, so that while a batch is written (the store keeps it until the
+// next call, in case the send fails) the pipe's reader still has room to
+// keep reading. Half the ring made the reader wait for the stream: 1.5–2×
+// the context switches in a local sandbox (docs/performance.md).
+const outputBatchBytes = 256 << 10
+
+// sendOutput sends every output event r reads until its end: each batch
+// of events that are ready together ([supervisor.OutputReader.NextBatch])
+// in one write over HTTP/1 (raw), one Send each otherwise.
+func sendOutput(ctx context.Context, e *supervisor.Exec, r *supervisor.OutputReader, raw *rawOutput, stream *connect.ServerStream[runboxv1.ExecEvent]) error {
+	var evs []supervisor.OutputEvent
+	for {
+		var err error
+		evs, err = r.NextBatch(ctx, evs[:0], outputBatchBytes)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if raw != nil {
+			err = raw.sendBatch(stream, evs)
+		} else {
+			for _, ev := range evs {
+				if err = stream.Send(outputEvent(ev)); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			return sendFailed(ctx, e, "output", err)
+		}
+	}
 }
 
 // sendFailed is the error a stream handler returns when it could not send

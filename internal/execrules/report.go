@@ -95,6 +95,13 @@ func ReportStop(w io.Writer, res runbox.Result, timeout, idle time.Duration) {
 // a cut: output that left the daemon's replay ring before this stream read
 // it.
 func ReportGap(w io.Writer, g runbox.OutputGap) {
+	if g.Bytes == 0 {
+		// A gap met on an attach from a sequence number: runboxd knows
+		// the chunks, not their bytes; the end of the output counts them.
+		fmt.Fprintf(w, "\nrunbox: [... output left out here (chunks %d-%d left the replay ring); the end of the output counts it and names the spill file that has it ...]\n",
+			g.FromSeq, g.ToSeq-1)
+		return
+	}
 	fmt.Fprintf(w, "\nrunbox: [... %d bytes of output left out here (chunks %d-%d left the replay ring); the end of the output names the spill file that has them ...]\n",
 		g.Bytes, g.FromSeq, g.ToSeq-1)
 }

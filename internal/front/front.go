@@ -12,19 +12,19 @@
 // sandbox through its persistent endpoint (package endpoint), named by its
 // exact id or by a name the home's name index gives (package
 // sandboxnames; see resolve), with the flags package execrules marks as the front's,
-// speaking runboxd's Run and Cancel calls itself (package frontrpc). It
+// speaking runboxd's Run, Attach, Cancel and Info calls itself (package frontrpc). It
 // follows the same rules as runbox-full (package execrules), so its output,
 // messages and exit status are runbox-full's.
 //
 // Handover: the commands of the control plane (serve, mcp, token, audit,
 // man: handover.ServerCommands) go to runbox-server untouched, anything
-// else to runbox-full (package handover finds them). When something
-// fails after the Run call may have reached runboxd, the front hands over
-// with the exec's id added (--id: an id that exists is attached to, never
-// run again), and once the exec has started, with the sequence number to
-// follow it from (--from and the gaps already reported): runbox-full
-// reports the failure, or the rest of the exec, in its own words, and no
-// exec runs twice and no output is shown twice.
+// else to runbox-full (package handover finds them). The front hands an
+// exec over only at dispatch, before it sends the Run call: flags it does
+// not take, a sandbox it cannot reach. Once the Run is sent the exec is
+// the front's to the end: when its stream breaks it dials runboxd again
+// and re-attaches by itself, as the Go client does (see follow), showing
+// every byte once, and reports a sandbox that is really gone (exit 125)
+// in runbox-full's words.
 package front
 
 import (
@@ -52,16 +52,13 @@ func Main(args []string) int {
 		// one exec less.
 		return execrules.ReportFailure(os.Stderr, handover.Server.Exec(args, "runbox "+args[0]))
 	}
-	return handOver(args, nil)
+	return handOver(args)
 }
 
-// handOver replaces this process with runbox-full run with args, the
-// flags in extra added after the command's name. It returns only when
-// runbox-full cannot be run, with exit status 125 after saying why.
-func handOver(args, extra []string) int {
-	if len(extra) > 0 {
-		args = append(append([]string{args[0]}, extra...), args[1:]...)
-	}
+// handOver replaces this process with runbox-full run with args. It
+// returns only when runbox-full cannot be run, with exit status 125 after
+// saying why.
+func handOver(args []string) int {
 	why := "runbox"
 	if len(args) > 0 {
 		why += " " + args[0]

@@ -50,5 +50,5 @@ func reachRemote(home, provider, id, name string) (reach, bool) {
 	if err != nil {
 		return reach{}, false
 	}
-	return reach{id: id, conn: conn, dial: dial}, true
+	return reach{id: id, conn: conn, dial: dial, dialBound: remoteDialTimeout}, true
 }

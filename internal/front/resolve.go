@@ -2,9 +2,12 @@ package front
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/dockerrecord"
@@ -19,6 +22,27 @@ type reach struct {
 	id   string
 	conn net.Conn
 	dial runbox.Dialer
+	// dialBound bounds one dial after the first.
+	dialBound time.Duration
+	// gone, when set, says from the sandbox's record why its runboxd is
+	// gone (runbox.ErrSandboxLost), or nil: a broken stream then is not
+	// retried.
+	gone func() error
+	// lost, when set, says in the provider's words why the sandbox is
+	// lost after its runboxd stopped answering (cause).
+	lost func(cause error) error
+}
+
+// lostError is the error for a sandbox lost after its runboxd stopped
+// answering (cause), in the provider's words when it has some.
+func (r reach) lostError(cause error) error {
+	if r.lost != nil {
+		return r.lost(cause)
+	}
+	if errors.Is(cause, runbox.ErrSandboxLost) {
+		return cause
+	}
+	return fmt.Errorf("%w: %v", runbox.ErrSandboxLost, cause)
 }
 
 // resolve finds the sandbox key names, when the front can reach it
@@ -84,7 +108,35 @@ func reachProc(home, id, name string) (reach, bool) {
 	if conn == nil {
 		return reach{}, false // runbox-full says the sandbox is lost
 	}
-	return reach{id: id, conn: conn, dial: processrecord.Dialer(rec.Socket, sbDir)}, true
+	return reach{id: id, conn: conn, dial: processrecord.Dialer(rec.Socket, sbDir), dialBound: daemonProbeBound,
+		gone: func() error { return procGone(rec, sbDir) },
+		lost: func(error) error {
+			if err := procGone(rec, sbDir); err != nil {
+				return err
+			}
+			return fmt.Errorf("%w: runboxd (pid %d) runs but does not answer on %s (runbox inspect %s shows its record; %s removes it)",
+				runbox.ErrSandboxLost, rec.Pid, rec.Socket, rec.ID, procRm(rec))
+		}}, true
+}
+
+// procRm is the command that removes the host or local sandbox rec.
+func procRm(rec processrecord.Record) string {
+	if rec.Provider == processrecord.HostProvider {
+		return "runbox rm -f " + rec.ID // commands it started may still run
+	}
+	return "runbox rm " + rec.ID
+}
+
+// procGone says why the host or local sandbox whose record rec was read
+// from sbDir is lost when its runboxd no longer runs (or its record is
+// gone), in runbox-full's words; else nil.
+func procGone(rec processrecord.Record, sbDir string) error {
+	now, err := processrecord.Read(sbDir)
+	if err == nil && now.Pid == rec.Pid && processrecord.Alive(now) {
+		return nil
+	}
+	return fmt.Errorf("%w: runboxd (pid %d) is not running (runbox inspect %s shows its record; %s removes it)",
+		runbox.ErrSandboxLost, rec.Pid, rec.ID, procRm(rec))
 }
 
 // reachDocker reaches a docker sandbox through the socket its runboxd
@@ -110,5 +162,5 @@ func reachDocker(home, id, name string) (reach, bool) {
 	if err != nil {
 		return reach{}, false
 	}
-	return reach{id: id, conn: conn, dial: dial}, true
+	return reach{id: id, conn: conn, dial: dial, dialBound: daemonProbeBound}, true
 }

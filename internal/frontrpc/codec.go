@@ -1,11 +1,12 @@
 // Package frontrpc speaks the part of runboxd's API that `runbox exec`
 // uses, for the runbox front (internal/front), without the generated
 // protobuf code, connect or net/http, whose package inits and start-up
-// cost the front would pay on every command: the Run call and the Cancel
-// call, with the Connect protocol over HTTP/1.1 (which runboxd serves on
-// its socket beside HTTP/2), and hand-written protobuf encoding of exactly
-// the messages they carry (RunRequest, ExecSpec, CancelRequest out;
-// ExecEvent and what it holds in).
+// cost the front would pay on every command: the Run, Attach, Cancel and
+// Info calls, with the Connect protocol over HTTP/1.1 (which runboxd
+// serves on its socket beside HTTP/2), and hand-written protobuf encoding
+// of exactly the messages they carry (RunRequest, ExecSpec, AttachRequest,
+// CancelRequest out; ExecEvent and what it holds in, and InfoResponse's
+// start time).
 //
 // The codec follows proto/runbox/v1/runbox.proto; its tests compare it,
 // field by field, with the generated code both ways, and fail when the
@@ -197,6 +198,42 @@ const (
 // with grace as Client.Cancel takes it (0: the exec's own).
 func AppendCancelRequest(b []byte, id string, grace time.Duration) []byte {
 	return appendInt(appendString(b, cancelID, id), cancelGraceMs, wiretime.GraceToMs(grace))
+}
+
+// AttachRequest field numbers.
+const (
+	attachID           = 1
+	attachStreamOutput = 2
+	attachFromSeq      = 3
+	attachFields       = 3
+)
+
+// AppendAttachRequest appends the API's AttachRequest for the exec id,
+// replaying output from sequence number fromSeq.
+func AppendAttachRequest(b []byte, id string, streamOutput bool, fromSeq uint64) []byte {
+	b = appendString(b, attachID, id)
+	b = appendBool(b, attachStreamOutput, streamOutput)
+	return appendUint(b, attachFromSeq, fromSeq)
+}
+
+// infoStartedAtUnixMs is InfoResponse's started_at_unix_ms, the one field
+// of it the front reads.
+const infoStartedAtUnixMs = 7
+
+// DecodeInfoStartedAt decodes when the daemon started from an
+// InfoResponse message (its other fields are skipped).
+func DecodeInfoStartedAt(msg []byte) (time.Time, error) {
+	var err error
+	var ms int64
+	for f := range fields(msg, &err) {
+		if f.num == infoStartedAtUnixMs && f.typ == wireVarint {
+			ms = int64(f.v)
+		}
+	}
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
 }
 
 // field is one field of a message being decoded.

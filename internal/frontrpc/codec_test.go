@@ -3,6 +3,8 @@ package frontrpc
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
@@ -260,5 +263,68 @@ func TestStreamAcrossChunksAndReads(t *testing.T) {
 				t.Fatalf("chunks of %d, reads of %d: end of stream %v; want the daemon's cancelled error", chunk, read, err)
 			}
 		}
+	}
+}
+
+// TestAttachAndInfoAsTheGeneratedCode: the hand-written AttachRequest
+// decodes, with the generated code, to the request the Go client sends,
+// and the start time read from an InfoResponse with every field set is
+// the generated code's.
+func TestAttachAndInfoAsTheGeneratedCode(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, uint64(time.Now().UnixNano())))
+	for i := range 500 {
+		want := &runboxv1.AttachRequest{Id: validString(r), StreamOutput: r.IntN(2) == 0, FromSeq: r.Uint64() >> r.IntN(64)}
+		var got runboxv1.AttachRequest
+		if err := proto.Unmarshal(AppendAttachRequest(nil, want.Id, want.StreamOutput, want.FromSeq), &got); err != nil {
+			t.Fatalf("case %d: the generated code cannot decode the front's AttachRequest: %v", i, err)
+		}
+		if !proto.Equal(&got, want) {
+			t.Fatalf("case %d: front sends %v, want %v", i, &got, want)
+		}
+		info := &runboxv1.InfoResponse{
+			Version: randString(r), Pid: r.Int64(), CgroupMode: validString(r), Running: r.Int32(), Retained: r.Int32(),
+			Total: r.Uint64(), StartedAtUnixMs: r.Int64N(1 << 45), Goroutines: r.Int32(), OpenFds: r.Int32(), Paused: r.IntN(2) == 0,
+		}
+		info.Version = strings.ToValidUTF8(info.Version, "")
+		msg, err := proto.Marshal(info)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := DecodeInfoStartedAt(msg)
+		if err != nil || at.UnixMilli() != info.StartedAtUnixMs {
+			t.Fatalf("case %d: started at %v (%v); want %d ms", i, at, err, info.StartedAtUnixMs)
+		}
+	}
+	if n := (&runboxv1.AttachRequest{}).ProtoReflect().Descriptor().Fields().Len(); n != attachFields {
+		t.Errorf("AttachRequest has %d fields in the proto, the codec knows %d", n, attachFields)
+	}
+}
+
+// TestSentinelsAsTheGoClient: every sentinel runboxd or serve may answer
+// with travels under a tag that Sentinel maps back to it (as package
+// wire's FromConnectError does for the Go client), the finer spawn
+// failures included.
+func TestSentinelsAsTheGoClient(t *testing.T) {
+	for _, s := range []error{
+		runbox.ErrCancelled, runbox.ErrExecNotFound, runbox.ErrInvalidSpec, runbox.ErrSpawn, runbox.ErrNotRunning,
+		runbox.ErrSessionNotFound, runbox.ErrFileNotFound, runbox.ErrPermission, runbox.ErrIsDirectory,
+		runbox.ErrNotDirectory, runbox.ErrEscapesRoot, runbox.ErrInvalidPath, runbox.ErrTooLarge,
+		runbox.ErrExecIDConflict, runbox.ErrSandboxNotFound, runbox.ErrSandboxLost, runbox.ErrUnauthenticated,
+		runbox.ErrQuotaExceeded, runbox.ErrSandboxPaused, runbox.ErrUnsupported, runbox.ErrNameInUse,
+		runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable,
+	} {
+		err := fmt.Errorf("start exec x: %w: prog", s)
+		ce, ok := errors.AsType[*connect.Error](wire.ToConnectError(err))
+		if !ok {
+			t.Fatalf("%v: not a connect error", s)
+		}
+		want, _, _ := wire.FromConnectError(ce)
+		got := Sentinel(ce.Meta().Get(wire.ErrorKey), ce.Message())
+		if got != want || !errors.Is(err, got) {
+			t.Errorf("%v: tag %q gives %v, the Go client %v", s, ce.Meta().Get(wire.ErrorKey), got, want)
+		}
+	}
+	if len(tags) != 21 {
+		t.Errorf("the table has %d tags; this test checks 21: add the new sentinel here", len(tags))
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/runbox/runbox"
 )
@@ -25,7 +26,9 @@ const maxHeaderBytes = 64 << 10
 // Paths of the calls (the Connect protocol's /package.Service/Method).
 const (
 	runPath    = "/runbox.v1.RunboxService/Run"
+	attachPath = "/runbox.v1.RunboxService/Attach"
 	cancelPath = "/runbox.v1.RunboxService/Cancel"
+	infoPath   = "/runbox.v1.RunboxService/Info"
 )
 
 // Connect envelope flags.
@@ -41,14 +44,24 @@ var ErrStreamBroken = errors.New("runboxd's stream broke")
 
 // CallError is an error runboxd answered a call with (the Connect
 // protocol's error: a code, a message, and the Runbox-Error tag that names
-// the runbox sentinel).
+// the runbox sentinel). It unwraps to that sentinel, so errors.Is tells
+// them apart as it does for the Go client's errors.
 type CallError struct {
 	Code, Message, Tag string
 }
 
+// Error is the daemon's message, as the Go client reports a tagged error;
+// an untagged one (not runboxd's own) is prefixed with its code, as
+// connect formats it.
 func (e *CallError) Error() string {
-	return fmt.Sprintf("runboxd answered %s: %s (%s)", e.Code, e.Message, e.Tag)
+	if e.Tag != "" {
+		return e.Message
+	}
+	return e.Code + ": " + e.Message
 }
+
+// Unwrap returns the runbox sentinel the tag names, or nil.
+func (e *CallError) Unwrap() error { return Sentinel(e.Tag, e.Message) }
 
 // writeRequest writes an HTTP/1.1 POST of body to path on conn.
 func writeRequest(conn net.Conn, path, contentType string, body []byte) error {
@@ -72,12 +85,25 @@ type Stream struct {
 // (daemonauth.Handshake), and reads the answer's headers. The caller closes
 // conn.
 func Run(conn net.Conn, spec runbox.ExecSpec, streamOutput bool) (*Stream, error) {
-	msg := AppendRunRequest(make([]byte, 5, 512), spec, streamOutput)
+	return open(conn, runPath, AppendRunRequest(make([]byte, 5, 512), spec, streamOutput))
+}
+
+// Attach sends an Attach call for the exec id on conn, replaying output
+// from sequence number fromSeq, and reads the answer's headers. The caller
+// closes conn.
+func Attach(conn net.Conn, id string, streamOutput bool, fromSeq uint64) (*Stream, error) {
+	return open(conn, attachPath, AppendAttachRequest(make([]byte, 5, 64), id, streamOutput, fromSeq))
+}
+
+// open sends the server-streaming call to path whose enveloped message is
+// msg (its first 5 bytes left for the envelope's header) and reads the
+// answer's headers.
+func open(conn net.Conn, path string, msg []byte) (*Stream, error) {
 	if len(msg)-5 > runbox.MaxMessageBytes {
 		return nil, fmt.Errorf("%w: the request has %d bytes (the limit is runbox.MaxMessageBytes)", runbox.ErrTooLarge, len(msg)-5)
 	}
 	binary.BigEndian.PutUint32(msg[1:5], uint32(len(msg)-5))
-	if err := writeRequest(conn, runPath, "application/connect+proto", msg); err != nil {
+	if err := writeRequest(conn, path, "application/connect+proto", msg); err != nil {
 		return nil, err
 	}
 	s := &Stream{body: body{conn: conn, buf: make([]byte, ReadBufferBytes)}}
@@ -161,6 +187,29 @@ func Cancel(conn net.Conn, id string) error {
 		return fmt.Errorf("cancel exec %s: runboxd answered HTTP status %d", id, status)
 	}
 	return nil
+}
+
+// Info sends an Info call on conn and returns when the daemon started
+// (InfoResponse's started_at_unix_ms): a daemon that started after an exec
+// did restarted, and the exec died with the one before. The caller closes
+// conn.
+func Info(conn net.Conn) (time.Time, error) {
+	if err := writeRequest(conn, infoPath, "application/proto", nil); err != nil {
+		return time.Time{}, err
+	}
+	b := body{conn: conn, buf: make([]byte, 4096)}
+	status, err := b.readHeader()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if status != 200 {
+		return time.Time{}, fmt.Errorf("info: runboxd answered HTTP status %d", status)
+	}
+	msg, err := b.all()
+	if err != nil {
+		return time.Time{}, err
+	}
+	return DecodeInfoStartedAt(msg)
 }
 
 // body reads an HTTP/1.1 response from a connection into one buffer, and
@@ -327,4 +376,40 @@ func (b *body) take(n int) ([]byte, error) {
 		b.r += k
 	}
 	return b.scratch, nil
+}
+
+// all returns the rest of the body: up to its Content-Length, its last
+// chunk, or the connection's end.
+func (b *body) all() ([]byte, error) {
+	var out []byte
+	for {
+		switch {
+		case b.chunked:
+			err := b.ready()
+			if b.done {
+				return out, nil
+			}
+			if err != nil {
+				return nil, err
+			}
+		case b.left == 0:
+			return out, nil
+		case b.left < 0:
+			// Until the connection closes.
+			out = append(out, b.buf[b.r:b.w]...)
+			b.r = b.w
+			if err := b.fill(1); err != nil {
+				if errors.Is(err, io.ErrUnexpectedEOF) {
+					return out, nil
+				}
+				return nil, err
+			}
+			continue
+		}
+		p, err := b.take(int(min(b.left, ReadBufferBytes)))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p...)
+	}
 }

@@ -58,6 +58,12 @@ type Config struct {
 	// WorkspaceTreeFD is that mount's descriptor in this process, once
 	// received (never part of the JSON).
 	WorkspaceTreeFD int `json:"-"`
+	// WorkspaceDev and WorkspaceIno, when not 0, are the device and inode
+	// of the directory the provider checked as the workspace: a plain bind
+	// binds Workspace only if its path, opened here with no link followed,
+	// is still that directory (a swap after the check is refused).
+	WorkspaceDev uint64 `json:"workspace_dev,omitempty"`
+	WorkspaceIno uint64 `json:"workspace_ino,omitempty"`
 	// workspaceFD, set by Enter, is an O_PATH handle of Workspace opened
 	// before Scratch is covered; a plain bind of the workspace uses it.
 	workspaceFD int

@@ -44,9 +44,9 @@ func Enter(cfg Config, listen func(path string) (net.Listener, error)) (*Entered
 	// Scratch (/tmp) with a tmpfs: a workspace under the host's /tmp
 	// (--host-root with a disk bound) stays reachable through this handle.
 	if cfg.Workspace != "" && cfg.WorkspaceTreeFD <= 0 {
-		fd, err := unix.Open(cfg.Workspace, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := openWorkspace(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("jail: workspace %s: %w", cfg.Workspace, err)
+			return nil, err
 		}
 		defer unix.Close(fd)
 		cfg.workspaceFD = fd
@@ -511,3 +511,31 @@ func loopbackUp() error {
 // ErrNotPID1 means Enter's caller is not the first process of its own pid
 // namespace.
 var ErrNotPID1 = errors.New("runboxd jail must be PID 1 of a new pid namespace")
+
+// openWorkspace opens cfg.Workspace for a plain bind, following no link,
+// and, when the provider said which directory it checked (WorkspaceDev,
+// WorkspaceIno), refuses any other: the path is this mount namespace's
+// copy of the host's, so the same directory has the same device and inode.
+func openWorkspace(cfg Config) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, cfg.Workspace, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return -1, fmt.Errorf("jail: workspace %s: %w", cfg.Workspace, err)
+	}
+	if cfg.WorkspaceIno == 0 {
+		return fd, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("jail: workspace %s: %w", cfg.Workspace, err)
+	}
+	if st.Dev != cfg.WorkspaceDev || st.Ino != cfg.WorkspaceIno {
+		unix.Close(fd)
+		return -1, fmt.Errorf("jail: workspace %s was replaced after it was checked (device %d inode %d, checked %d %d)",
+			cfg.Workspace, st.Dev, st.Ino, cfg.WorkspaceDev, cfg.WorkspaceIno)
+	}
+	return fd, nil
+}

@@ -37,6 +37,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/homes"
+	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
@@ -69,11 +70,10 @@ const maxSocketPath = 107
 // ErrNameInUse means another sandbox already has the requested name.
 var ErrNameInUse = runbox.ErrNameInUse
 
-// ErrSharedWorkdir means a workdir is a directory other users or services
-// can write into (sticky like /tmp, world-writable, or group-writable by a
-// group other than the caller's own): what they leave there would be in
-// the sandbox. Errors wrapping it wrap runbox.ErrInvalidSpec as well.
-var ErrSharedWorkdir = errors.New("workdir is shared with other users")
+// ErrSharedWorkdir is runbox.ErrUnsafeWorkdir: a workdir is a directory
+// someone other than the caller may put things into (see
+// internal/owndir). Errors wrapping it wrap runbox.ErrInvalidSpec as well.
+var ErrSharedWorkdir = runbox.ErrUnsafeWorkdir
 
 // Kind is what one provider adds to the shared machinery.
 type Kind struct {
@@ -95,9 +95,11 @@ type Kind struct {
 	Cleanup func(rec Record, sbDir string) error
 	// Describe, if set, adds the provider's facts to a sandbox's Detail.
 	Describe func(rec Record, detail map[string]string)
-	// PrivateWorkdir refuses a workdir that other users can write into
-	// (ErrSharedWorkdir): whatever they leave there, their unix sockets
-	// above all, would be in the sandbox.
+	// PrivateWorkdir refuses a workdir that is not the caller's alone
+	// (ErrSharedWorkdir, owndir.Check): whatever others leave there,
+	// their unix sockets above all, would be in the sandbox. Launch then
+	// gets the checked directory's handle (Launch.WorkdirHandle) and must
+	// bind that, not the path.
 	PrivateWorkdir bool
 }
 
@@ -123,6 +125,11 @@ type Launch struct {
 	// it into the record, so Remove can kill what its execs left should
 	// runboxd die without stopping them.
 	DaemonFile string
+	// WorkdirHandle is the workdir as Create opened and checked it (an
+	// O_PATH handle, held until Launch returns): a provider binds this
+	// directory, or refuses one that is not it, so a swap of the path
+	// after the check cannot put another directory in the sandbox.
+	WorkdirHandle *os.File
 }
 
 // Store creates and finds the sandboxes of one Kind under a runbox home.
@@ -213,12 +220,13 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 	if err := homes.Check(workdir, filepath.Dir(dir)); err != nil {
 		return fail("", err)
 	}
-	st, err := resolveWorkdir(workdir)
+	wd, err := owndir.Open(workdir)
 	if err != nil {
 		return fail("", err)
 	}
+	defer wd.Close()
 	if p.PrivateWorkdir {
-		if err := checkPrivate(workdir, st); err != nil {
+		if err := owndir.Check(wd, workdir); err != nil {
 			return fail("", err)
 		}
 	}
@@ -236,7 +244,7 @@ func (p *Store) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.San
 		return fail("", err)
 	}
 	sbDir := filepath.Join(dir, rec.ID)
-	if err := p.start(ctx, sbDir, &rec, spec); err != nil {
+	if err := p.start(ctx, sbDir, &rec, spec, wd); err != nil {
 		if p.Cleanup != nil {
 			_ = p.Cleanup(rec, sbDir)
 		}
@@ -330,7 +338,7 @@ func newID() (string, error) {
 // start launches runboxd for rec, records its pid, and waits until it
 // answers Info. On failure runboxd is killed and the error carries the tail
 // of its log.
-func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbox.SandboxSpec) error {
+func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbox.SandboxSpec, wd *os.File) error {
 	logPath := filepath.Join(sbDir, "runboxd.log")
 	logf, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -344,7 +352,7 @@ func (p *Store) start(ctx context.Context, sbDir string, rec *Record, spec runbo
 	}
 	daemonFile := filepath.Join(sbDir, daemonFileName)
 	proc, err := p.Launch(ctx, Launch{Dir: sbDir, Home: home, Record: rec, Spec: spec, Log: logf,
-		AuthSHA256: daemonauth.Sum(secret), DaemonFile: daemonFile})
+		AuthSHA256: daemonauth.Sum(secret), DaemonFile: daemonFile, WorkdirHandle: wd})
 	logf.Close() // runboxd holds its own copy
 	if err != nil {
 		return fmt.Errorf("start runboxd %s: %w%s", rec.Runboxd, err, logTail(logPath))

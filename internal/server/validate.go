@@ -3,8 +3,6 @@ package server
 import (
 	"errors"
 	"fmt"
-	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/internal/egress"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -13,10 +11,14 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/egress"
+
 	"google.golang.org/protobuf/proto"
 
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/internal/daemon/wire"
+	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/safepath"
 )
 
@@ -108,7 +110,11 @@ func (s *Server) checkSandboxSpec(spec *runboxv1.SandboxSpec) error {
 // under a workdir root) beneath its root, component by component and
 // following no symlink, so a link a sandbox planted under the root
 // (ROOT/a/escape -> /) cannot make it a host directory. The directory is
-// made (0700) where it does not exist, as providers would.
+// made (0700) where it does not exist, as providers would. It must be the
+// server's alone (owndir.Check: owned by the server's uid, no one else may
+// write into it), whatever the provider: a directory under a root that
+// another user, a daemon, or a sandbox's own `chmod 1777`, opened to
+// others would hand the sandbox what they leave there.
 func (s *Server) openWorkdir(workdir string) (*os.File, error) {
 	for _, root := range s.cfg.WorkdirRoots {
 		root = filepath.Clean(root)
@@ -122,6 +128,10 @@ func (s *Server) openWorkdir(workdir string) (*os.File, error) {
 		}
 		if err != nil {
 			return nil, apiError(fmt.Errorf("spec.workdir %q: %w", workdir, err))
+		}
+		if err := owndir.Check(f, workdir); err != nil {
+			f.Close()
+			return nil, invalid("spec.workdir", "%v", err)
 		}
 		return f, nil
 	}

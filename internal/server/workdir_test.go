@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,5 +91,72 @@ func TestWorkdirSymlinkEscape(t *testing.T) {
 	}
 	if _, err := srv.Create(ctx, runbox.SandboxSpec{Workdir: filepath.Join(root, "a", "sub", "dir")}); err != nil {
 		t.Fatalf("a plain subdirectory: %v", err)
+	}
+}
+
+// TestWorkdirNotTheServersOwnRefused: a tenant's workdir under a workdir
+// root must be the server's alone. Refused, as an invalid argument naming
+// the path and why: a fresh sticky 1777 directory at a random name under
+// the root holding another uid's listening socket (0660), a directory a
+// tenant's own sandbox made and opened with `chmod 1777` in its
+// workspace, and, as root, a 0755 directory owned by another uid; a plain
+// subdirectory still works. Before the rule, each was accepted.
+func TestWorkdirNotTheServersOwnRefused(t *testing.T) {
+	root := t.TempDir()
+	ts := startServer(t, func(c *serverConfig) { c.WorkdirRoots = []string{root} })
+	ctx := ctxT(t)
+	srv := ts.tenant(t, "a")
+	other := 1000 + rand.IntN(50000)
+
+	sticky := filepath.Join(root, fmt.Sprintf("shared-%d", rand.Uint64()))
+	if err := os.Mkdir(sticky, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("unix", filepath.Join(sticky, "d.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	os.Chown(filepath.Join(sticky, "d.sock"), other, other)
+	os.Chmod(filepath.Join(sticky, "d.sock"), 0o660)
+
+	mine := filepath.Join(root, "a")
+	if err := os.MkdirAll(filepath.Join(mine, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	first, err := srv.Create(ctx, runbox.SandboxSpec{Workdir: mine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := srv.Run(ctx, first.ID, runbox.ExecSpec{Command: "mkdir opened && chmod 1777 opened"}); err != nil || r.ExitCode != 0 {
+		t.Fatalf("open a directory from inside: %v %+v", err, r)
+	}
+	refused := []string{sticky, filepath.Join(mine, "opened")}
+	if os.Geteuid() == 0 {
+		theirs := filepath.Join(root, "theirs")
+		if err := os.Mkdir(theirs, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(theirs, other, other); err != nil {
+			t.Fatal(err)
+		}
+		refused = append(refused, theirs)
+	}
+	for _, wd := range refused {
+		sb, err := srv.Create(ctx, runbox.SandboxSpec{Workdir: wd})
+		if err == nil {
+			srv.Remove(ctx, sb, true)
+			t.Errorf("workdir %s (not the server's alone): created %s, want refused", wd, sb.ID)
+			continue
+		}
+		if !errors.Is(err, runbox.ErrInvalidSpec) || !strings.Contains(err.Error(), wd) || !strings.Contains(err.Error(), "not yours alone") {
+			t.Errorf("workdir %s: want an invalid-argument error naming it and why, got %v", wd, err)
+		}
+	}
+	if _, err := srv.Create(ctx, runbox.SandboxSpec{Workdir: filepath.Join(mine, "sub")}); err != nil {
+		t.Errorf("a plain subdirectory: %v", err)
 	}
 }

@@ -113,6 +113,10 @@ const (
 	// a default replay ring, so a connected client's flow control still
 	// overlaps reading with sending (docs/performance.md measures it).
 	readChunkSize = 256 << 10
+	// minReadSpace is the least room a pipe read is given: with less left
+	// in its buffer, the stream's reader takes a fresh one (see
+	// Exec.readStream).
+	minReadSpace = readChunkSize / 4
 	// outputPipeBytes is the size asked for each output pipe (the kernel's
 	// default is 64 KiB; fs.pipe-max-size is 1 MiB unless raised).
 	outputPipeBytes = 256 << 10

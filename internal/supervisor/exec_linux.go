@@ -334,10 +334,13 @@ func readStateRecord(f *os.File) []byte {
 }
 
 // readStream reads one output stream into the exec's output store (and its
-// spill file) until EOF. A read that fills most of the buffer hands the
-// buffer itself to the store, which keeps it as the chunk (no copy), and
-// takes another from the pool (see outBuf); a short read is copied, so a
-// trickle of small writes does not pin a large buffer per chunk.
+// spill file) until EOF. Each read goes into the free end of a pooled
+// buffer (see outBuf) and the chunk is that part of it, shared with the
+// store (no copy): the next read goes behind it, into the same buffer, and
+// only once less than minReadSpace is left does the reader take a fresh
+// buffer. So short reads (a command faster than the pipe's reader, or a
+// trickle of small writes) neither copy nor allocate, and pin at most one
+// buffer more than the bytes the store keeps.
 func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 	defer e.out.closeStream()
 	ob := getOutBuf()
@@ -356,8 +359,13 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 		}
 	}()
 	late := 0 // bytes read after the drain deadline (see readAvailable)
+	used := 0 // bytes of ob.data handed to the store
 	for {
-		buf := ob.data
+		if len(ob.data)-used < minReadSpace {
+			ob.release() // the chunks in it hold their own references
+			ob, used = getOutBuf(), 0
+		}
+		buf := ob.data[used:]
 		n, err := f.Read(buf)
 		if n == 0 && errors.Is(err, os.ErrDeadlineExceeded) && late < maxLateDrainBytes {
 			// The drain deadline passed, maybe before this goroutine got
@@ -368,12 +376,11 @@ func (e *Exec) readStream(f *os.File, s runbox.Stream) {
 			late += n
 		}
 		if n > 0 {
+			// The chunk's reference goes to the store; this reader keeps
+			// its own, to read into the rest of the buffer.
 			chunk := chunkData{data: buf[:n:n], buf: ob}
-			if n >= readChunkSize/2 {
-				ob = getOutBuf() // the store took over this one's reference
-			} else {
-				chunk = chunkData{data: bytes.Clone(buf[:n])}
-			}
+			ob.retain()
+			used += n
 			// The store and the spill writer share chunk from here on. The
 			// spill writer's reference is taken first: once stored, the
 			// store may let the chunk go at any time.

@@ -29,6 +29,7 @@ import (
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/homes"
+	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/provider/host"
@@ -70,10 +71,19 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		if workdir, err = filepath.Abs(spec.Workdir); err != nil {
 			return fail("", fmt.Errorf("workdir: %w", err))
 		}
-		if fi, err := os.Stat(workdir); err != nil {
-			return fail("", fmt.Errorf("workdir: %w", err))
-		} else if !fi.IsDir() {
-			return fail("", fmt.Errorf("workdir %s is not a directory", workdir))
+		// The container's root has the workspace as a bind: it must be
+		// the caller's alone (internal/owndir), or another user's or a
+		// daemon's socket there (dockerd's own, -H unix:///tmp/d.sock)
+		// is the container's. The engine binds the path itself, so a
+		// swap after this check is not caught here.
+		wd, err := owndir.Open(workdir)
+		if err != nil {
+			return fail("", err)
+		}
+		err = owndir.Check(wd, workdir)
+		wd.Close()
+		if err != nil {
+			return fail("", err)
 		}
 	}
 	var maskedHome string // the runbox home's path in the container, when the workspace holds it

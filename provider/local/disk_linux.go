@@ -36,7 +36,7 @@ const diskImage = "disk.img"
 const MinDisk = 16 << 20
 
 // ErrNoMkfs means the host has no mkfs.ext4, which a local sandbox's disk
-// bound needs.
+// image needs (its bound's, or a FUSE root's with none).
 var ErrNoMkfs = errors.New("local provider: mkfs.ext4 not found")
 
 // ErrLimitUnsupported means the spec asks for a limit the local provider
@@ -61,7 +61,7 @@ func findMkfs() (string, error) {
 			return p, nil
 		}
 	}
-	return "", fmt.Errorf("%w: a local sandbox's writable layer is a filesystem of its own, of bounded size (--disk); install e2fsprogs, or ask for no bound (--disk 0)", ErrNoMkfs)
+	return "", fmt.Errorf("%w: as root, a local sandbox's writable layer is a filesystem of its own (of its --disk bound, or with --disk 0 the size of the home's filesystem); install e2fsprogs", ErrNoMkfs)
 }
 
 // diskFS is a sandbox's bounded filesystem, mounted nowhere: its root is
@@ -73,8 +73,9 @@ func findMkfs() (string, error) {
 // this launch's descriptor, and its loop device frees itself (autoclear)
 // when the last goes, even if nothing ever runs runbox rm.
 type diskFS struct {
-	dev  string // the loop device
-	root int    // a detached mount of the filesystem, for the launch
+	dev     string // the loop device
+	root    int    // a detached mount of the filesystem, for the launch
+	discard bool   // mounted with discard: what the sandbox frees goes back to the host
 }
 
 // Path returns a path to the root of the filesystem, valid in this process
@@ -107,6 +108,11 @@ func (d *diskFS) mount() (int, error) {
 	if err := unix.FsconfigSetFlag(fsfd, "noinit_itable"); err != nil {
 		return -1, fmt.Errorf("mount the disk image: %w", err)
 	}
+	if d.discard {
+		if err := unix.FsconfigSetFlag(fsfd, "discard"); err != nil {
+			return -1, fmt.Errorf("mount the disk image: %w", err)
+		}
+	}
 	if err := unix.FsconfigCreate(fsfd); err != nil {
 		return -1, fmt.Errorf("mount the disk image: %w", err)
 	}
@@ -118,8 +124,10 @@ func (d *diskFS) mount() (int, error) {
 }
 
 // newDisk makes the sandbox's disk image in sbDir, of size bytes, attaches
-// it to a loop device and mounts it (detached).
-func newDisk(sbDir string, size int64) (*diskFS, error) {
+// it to a loop device and mounts it (detached); with discard, blocks the
+// sandbox frees are given back to the home's filesystem (the loop device
+// punches holes in the image), for an image as large as that filesystem.
+func newDisk(sbDir string, size int64, discard bool) (*diskFS, error) {
 	mkfs, err := findMkfs()
 	if err != nil {
 		return nil, err
@@ -144,7 +152,7 @@ func newDisk(sbDir string, size int64) (*diskFS, error) {
 	// Our descriptor goes once mounted (the filesystem holds the device),
 	// or on failure, which frees the device.
 	defer unix.Close(loop)
-	d := &diskFS{dev: dev}
+	d := &diskFS{dev: dev, discard: discard}
 	if d.root, err = d.mount(); err != nil {
 		return nil, err
 	}
@@ -240,19 +248,63 @@ func loopDevicesOf(match func(backing string) bool) []string {
 // home home gets when its spec names none: min(DefaultMaxDisk, half the
 // space free to unprivileged users on the home's filesystem now).
 func DefaultDisk(home string) (int64, error) {
-	var st unix.Statfs_t
-	for dir := home; ; dir = filepath.Dir(dir) {
-		err := unix.Statfs(dir, &st)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, unix.ENOENT) || dir == "/" {
-			return 0, fmt.Errorf("free space of %s: %w", home, err)
-		}
+	st, err := homeStatfs(home)
+	if err != nil {
+		return 0, fmt.Errorf("free space of %s: %w", home, err)
 	}
 	half := int64(st.Bavail) * st.Bsize / 2
 	if half < DefaultMaxDisk {
 		return half, nil
 	}
 	return DefaultMaxDisk, nil
+}
+
+// onOwnDisk says whether the sandbox whose state directory is sbDir has
+// its layers on a disk image of their own (a disk bound, or a FUSE root),
+// mounted nowhere in the host's mount namespace.
+func onOwnDisk(sbDir string) bool {
+	_, err := os.Lstat(filepath.Join(sbDir, diskImage))
+	return err == nil
+}
+
+// homeStatfs returns the statfs of the filesystem home is (or will be) on:
+// home's, or that of the nearest directory above it that exists.
+func homeStatfs(home string) (unix.Statfs_t, error) {
+	var st unix.Statfs_t
+	for dir := home; ; dir = filepath.Dir(dir) {
+		err := unix.Statfs(dir, &st)
+		if err == nil || !errors.Is(err, unix.ENOENT) || dir == "/" {
+			return st, err
+		}
+	}
+}
+
+// A FUSE root's layers are always on a filesystem of their own, bound or
+// not (--disk 0). fuse-overlayfs (1.10, Debian's) knows a file by the
+// inode number and device of the file it stands on, and keeps what it
+// has seen of the host's root, by those numbers, for as long as it runs,
+// without looking again. With the upper layer on the host root's
+// filesystem, a file the sandbox made could get the number of a host file
+// the server had seen and the host had since deleted: the server took the
+// new file for the old one (a directory: mkdir answered ENOENT though the
+// directory was made; tar's utime and chown of a file just written
+// answered ENOENT, TestFuseRootHostInodeReuse). On a filesystem of its
+// own, the upper layer's device is no host file's, so no file the sandbox
+// makes can be taken for one.
+
+// unboundedDisk returns the size of the disk image that holds a FUSE root's
+// layers when the sandbox has no disk bound: the size of the home's
+// filesystem, so that the image bounds nothing the host's filesystem does
+// not. It is sparse and mounted with discard (see newDisk): it takes on the
+// host what the sandbox has written and not deleted, as a directory would.
+func unboundedDisk(home string) (int64, error) {
+	st, err := homeStatfs(home)
+	if err != nil {
+		return 0, fmt.Errorf("size of the filesystem of %s: %w", home, err)
+	}
+	size := int64(st.Blocks) * st.Bsize
+	if size < MinDisk {
+		size = MinDisk
+	}
+	return size, nil
 }

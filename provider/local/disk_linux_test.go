@@ -130,9 +130,13 @@ func TestDefaultDiskBound(t *testing.T) {
 	}
 }
 
-// TestDiskUnlimited: local.Unlimited (--disk 0) is no bound: no image, no
-// loop device, and the sandbox's root has the size of the host's
-// filesystem.
+// TestDiskUnlimited: local.Unlimited (--disk 0) is no bound: no disk
+// detail, and the sandbox may write as much as the host's filesystem has
+// free. Its FUSE root's layers are still on a filesystem of their own (an
+// image the size of the home's filesystem: see TestFuseRootHostInodeReuse
+// for why), sparse and mounted with discard: what the sandbox writes and
+// deletes goes back to the host (on the old code's image without discard,
+// the deleted 64 MiB stayed allocated in the image).
 func TestDiskUnlimited(t *testing.T) {
 	needRootDisk(t)
 	p := newProvider(t)
@@ -140,19 +144,29 @@ func TestDiskUnlimited(t *testing.T) {
 	if sb.Detail["disk"] != "" {
 		t.Errorf("detail disk = %q, want none", sb.Detail["disk"])
 	}
-	if _, err := os.Stat(filepath.Join(sb.Detail["dir"], "disk.img")); err == nil {
-		t.Errorf("an unbounded sandbox has a disk image")
-	}
-	if l := loopsUnder(t, p.Home); len(l) != 0 {
-		t.Errorf("loop devices for an unbounded sandbox: %v", l)
-	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(p.Home, &st); err != nil {
 		t.Fatal(err)
 	}
-	host := int64(st.Blocks) * st.Bsize
-	if size := mustInt(t, run(t, c, "df -B1 --output=size / | tail -1")); size != host {
-		t.Errorf("an unbounded sandbox's root is %d bytes, want the host filesystem's %d", size, host)
+	image := filepath.Join(sb.Detail["dir"], "disk.img")
+	fi, err := os.Stat(image)
+	if err != nil {
+		t.Fatalf("the FUSE root's layers have no image of their own: %v", err)
+	}
+	if host := int64(st.Blocks) * st.Bsize; fi.Size() != host {
+		t.Errorf("an unbounded sandbox's image is %d bytes, want the host filesystem's %d", fi.Size(), host)
+	}
+	if free, avail := int64(st.Bavail)*st.Bsize, mustInt(t, run(t, c, "df -B1 --output=avail / | tail -1")); avail < free {
+		t.Errorf("an unbounded sandbox may write %d bytes, less than the %d free on the host's filesystem", avail, free)
+	}
+	before := allocated(t, image)
+	run(t, c, "dd if=/dev/urandom of=/var/tmp/big bs=1M count=64 status=none && sync")
+	if grown := allocated(t, image) - before; grown < 64<<20 {
+		t.Fatalf("the image grew by %d bytes for 64 MiB written", grown)
+	}
+	run(t, c, "rm /var/tmp/big && sync")
+	if kept := allocated(t, image) - before; kept > 8<<20 {
+		t.Errorf("the image keeps %d bytes of a deleted 64 MiB file: not given back to the host", kept)
 	}
 }
 

@@ -109,12 +109,29 @@ func (m idMap) chown(path string) error {
 // host root may make one: the kernel wants CAP_SYS_ADMIN over the
 // filesystem's own user namespace.
 func idmappedTree(dir string, pid int) (int, error) {
+	return idmappedTreeAt(unix.AT_FDCWD, dir, 0, pid)
+}
+
+// idmappedTreeOf is idmappedTree of the directory handle f holds (the
+// workspace as Create opened and checked it), never of a path that could
+// be swapped since.
+func idmappedTreeOf(f *os.File, pid int) (int, error) {
+	return idmappedTreeAt(int(f.Fd()), "", unix.AT_EMPTY_PATH, pid)
+}
+
+// idmappedTreeAt is idmappedTree of path relative to dirfd (open_tree's
+// arguments).
+func idmappedTreeAt(dirfd int, path string, flags uint, pid int) (int, error) {
+	dir := path
+	if dir == "" {
+		dir = fmt.Sprintf("the directory at descriptor %d", dirfd)
+	}
 	userns, err := unix.Open(fmt.Sprintf("/proc/%d/ns/user", pid), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, fmt.Errorf("user namespace of runboxd: %w", err)
 	}
 	defer unix.Close(userns)
-	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	fd, err := unix.OpenTree(dirfd, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|flags)
 	if err != nil {
 		return -1, fmt.Errorf("clone the mount of %s: %w", dir, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
 )
@@ -97,12 +98,20 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if err != nil {
 		return nil, err
 	}
+	// Everything the sandbox writes outside its workspace lies in the
+	// layers: their own bounded filesystem holds them all. A FUSE root's
+	// layers are on a filesystem of their own even with no bound, never on
+	// the host root's (see unboundedDisk).
+	image := disk
+	if fuseRoot && disk == 0 {
+		if image, err = unboundedDisk(l.Home); err != nil {
+			return nil, err
+		}
+	}
 	layers := filepath.Join(l.Dir, layersDir)
 	var dk *diskFS
-	if disk > 0 {
-		// Everything the sandbox writes outside its workspace lies in
-		// the layers: their own bounded filesystem holds them all.
-		if dk, err = newDisk(l.Dir, disk); err != nil {
+	if image > 0 {
+		if dk, err = newDisk(l.Dir, image, disk == 0); err != nil {
 			return nil, err
 		}
 		defer dk.Close()
@@ -238,6 +247,13 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if fuseRoot {
 		cfg.Direct = []string{SpillDir}
 	}
+	if rec.Workdir != "" && !cfg.WorkspaceTree {
+		// The jail opens the workspace by its path in its own mount
+		// namespace and refuses any directory but the one checked.
+		if cfg.WorkspaceDev, cfg.WorkspaceIno, err = owndir.Stat(l.WorkdirHandle); err != nil {
+			return fail(err)
+		}
+	}
 	if lower == "/" {
 		cfg.Private, cfg.Fresh = privateDirs, freshDirs
 		cfg.Mask = append(cfg.Mask, engineDirs()...)
@@ -352,9 +368,9 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		trees = append(trees, fd)
 	}
 	if cfg.WorkspaceTree {
-		fd, err := idmappedTree(rec.Workdir, proc.Pid)
+		fd, err := idmappedTreeOf(l.WorkdirHandle, proc.Pid)
 		if err != nil {
-			return stopped(fmt.Errorf("workspace: %w", err))
+			return stopped(fmt.Errorf("workspace %s: %w", rec.Workdir, err))
 		}
 		trees = append(trees, fd)
 	}

@@ -35,10 +35,12 @@ const (
 // namespaces a local sandbox needs. It wraps runbox.ErrProviderUnavailable.
 var ErrNoNamespaces = fmt.Errorf("%w: cannot create Linux namespaces", runbox.ErrProviderUnavailable)
 
-// ErrSharedWorkdir means Create refused a workdir that other users can
-// write into (sticky like /tmp, world-writable, or group-writable by a
-// group other than the caller's primary group): their unix sockets and
-// files would be in the sandbox. It wraps runbox.ErrInvalidSpec as well.
+// ErrSharedWorkdir is runbox.ErrUnsafeWorkdir: Create refused a workdir
+// that is not the caller's alone (another owner; sticky like /tmp,
+// world-writable, group-writable but by the owner's user private group,
+// or writable by others through a POSIX ACL): their unix sockets and
+// files would be in the sandbox. Errors wrapping it wrap
+// runbox.ErrInvalidSpec as well.
 var ErrSharedWorkdir = procbox.ErrSharedWorkdir
 
 // Provider creates local sandboxes. The zero value is ready to use.
@@ -220,7 +222,7 @@ func describe(rec procbox.Record, detail map[string]string) {
 	detail["workspace"] = jail.WorkspacePath
 	dir := filepath.Dir(rec.Socket) // the socket is in the state dir
 	detail["upper"] = filepath.Join(dir, layersDir, upperDir)
-	if rec.Extra["disk"] != "" {
+	if onOwnDisk(dir) {
 		detail["upper"] = filepath.Join(dir, diskImage) + ":/" + upperDir
 	}
 }

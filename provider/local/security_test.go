@@ -20,6 +20,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/jail"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
 )
@@ -160,8 +161,6 @@ func TestSandboxRootIsUnprivilegedOnHost(t *testing.T) {
 	}
 	p := newProvider(t)
 	ws := t.TempDir()
-	// No disk bound: its upper layer is then a directory of the host's
-	// filesystem, whose owners the test reads.
 	sb, c := create(t, p, runbox.SandboxSpec{Workdir: ws, Disk: local.Unlimited})
 	m := "unpriv" + strconv.Itoa(rand.IntN(1e9))
 	if got := run(t, c, "id -u; touch /workspace/made-inside /etc/"+m+"; chown 1000:1000 /etc/"+m+"; echo ok"); got != "0\nok\n" {
@@ -186,7 +185,9 @@ func TestSandboxRootIsUnprivilegedOnHost(t *testing.T) {
 	if err := syscall.Stat(filepath.Join(ws, "made-inside"), &st); err != nil || st.Uid != 0 {
 		t.Errorf("a workspace file made by the sandbox's root: host owner %d (%v), want 0: the workspace is id-mapped", st.Uid, err)
 	}
-	upper := filepath.Join(sb.Detail["upper"], "etc", m)
+	// The upper layer is on the sandbox's own disk, mounted only in its
+	// FUSE server's mount namespace.
+	upper := filepath.Join("/proc", sb.Detail["fuse_server_pid"], "root", jail.FuseServerLayersPath, "upper", "etc", m)
 	if err := syscall.Stat(upper, &st); err != nil || st.Uid != local.DefaultUIDBase+1000 {
 		t.Errorf("a root file chowned to 1000 in the sandbox: host owner %d (%v), want %d", st.Uid, err, local.DefaultUIDBase+1000)
 	}

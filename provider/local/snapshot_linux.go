@@ -165,7 +165,7 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 // nowhere in the host's mount namespace), through the mount namespace of
 // the FUSE server that serves its root.
 func liveUpperPath(sb runbox.Sandbox) (string, error) {
-	if sb.Detail["disk"] == "" {
+	if !onOwnDisk(sb.Detail["dir"]) {
 		return upperPath(sb.Detail["dir"]), nil
 	}
 	pid := sb.Detail["fuse_server_pid"]

@@ -1,9 +1,12 @@
 package ssh_test
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -196,6 +199,44 @@ except OSError as e:
 		}
 	} else {
 		t.Log("skipping the other-user check: it needs root to run a process as uid 65534")
+	}
+
+	// Killed mid-exec: the front's stream breaks; it dials the endpoint
+	// again (a new one starts) and re-attaches by itself: every line once,
+	// the command's status.
+	{
+		cmd := c.cmd("exec", "ep", "--", "for i in $(seq 1 40); do echo line $i; sleep 0.05; done; exit 3")
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(stdout)
+		first, _ := br.ReadString('\n')
+		syscall.Kill(pid2, syscall.SIGKILL)
+		rest, _ := io.ReadAll(br)
+		code := 0
+		if err := cmd.Wait(); err != nil {
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) {
+				t.Fatal(err)
+			}
+			code = ee.ExitCode()
+		}
+		var want strings.Builder
+		for i := 1; i <= 40; i++ {
+			fmt.Fprintf(&want, "line %d\n", i)
+		}
+		if got := first + string(rest); code != 3 || got != want.String() {
+			t.Errorf("exec with its endpoint killed mid-output: status %d, stdout %q, stderr %q; want 3 and each line once", code, got, errb.String())
+		}
+		if pid2 = providertest.EndpointPid(t, sock); pid2 == 0 {
+			t.Fatal("no endpoint after the re-attach")
+		}
 	}
 
 	// Idle: an endpoint started with a short idle time exits by itself and
