@@ -117,6 +117,14 @@ func (p fdPassingProvider) PassesFDs(runbox.Sandbox) bool {
 	return p.probe.pass
 }
 
+// RunsInHostDirectory passes on the wrapped provider's answer, so serve
+// still gives the sandbox a fresh workspace of its own (not the test's
+// working directory).
+func (p fdPassingProvider) RunsInHostDirectory() bool {
+	hd, ok := p.Provider.(interface{ RunsInHostDirectory() bool })
+	return ok && hd.RunsInHostDirectory()
+}
+
 func testPortRoute(t *testing.T, ts *testServer) {
 	ctx := ctxT(t)
 	tok, other := ts.token(t, "a"), ts.token(t, "b")
