@@ -82,9 +82,9 @@ var (
 	// owned by the caller, or others may write into it (sticky like /tmp,
 	// world- or group-writable, or through a POSIX ACL). Whatever they left
 	// there (a daemon's unix socket above all) would be in the sandbox. The
-	// message names the directory and what to do; errors wrapping it wrap
-	// ErrInvalidSpec as well.
-	ErrUnsafeWorkdir = errors.New("workdir is not the caller's own")
+	// message names the directory and what to do. It is an ErrInvalidSpec
+	// (errors.Is holds for both), and travels on the wire under that tag.
+	ErrUnsafeWorkdir error = &invalidSpecError{"workdir is not the caller's own"}
 	// ErrNameInUse means another sandbox already has the requested name
 	// (names are unique per runbox home, across providers, and per tenant
 	// of runbox serve). runbox serve answers it as already_exists.
@@ -134,3 +134,12 @@ func (e *spawnError) Error() string { return e.msg }
 
 // Unwrap is ErrSpawn.
 func (e *spawnError) Unwrap() error { return ErrSpawn }
+
+// invalidSpecError is a finer ErrInvalidSpec (ErrUnsafeWorkdir).
+type invalidSpecError struct{ msg string }
+
+// Error is the message.
+func (e *invalidSpecError) Error() string { return e.msg }
+
+// Unwrap is ErrInvalidSpec.
+func (e *invalidSpecError) Unwrap() error { return ErrInvalidSpec }

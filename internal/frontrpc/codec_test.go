@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -311,7 +313,7 @@ func TestSentinelsAsTheGoClient(t *testing.T) {
 		runbox.ErrNotDirectory, runbox.ErrEscapesRoot, runbox.ErrInvalidPath, runbox.ErrTooLarge,
 		runbox.ErrExecIDConflict, runbox.ErrSandboxNotFound, runbox.ErrSandboxLost, runbox.ErrUnauthenticated,
 		runbox.ErrQuotaExceeded, runbox.ErrSandboxPaused, runbox.ErrUnsupported, runbox.ErrNameInUse,
-		runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable,
+		runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable, runbox.ErrUnsafeWorkdir,
 	} {
 		err := fmt.Errorf("start exec x: %w: prog", s)
 		ce, ok := errors.AsType[*connect.Error](wire.ToConnectError(err))
@@ -326,5 +328,8 @@ func TestSentinelsAsTheGoClient(t *testing.T) {
 	}
 	if len(tags) != 21 {
 		t.Errorf("the table has %d tags; this test checks 21: add the new sentinel here", len(tags))
+	}
+	if !maps.EqualFunc(refinements, wire.Refinements, slices.Equal) {
+		t.Errorf("refinements %v, package wire's %v", refinements, wire.Refinements)
 	}
 }

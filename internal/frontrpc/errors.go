@@ -34,17 +34,23 @@ var tags = map[string]error{
 
 // Sentinel returns the runbox sentinel that the tag names for a daemon's
 // error message msg, or nil for "internal" and tags it does not know. A
-// spawn failure whose message names a missing or non-executable program is
-// runbox.ErrCommandNotFound or runbox.ErrCommandNotExecutable, as the Go
-// client refines it.
+// finer sentinel the message names (refinements: a missing or
+// non-executable program, a workdir not the caller's own) is returned
+// instead, as the Go client refines it.
 func Sentinel(tag, msg string) error {
 	s := tags[tag]
-	if s == runbox.ErrSpawn {
-		for _, fine := range []error{runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable} {
-			if strings.Contains(msg, fine.Error()+": ") {
-				return fine
-			}
+	for _, fine := range refinements[s] {
+		if strings.Contains(msg, fine.Error()+": ") {
+			return fine
 		}
 	}
 	return s
+}
+
+// refinements are package wire's Refinements (a test compares the two):
+// finer sentinels that travel under a coarser one's tag, told apart by
+// their text in the message.
+var refinements = map[error][]error{
+	runbox.ErrSpawn:       {runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable},
+	runbox.ErrInvalidSpec: {runbox.ErrUnsafeWorkdir},
 }

@@ -348,6 +348,8 @@ func TestEverySentinelHasATag(t *testing.T) {
 	// They travel under ErrSpawn's tag, told apart by refine
 	// (TestSpawnRefined).
 	tagged["ErrCommandNotFound"], tagged["ErrCommandNotExecutable"] = true, true
+	// It travels under ErrInvalidSpec's (TestUnsafeWorkdirRefined).
+	tagged["ErrUnsafeWorkdir"] = true
 	for _, decl := range f.Decls {
 		gd, ok := decl.(*ast.GenDecl)
 		if !ok || gd.Tok != token.VAR {
@@ -460,6 +462,21 @@ func TestRawAndTextBothSet(t *testing.T) {
 // executable travels under the spawn tag every client knows, and comes
 // back as runbox.ErrCommandNotFound or runbox.ErrCommandNotExecutable,
 // still runbox.ErrSpawn.
+// TestUnsafeWorkdirRefined: a refused workdir (internal/owndir's
+// message) reaches the client as ErrUnsafeWorkdir and ErrInvalidSpec.
+func TestUnsafeWorkdirRefined(t *testing.T) {
+	for _, want := range []error{runbox.ErrUnsafeWorkdir, runbox.ErrInvalidSpec} {
+		sent := ToConnectError(fmt.Errorf("workdir /tmp is not yours alone (mode 1777: sticky): use a directory of your own: %w: %w", want, runbox.ErrInvalidSpec))
+		if ce, _ := errors.AsType[*connect.Error](sent); ce == nil || ce.Code() != connect.CodeInvalidArgument || ce.Meta().Get(ErrorKey) != TagInvalidSpec {
+			t.Errorf("sent %v as %v, want invalid_argument tagged %s", want, sent, TagInvalidSpec)
+		}
+		got, _, tagged := FromConnectError(sent)
+		if !tagged || got != want || !errors.Is(got, runbox.ErrInvalidSpec) {
+			t.Errorf("sent %v: got %v (tagged %v); want %v, an ErrInvalidSpec", want, got, tagged, want)
+		}
+	}
+}
+
 func TestSpawnRefined(t *testing.T) {
 	for _, want := range []error{runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable, runbox.ErrSpawn} {
 		sent := ToConnectError(fmt.Errorf("start exec x: %w: prog: boom", want))

@@ -117,16 +117,19 @@ func ToConnectError(err error) error {
 	return ce
 }
 
-// refine returns the finer sentinel the daemon's message msg names
-// for a sentinel that has some (ErrSpawn: runbox.ErrCommandNotFound,
-// runbox.ErrCommandNotExecutable), else sentinel. They travel under
-// sentinel's tag, which every client (the SDKs too) knows, and are told
-// apart by the message, which holds their text followed by ": ".
+// Refinements are the finer sentinels of a tagged one: each wraps it
+// (errors.Is holds for both) and travels under its tag, which every client
+// (the SDKs too) knows; the message, which holds the finer one's text
+// followed by ": ", tells them apart.
+var Refinements = map[error][]error{
+	runbox.ErrSpawn:       {runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable},
+	runbox.ErrInvalidSpec: {runbox.ErrUnsafeWorkdir},
+}
+
+// refine returns the finer sentinel (Refinements) the daemon's message msg
+// names for sentinel, else sentinel.
 func refine(sentinel error, msg string) error {
-	if sentinel != runbox.ErrSpawn {
-		return sentinel
-	}
-	for _, fine := range []error{runbox.ErrCommandNotFound, runbox.ErrCommandNotExecutable} {
+	for _, fine := range Refinements[sentinel] {
 		if strings.Contains(msg, fine.Error()+": ") {
 			return fine
 		}
