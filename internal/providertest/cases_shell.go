@@ -26,9 +26,14 @@ import (
 const readyBound = 30 * time.Second
 
 // randPort returns a TCP port for one case's listener, random in
-// 20000–60000, so parallel cases and parallel test binaries sharing a
-// network namespace (the host provider) do not clash.
-func randPort() int { return 20000 + mrand.IntN(40001) }
+// 20000–29999, so parallel cases and parallel test binaries sharing a
+// network namespace (the host and ssh providers) do not clash. The range
+// is below Linux's ephemeral ports (32768–60999 by default), which every
+// outgoing connection on the machine takes its local port from: a port
+// drawn there could be in use by one (CI saw the ssh listener case's
+// server fail to bind while the suite ran beside it), and below
+// Kubernetes' NodePort range (30000–32767).
+func randPort() int { return 20000 + mrand.IntN(10000) }
 
 // RequireToolsEnv names the variable that makes a sandbox without git and
 // python3 a failure of the cases needing them, instead of a skip (CI sets
