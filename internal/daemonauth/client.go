@@ -24,10 +24,18 @@ import (
 // is bounded by ctx and by Timeout, and leaves conn without deadlines on
 // success. The caller closes conn on error.
 func Handshake(ctx context.Context, conn net.Conn, secret []byte) (net.Conn, error) {
+	return HandshakeWithin(ctx, conn, secret, Timeout)
+}
+
+// HandshakeWithin is Handshake bounded by limit instead of Timeout: for a
+// conn whose far end may first have to reach runboxd (a persistent
+// endpoint making its SSH connection or exec stream on the first
+// connection it carries).
+func HandshakeWithin(ctx context.Context, conn net.Conn, secret []byte, limit time.Duration) (net.Conn, error) {
 	if err := CheckSecret(secret); err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(Timeout)
+	deadline := time.Now().Add(limit)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -114,12 +122,18 @@ func (c *prefixedConn) Read(p []byte) (int, error) {
 // Dialer returns dial with every connection it opens authenticated by
 // Handshake with secret; a connection that fails the handshake is closed.
 func Dialer(dial runbox.Dialer, secret []byte) runbox.Dialer {
+	return DialerWithin(dial, secret, Timeout)
+}
+
+// DialerWithin is Dialer with each handshake bounded by limit
+// (HandshakeWithin).
+func DialerWithin(dial runbox.Dialer, secret []byte, limit time.Duration) runbox.Dialer {
 	return func(ctx context.Context) (net.Conn, error) {
 		conn, err := dial(ctx)
 		if err != nil {
 			return nil, err
 		}
-		authed, err := Handshake(ctx, conn, secret)
+		authed, err := HandshakeWithin(ctx, conn, secret, limit)
 		if err != nil {
 			conn.Close()
 			return nil, err

@@ -125,6 +125,19 @@ func logPath(home, provider, id string) string {
 	return filepath.Join(Dir(home), provider+"-"+id+".log")
 }
 
+// LogHandOver appends to t's endpoint log why the CLI did not reach the
+// sandbox through the endpoint (and reached it the slow way, through
+// runbox-full): a slow exec then has its reason on record.
+func LogHandOver(t Target, why error) {
+	f, err := os.OpenFile(logPath(t.Home, t.Provider, t.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s runbox: not through the endpoint (runbox-full reaches the sandbox itself): %v\n",
+		time.Now().Format("2006/01/02 15:04:05"), why)
+}
+
 // Forget removes what an endpoint leaves beside its socket (its lock and
 // log), once its sandbox is removed.
 func Forget(home, provider, id string) {

@@ -43,11 +43,15 @@ func reachRemote(home, provider, id, name string) (reach, bool) {
 		return reach{}, false
 	}
 	t := endpoint.Target{Home: home, Provider: provider, ID: id, Full: full}
-	dial := daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) { return endpoint.Dial(ctx, t) }, secret)
+	// The handshake waits as long as the dial may: the first connection
+	// through a new endpoint waits for its SSH login or exec stream.
+	dial := daemonauth.DialerWithin(func(ctx context.Context) (net.Conn, error) { return endpoint.Dial(ctx, t) },
+		secret, remoteDialTimeout)
 	ctx, cancel := context.WithTimeout(context.Background(), remoteDialTimeout)
 	defer cancel()
 	conn, err := dial(ctx)
 	if err != nil {
+		endpoint.LogHandOver(t, err)
 		return reach{}, false
 	}
 	return reach{id: id, conn: conn, dial: dial, dialBound: remoteDialTimeout}, true

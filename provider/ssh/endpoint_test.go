@@ -111,6 +111,9 @@ func TestEndpoint(t *testing.T) {
 			if code != 3 || stdout != "hi\n" {
 				t.Fatalf("%s: exec %d: status %d, %q %q", what, i, code, stdout, stderr)
 			}
+			if stderr != "" {
+				t.Logf("%s: exec %d: stderr %q", what, i, stderr)
+			}
 		}
 	}
 
@@ -118,6 +121,7 @@ func TestEndpoint(t *testing.T) {
 	exec3("first use")
 	if n := logins() - before; n != 1 {
 		t.Errorf("3 execs made %d SSH logins; want 1 (the endpoint's)", n)
+		logEndpointState(t, e, c, id)
 	}
 	pid := providertest.EndpointPid(t, sock)
 	if pid == 0 {
@@ -143,6 +147,7 @@ func TestEndpoint(t *testing.T) {
 	}
 	if n := logins() - before; n != 1 {
 		t.Errorf("3 execs through a restarted endpoint made %d SSH logins; want 1", n)
+		logEndpointState(t, e, c, id)
 	}
 
 	// The SSH connection dropped: the same endpoint connects again.
@@ -281,4 +286,14 @@ except OSError as e:
 	if code, _, stderr := c.run(t, "exec", id, "--", "true"); code != 125 || !strings.Contains(stderr, "no such sandbox") {
 		t.Errorf("exec after rm: status %d, %q; want 125, no such sandbox", code, stderr)
 	}
+}
+
+// logEndpointState logs what explains an unexpected SSH login: the
+// endpoint's log and sshd's.
+func logEndpointState(t *testing.T, e *testEnv, c *cliEnv, id string) {
+	t.Helper()
+	lb, _ := os.ReadFile(filepath.Join(endpoint.Dir(c.rbHome), "ssh-"+id+".log"))
+	t.Logf("the endpoint's log:\n%s", lb)
+	sb, _ := os.ReadFile(e.sshd.log)
+	t.Logf("sshd's log:\n%s", sb)
 }
