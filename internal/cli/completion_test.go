@@ -34,7 +34,7 @@ func TestCompletionInRealShells(t *testing.T) {
 			"source " + bashCompletionLib + "; source <(runbox completion bash)",
 			[]string{bashCompletionLib}},
 		{"zsh", "zsh -f",
-			"autoload -U compinit && compinit -u -d $ZDOTDIR/.zcompdump; source <(runbox completion zsh)",
+			"bindkey -e; autoload -U compinit && compinit -u -d $ZDOTDIR/.zcompdump; source <(runbox completion zsh)",
 			nil},
 		{"fish", "fish --no-config",
 			"set -g fish_autosuggestion_enabled 0; runbox completion fish | source",
@@ -56,7 +56,11 @@ func TestCompletionInRealShells(t *testing.T) {
 				p.keys(true, c.typed)
 				p.keys(false, "Tab")
 				p.waitFor(regexp.MustCompile(c.want), fmt.Sprintf("%q completed to %s", c.typed, c.want))
-				p.keys(false, "C-c")
+				// Clear the line with a key read in turn (C-u, with the
+				// cursor at its end), not C-c: a signal is not queued
+				// behind the shell's completion, so it can be lost while
+				// the completion function still runs.
+				p.keys(false, "C-u")
 			}
 		})
 	}
