@@ -161,7 +161,6 @@ func emitMerge(g *protogen.GeneratedFile, m *protogen.Message) {
 	g.P("if n < 0 {")
 	g.P("return malformed(", msg, ")")
 	g.P("}")
-	g.P("field := b")
 	g.P("b = b[n:]")
 	g.P("switch {")
 	for _, f := range byNumber(m) {
@@ -237,7 +236,8 @@ func emitMerge(g *protogen.GeneratedFile, m *protogen.Message) {
 	g.P("if k < 0 {")
 	g.P("return malformed(", msg, ")")
 	g.P("}")
-	g.P("m.UnknownFields = append(m.UnknownFields, field[:n+k]...)")
+	g.P("// The tag written anew (shortest), the value as read, as the runtime keeps it.")
+	g.P("m.UnknownFields = append(", binaryAppend, "(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)")
 	g.P("b = b[k:]")
 	g.P("}")
 	g.P("return nil")

@@ -210,7 +210,6 @@ func (m *ExecSpec) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.ExecSpec")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -455,7 +454,8 @@ func (m *ExecSpec) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.ExecSpec")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -503,7 +503,6 @@ func (m *EnvVar) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.EnvVar")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -528,7 +527,8 @@ func (m *EnvVar) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.EnvVar")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -576,7 +576,6 @@ func (m *PtySize) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.PtySize")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireVarint:
@@ -601,7 +600,8 @@ func (m *PtySize) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.PtySize")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -656,7 +656,6 @@ func (m *RunRequest) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.RunRequest")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -686,7 +685,8 @@ func (m *RunRequest) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.RunRequest")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -740,7 +740,6 @@ func (m *AttachRequest) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.AttachRequest")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -776,7 +775,8 @@ func (m *AttachRequest) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.AttachRequest")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -856,7 +856,6 @@ func (m *ExecEvent) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.ExecEvent")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -921,7 +920,8 @@ func (m *ExecEvent) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.ExecEvent")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -975,7 +975,6 @@ func (m *Started) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.Started")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -1011,7 +1010,8 @@ func (m *Started) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.Started")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -1061,7 +1061,6 @@ func (m *Output) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.Output")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireVarint:
@@ -1094,7 +1093,8 @@ func (m *Output) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.Output")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -1147,7 +1147,6 @@ func (m *Gap) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.Gap")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireVarint:
@@ -1180,7 +1179,8 @@ func (m *Gap) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.Gap")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -1229,7 +1229,6 @@ func (m *Exited) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.Exited")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -1251,7 +1250,8 @@ func (m *Exited) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.Exited")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -1423,7 +1423,6 @@ func (m *Result) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.Result")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -1666,7 +1665,8 @@ func (m *Result) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.Result")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -1716,7 +1716,6 @@ func (m *CancelRequest) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.CancelRequest")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -1744,7 +1743,8 @@ func (m *CancelRequest) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.CancelRequest")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
@@ -1830,7 +1830,6 @@ func (m *InfoResponse) merge(b []byte) error {
 		if n < 0 {
 			return malformed("runbox.v1.InfoResponse")
 		}
-		field := b
 		b = b[n:]
 		switch {
 		case num == 1 && typ == wireBytes:
@@ -1925,7 +1924,8 @@ func (m *InfoResponse) merge(b []byte) error {
 		if k < 0 {
 			return malformed("runbox.v1.InfoResponse")
 		}
-		m.UnknownFields = append(m.UnknownFields, field[:n+k]...)
+		// The tag written anew (shortest), the value as read, as the runtime keeps it.
+		m.UnknownFields = append(binary.AppendUvarint(m.UnknownFields, uint64(num)<<3|uint64(typ)), b[:k]...)
 		b = b[k:]
 	}
 	return nil
