@@ -176,5 +176,6 @@ require (
 tool (
 	connectrpc.com/connect/cmd/protoc-gen-connect-go
 	github.com/bufbuild/buf/cmd/buf
+	github.com/runbox/runbox/internal/tools/protoc-gen-runbox-wire
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )

@@ -85,14 +85,22 @@ type Stream struct {
 // (daemonauth.Handshake), and reads the answer's headers. The caller closes
 // conn.
 func Run(conn net.Conn, spec runbox.ExecSpec, streamOutput bool) (*Stream, error) {
-	return open(conn, runPath, AppendRunRequest(make([]byte, 5, 512), spec, streamOutput))
+	msg, err := AppendRunRequest(make([]byte, 5, 512), spec, streamOutput)
+	if err != nil {
+		return nil, err
+	}
+	return open(conn, runPath, msg)
 }
 
 // Attach sends an Attach call for the exec id on conn, replaying output
 // from sequence number fromSeq, and reads the answer's headers. The caller
 // closes conn.
 func Attach(conn net.Conn, id string, streamOutput bool, fromSeq uint64) (*Stream, error) {
-	return open(conn, attachPath, AppendAttachRequest(make([]byte, 5, 64), id, streamOutput, fromSeq))
+	msg, err := AppendAttachRequest(make([]byte, 5, 64), id, streamOutput, fromSeq)
+	if err != nil {
+		return nil, err
+	}
+	return open(conn, attachPath, msg)
 }
 
 // open sends the server-streaming call to path whose enveloped message is
@@ -174,7 +182,10 @@ func endStream(msg []byte) error {
 // Cancel sends a Cancel call for the exec id on conn, with the exec's own
 // grace, and waits for the answer's status. The caller closes conn.
 func Cancel(conn net.Conn, id string) error {
-	msg := AppendCancelRequest(nil, id, 0)
+	msg, err := AppendCancelRequest(nil, id, 0)
+	if err != nil {
+		return err
+	}
 	if err := writeRequest(conn, cancelPath, "application/proto", msg); err != nil {
 		return err
 	}

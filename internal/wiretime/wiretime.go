@@ -1,6 +1,6 @@
 // Package wiretime converts durations to the whole milliseconds the API
-// carries, for the generated-code converters (internal/daemon/wire) and the
-// runbox front's hand-written codec (internal/frontrpc) alike.
+// carries, for the Go client's converters (internal/daemon/wire) and the
+// runbox front's (internal/frontrpc) alike.
 package wiretime
 
 import "time"
