@@ -3,7 +3,7 @@
 // (internal/front) and the server commands (serve, mcp, token, audit,
 // man), which live in runbox-server and which runbox-full, given one,
 // hands on to it (package handover). It can also be called directly. See
-// internal/cli/full.
+// internal/cli.
 package main
 
 import (
@@ -11,14 +11,11 @@ import (
 	"io"
 
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/internal/handover"
 )
 
 func main() {
 	handover.Main(func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-		f := full.Features()
-		f.HandOver = handover.Server.Exec
-		return cli.Main(ctx, f, args, stdin, stdout, stderr)
+		return cli.Main(ctx, cli.ServerCommands{HandOver: handover.Server.Exec}, args, stdin, stdout, stderr)
 	})
 }

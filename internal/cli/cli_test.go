@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/internal/providertest"
 )
 
@@ -30,7 +30,7 @@ func runboxIO(t *testing.T, stdin string, stdout, stderr *syncBuffer, args ...st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return full.Main(ctx, args, strings.NewReader(stdin), stdout, stderr)
+	return cli.Main(ctx, cli.ServerCommands{}, args, strings.NewReader(stdin), stdout, stderr)
 }
 
 // rb runs the CLI in-process with empty stdin.

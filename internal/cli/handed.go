@@ -16,7 +16,7 @@ import (
 // generator) and whose package inits no other command should pay. A binary
 // without them (runbox-full) has a stand-in for each, so that --help lists
 // every command: it hands the whole invocation to runbox-server
-// (Features.HandOver), --help and `help COMMAND` included.
+// (ServerCommands.HandOver), --help and `help COMMAND` included.
 
 // serverCommandShort is each server command's one-line summary, as the
 // command itself has it in runbox-server (a test compares the two --help
@@ -34,7 +34,7 @@ var serverCommandShort = map[string]string{
 var errNotLinked = errors.New("not linked into this binary")
 
 // addHanded adds a stand-in to root for each server command the binary's
-// Features do not provide.
+// ServerCommands do not make.
 func (a *app) addHanded(root *cobra.Command) {
 	for _, name := range handover.ServerCommands {
 		if slices.ContainsFunc(root.Commands(), func(c *cobra.Command) bool { return c.Name() == name }) {
@@ -61,10 +61,10 @@ func (a *app) addHanded(root *cobra.Command) {
 // runbox-server, which runs the server command name. It returns only when
 // that cannot be done.
 func (a *app) handOver(name string) error {
-	if a.features.HandOver == nil {
+	if a.server.HandOver == nil {
 		return fmt.Errorf("%s: runbox-server's command, %w", name, errNotLinked)
 	}
-	return a.features.HandOver(a.args, "runbox "+name)
+	return a.server.HandOver(a.args, "runbox "+name)
 }
 
 // handedCompletion reports whether args ask cobra's hidden completion

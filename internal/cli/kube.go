@@ -2,17 +2,8 @@ package cli
 
 import (
 	"github.com/spf13/pflag"
-)
 
-// The kubernetes provider's environment and default image, named here
-// without linking the provider (a test of runbox-full's checks them
-// against provider/kubernetes).
-const (
-	kubeNamespaceEnv       = "RUNBOX_KUBE_NAMESPACE"
-	kubePodTemplateEnv     = "RUNBOX_KUBE_POD_TEMPLATE"
-	kubeContextEnv         = "RUNBOX_KUBE_CONTEXT"
-	kubeRunboxdImageEnv    = "RUNBOX_KUBE_RUNBOXD_IMAGE"
-	kubeDefaultRunboxImage = "runbox.local/runboxd:latest"
+	"github.com/runbox/runbox/provider/kubernetes"
 )
 
 // kubeFlags are up's (and run's) flags for the kubernetes provider. The
@@ -23,13 +14,29 @@ type kubeFlags struct {
 }
 
 func (f *kubeFlags) add(fs *pflag.FlagSet) {
-	fs.StringVar(&f.namespace, "namespace", "", "kubernetes: the pods' namespace (default: $"+kubeNamespaceEnv+", else the context's)")
-	fs.StringVar(&f.podTemplate, "pod-template", "", "kubernetes: a pod manifest (YAML or JSON) to make the pod from (default: $"+kubePodTemplateEnv+", else runbox's hardened default)")
-	fs.StringVar(&f.context, "context", "", "kubernetes: the kubeconfig context (default: $"+kubeContextEnv+", else the current one)")
-	fs.StringVar(&f.runboxdImage, "runboxd-image", "", "kubernetes: the runboxd image the init container runs (default: $"+kubeRunboxdImageEnv+", else "+kubeDefaultRunboxImage+")")
+	fs.StringVar(&f.namespace, "namespace", "", "kubernetes: the pods' namespace (default: $"+kubernetes.NamespaceEnv+", else the context's)")
+	fs.StringVar(&f.podTemplate, "pod-template", "", "kubernetes: a pod manifest (YAML or JSON) to make the pod from (default: $"+kubernetes.PodTemplateEnv+", else runbox's hardened default)")
+	fs.StringVar(&f.context, "context", "", "kubernetes: the kubeconfig context (default: $"+kubernetes.ContextEnv+", else the current one)")
+	fs.StringVar(&f.runboxdImage, "runboxd-image", "", "kubernetes: the runboxd image the init container runs (default: $"+kubernetes.RunboxdImageEnv+", else "+kubernetes.DefaultRunboxdImage+")")
 }
 
 // set reports whether any of the flags is given.
 func (f *kubeFlags) set() bool {
 	return f.namespace != "" || f.podTemplate != "" || f.context != "" || f.runboxdImage != ""
+}
+
+// apply gives p the flags set; the others leave its defaults.
+func (f *kubeFlags) apply(p *kubernetes.Provider) {
+	if f.namespace != "" {
+		p.Namespace = f.namespace
+	}
+	if f.podTemplate != "" {
+		p.PodTemplate = f.podTemplate
+	}
+	if f.context != "" {
+		p.Context = f.context
+	}
+	if f.runboxdImage != "" {
+		p.RunboxdImage = f.runboxdImage
+	}
 }

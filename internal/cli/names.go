@@ -72,9 +72,6 @@ func (a *app) fromIndexEntry(ctx context.Context, name string, e sandboxnames.En
 	if !sandboxkey.ValidID(e.ID) {
 		return nil, runbox.Sandbox{}, false
 	}
-	if _, ok := a.linked(e.Provider); !ok {
-		return nil, runbox.Sandbox{}, false
-	}
 	p, err := a.localProvider(e.Provider)
 	if err != nil {
 		return nil, runbox.Sandbox{}, false

@@ -62,11 +62,11 @@ type Env struct {
 // $RUNBOX_PROVIDER.
 const defaultProvider = local.ProviderName
 
-// Main runs the CLI with the features a binary links and args (without the
-// program name), and returns the exit status. Failures of runbox itself are
-// reported on stderr as one line.
-func Main(ctx context.Context, f Features, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return ExitCode(Run(ctx, f, args, stdin, stdout, stderr), stderr)
+// Main runs the CLI with args (without the program name), the server
+// commands as sc has them, and returns the exit status. Failures of runbox
+// itself are reported on stderr as one line.
+func Main(ctx context.Context, sc ServerCommands, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return ExitCode(Run(ctx, sc, args, stdin, stdout, stderr), stderr)
 }
 
 // ExitCode maps Run's error to an exit status: 0 for nil, the command's
@@ -86,17 +86,17 @@ func ExitCode(err error, stderr io.Writer) int {
 // oneLine folds a multi-line message onto one line (execrules.OneLine).
 func oneLine(s string) string { return execrules.OneLine(s) }
 
-// Run runs the CLI with the features a binary links and args (without the
-// program name).
-func Run(ctx context.Context, f Features, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+// Run runs the CLI with args (without the program name) and the server
+// commands as sc has them.
+func Run(ctx context.Context, sc ServerCommands, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	e, err := envFromOS()
 	if err != nil {
 		return err
 	}
-	a := &app{env: e, features: f, args: args, stdin: stdin, stdout: stdout, stderr: stderr}
+	a := &app{env: e, server: sc, args: args, stdin: stdin, stdout: stdout, stderr: stderr}
 	defer a.closeProviders()
-	if f.HandOver != nil && handedCompletion(args) {
-		return f.HandOver(args, "runbox "+args[1]+" completion")
+	if sc.HandOver != nil && handedCompletion(args) {
+		return sc.HandOver(args, "runbox "+args[1]+" completion")
 	}
 	root := a.newRoot()
 	root.SetArgs(args)
@@ -127,12 +127,12 @@ func envFromOS() (Env, error) {
 
 // app is one CLI invocation: its environment and standard streams.
 type app struct {
-	env      Env
-	features Features
-	args     []string // the invocation's arguments, without the program name
-	stdin    io.Reader
-	stdout   io.Writer
-	stderr   io.Writer
+	env    Env
+	server ServerCommands
+	args   []string // the invocation's arguments, without the program name
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
 
 	made   map[string]runbox.Provider // providers made so far, by name
 	unused []*handoff                 // probe connections given to clients, closed at the end if never used
@@ -185,8 +185,8 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.versionCmd(),
 		a.endpointCmd(),
 	)
-	for _, mk := range a.features.Commands {
-		root.AddCommand(mk(App{a}))
+	if a.server.Make != nil {
+		root.AddCommand(a.server.Make(a)...)
 	}
 	a.addHanded(root)
 	a.addRemoteFlags(root)
@@ -214,11 +214,10 @@ func (a *app) localProvider(name string) (runbox.Provider, error) {
 	if p, ok := a.made[name]; ok {
 		return p, nil
 	}
-	if k, ok := a.linked(name); ok {
+	if p, ok := newProvider(name, a.env); ok {
 		if a.made == nil {
 			a.made = make(map[string]runbox.Provider)
 		}
-		p := k.New(a.env)
 		a.made[name] = p
 		return p, nil
 	}
@@ -246,18 +245,18 @@ func (a *app) closeProviders() {
 
 // providerNames lists the providers runbox knows, sorted.
 func providerNames() []string {
-	return slices.Sorted(slices.Values(knownProviders))
+	return slices.Sorted(slices.Values(providerOrder))
 }
 
-// allProviders returns every provider this binary links, in lookup order
-// (through a server: the server).
+// allProviders returns every provider, in lookup order (through a server:
+// the server).
 func (a *app) allProviders() []runbox.Provider {
 	if srv, _ := a.remoteServer(); srv != nil {
 		return []runbox.Provider{&remoteProvider{Server: srv}}
 	}
-	ps := make([]runbox.Provider, 0, len(a.features.Providers))
-	for _, k := range a.features.Providers {
-		p, _ := a.localProvider(k.Name)
+	ps := make([]runbox.Provider, 0, len(providerOrder))
+	for _, name := range providerOrder {
+		p, _ := a.localProvider(name)
 		ps = append(ps, p)
 	}
 	return ps

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli"
 )
 
 func TestRun(t *testing.T) {
@@ -53,7 +53,7 @@ func TestRunInterrupted(t *testing.T) {
 	var stderr syncBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- full.Main(ctx, []string{"run", "--grace", "1s", "--", "echo up; sleep 30"}, strings.NewReader(""), stdout, &stderr)
+		done <- cli.Main(ctx, cli.ServerCommands{}, []string{"run", "--grace", "1s", "--", "echo up; sleep 30"}, strings.NewReader(""), stdout, &stderr)
 	}()
 	select {
 	case <-stdout.written:

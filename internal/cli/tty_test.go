@@ -13,7 +13,7 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli"
 )
 
 func TestExecTTY(t *testing.T) {
@@ -98,7 +98,7 @@ func TestShOnTerminal(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		codeCh <- full.Main(ctx, []string{"sh", id}, slave, slave, &stderr)
+		codeCh <- cli.Main(ctx, cli.ServerCommands{}, []string{"sh", id}, slave, slave, &stderr)
 	}()
 	master.WriteString("stty size\n")
 	waitFor("30 100")

@@ -11,7 +11,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/provider/docker"
+	"github.com/runbox/runbox/provider/kubernetes"
 	"github.com/runbox/runbox/provider/local"
+	"github.com/runbox/runbox/provider/ssh"
 )
 
 func (a *app) upCmd() *cobra.Command {
@@ -160,7 +163,7 @@ func (a *app) upSpec(f *upFlags) (runbox.Provider, runbox.SandboxSpec, error) {
 	switch f.network {
 	case "", "none", "host", "private":
 	default:
-		if f.provider != dockerProvider { // docker also takes a named network
+		if f.provider != docker.ProviderName { // docker also takes a named network
 			return nil, runbox.SandboxSpec{}, fmt.Errorf("--network %q: expected none, private or host", f.network)
 		}
 	}
@@ -205,22 +208,22 @@ func (a *app) configure(p runbox.Provider, f *upFlags) error {
 	_, remote := p.(*remoteProvider)
 	mine := func(provider string) bool { return !remote && p.Name() == provider }
 	switch {
-	case f.ssh.set() && !mine(sshProvider):
+	case f.ssh.set() && !mine(ssh.ProviderName):
 		return fmt.Errorf("--ssh and --ssh-accept-new are for the ssh provider, not %s", p.Name())
-	case f.kube.set() && !mine(kubernetesProvider):
+	case f.kube.set() && !mine(kubernetes.ProviderName):
 		return fmt.Errorf("--namespace, --pod-template, --context and --runboxd-image are for the kubernetes provider, not %s", p.Name())
 	case !f.ssh.set() && !f.kube.set():
 		return nil
 	}
-	k, ok := a.linked(p.Name())
-	if !ok || k.Configure == nil {
+	switch p := p.(type) {
+	case *ssh.Provider:
+		p.Target, p.AcceptNew = f.ssh.target, f.ssh.acceptNew
+	case *kubernetes.Provider:
+		f.kube.apply(p)
+	default:
 		return fmt.Errorf("the %s provider takes no provider flags", p.Name())
 	}
-	return k.Configure(p, ProviderFlags{
-		SSHTarget: f.ssh.target, SSHAcceptNew: f.ssh.acceptNew,
-		KubeNamespace: f.kube.namespace, KubePodTemplate: f.kube.podTemplate,
-		KubeContext: f.kube.context, KubeRunboxdImage: f.kube.runboxdImage,
-	})
+	return nil
 }
 
 // parseBytes parses a size such as 512M, 2g, 1.5G or 1048576 (binary units,

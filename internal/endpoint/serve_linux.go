@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // Server is an endpoint being served: one sandbox's socket and how to
@@ -66,16 +68,14 @@ func (s *Server) serve() error {
 	if err := privateDir(dir); err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(s.Socket+".lock", os.O_RDWR|os.O_CREATE, 0o600)
+	release, held, err := recordfile.TryLock(s.Socket + ".lock")
 	if err != nil {
-		return fmt.Errorf("endpoint lock: %w", err)
+		return fmt.Errorf("endpoint: %w", err)
 	}
-	defer lock.Close()
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); errors.Is(err, syscall.EWOULDBLOCK) {
+	if held {
 		return s.ready() // another endpoint serves this sandbox
-	} else if err != nil {
-		return fmt.Errorf("endpoint lock: %w", err)
 	}
+	defer release()
 	// The lock is ours: a socket file left there is stale.
 	if err := os.Remove(s.Socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("remove stale endpoint socket: %w", err)

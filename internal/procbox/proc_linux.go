@@ -2,14 +2,11 @@ package procbox
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 
 	"github.com/runbox/runbox/internal/processrecord"
-	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // Detached is a runboxd started by this process.
@@ -65,14 +62,4 @@ func killPid(pid int) error {
 		return err
 	}
 	return nil
-}
-
-// lockHome takes an exclusive lock on dir/.lock and returns its release. It
-// serialises Creates across processes so names stay unique.
-func lockHome(dir string) (func(), error) {
-	release, err := recordfile.Lock(filepath.Join(dir, ".lock"))
-	if err != nil {
-		return nil, fmt.Errorf("runbox home: %w", err)
-	}
-	return release, nil
 }

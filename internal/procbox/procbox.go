@@ -22,8 +22,6 @@ package procbox
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -39,6 +37,7 @@ import (
 	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/processrecord"
+	"github.com/runbox/runbox/internal/recordfile"
 	"github.com/runbox/runbox/internal/runboxdbin"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
@@ -277,9 +276,9 @@ func evalOrSelf(p string) string {
 // reserve picks a fresh id and writes a preliminary record (pid 0) under the
 // home's lock, so two concurrent Creates never take the same name or id.
 func (p *Store) reserve(dir, name, workdir, bin string) (Record, error) {
-	unlock, err := lockHome(dir)
+	unlock, err := recordfile.LockDir(dir)
 	if err != nil {
-		return Record{}, err
+		return Record{}, fmt.Errorf("runbox home: %w", err)
 	}
 	defer unlock()
 	if name != "" {
@@ -294,7 +293,7 @@ func (p *Store) reserve(dir, name, workdir, bin string) (Record, error) {
 		}
 	}
 	for range 10 {
-		id, err := newID()
+		id, err := sandboxkey.NewID()
 		if err != nil {
 			return Record{}, err
 		}
@@ -324,15 +323,6 @@ func (p *Store) reserve(dir, name, workdir, bin string) (Record, error) {
 		return rec, nil
 	}
 	return Record{}, errors.New("cannot pick a fresh sandbox id")
-}
-
-// newID returns 12 random hex digits.
-func newID() (string, error) {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("sandbox id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
 }
 
 // start launches runboxd for rec, records its pid, and waits until it

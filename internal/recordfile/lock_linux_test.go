@@ -49,3 +49,31 @@ func TestLockSerialises(t *testing.T) {
 		t.Errorf("lock file: %v %v, want mode 0600", st, err)
 	}
 }
+
+// TestTryLock: TryLock takes a free lock, reports a lock another holder
+// has (Lock's or TryLock's, each an open file of its own, as in two
+// processes) without waiting, and takes it again once released.
+func TestTryLock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "x.lock")
+	release, held, err := recordfile.TryLock(path)
+	if err != nil || held || release == nil {
+		t.Fatalf("TryLock of a free lock: %v, held %v", err, held)
+	}
+	if r, held, err := recordfile.TryLock(path); err != nil || !held || r != nil {
+		t.Errorf("TryLock while TryLock holds it: %v, held %v; want held", err, held)
+	}
+	release()
+	release, err = recordfile.LockDir(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, held, err := recordfile.TryLock(filepath.Join(filepath.Dir(path), recordfile.LockFile)); err != nil || !held {
+		t.Errorf("TryLock while LockDir holds it: %v, held %v; want held", err, held)
+	}
+	release()
+	if r, held, err := recordfile.TryLock(path); err != nil || held {
+		t.Errorf("TryLock after release: %v, held %v; want it taken", err, held)
+	} else {
+		r()
+	}
+}

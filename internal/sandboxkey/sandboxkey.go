@@ -4,6 +4,8 @@
 package sandboxkey
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strings"
 
@@ -63,10 +65,25 @@ func ValidName(s string) bool {
 	return true
 }
 
-// ValidID reports whether s has the form of a sandbox id: 12 lowercase hex
-// digits.
+// idBytes is how many random bytes a sandbox id holds: 12 hex digits, as
+// docker's short ids (ValidID).
+const idBytes = 6
+
+// NewID returns a fresh sandbox id: 12 random lowercase hex digits, the
+// form ValidID accepts. Every provider makes its ids here; a provider that
+// keeps a directory per id still retries when the id is taken.
+func NewID() (string, error) {
+	var b [idBytes]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("sandbox id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// ValidID reports whether s has the form of a sandbox id (NewID's): 12
+// lowercase hex digits.
 func ValidID(s string) bool {
-	if len(s) != 12 {
+	if len(s) != 2*idBytes {
 		return false
 	}
 	for i := 0; i < len(s); i++ {

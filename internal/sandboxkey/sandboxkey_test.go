@@ -58,3 +58,19 @@ func TestValidNameAndID(t *testing.T) {
 		}
 	}
 }
+
+// TestNewID: every id NewID makes has the form ValidID accepts, and 1000
+// of them are distinct.
+func TestNewID(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 1000 {
+		id, err := NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ValidID(id) || seen[id] {
+			t.Fatalf("NewID() = %q (seen before: %v); want a fresh id ValidID accepts", id, seen[id])
+		}
+		seen[id] = true
+	}
+}

@@ -3,7 +3,6 @@ package sandboxnames
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/runbox/runbox/internal/recordfile"
 )
@@ -13,7 +12,7 @@ func (x Index) locked(f func() error) error {
 	if err := os.MkdirAll(x.dir, 0o700); err != nil {
 		return fmt.Errorf("name index: %w", err)
 	}
-	release, err := recordfile.Lock(filepath.Join(x.dir, lockFile))
+	release, err := recordfile.LockDir(x.dir)
 	if err != nil {
 		return fmt.Errorf("name index: %w", err)
 	}

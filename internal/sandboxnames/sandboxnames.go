@@ -34,9 +34,6 @@ import (
 // Dir is the index's directory under the runbox home.
 const Dir = "names"
 
-// lockFile, in the index directory, is what writers lock.
-const lockFile = ".lock"
-
 // Entry is what the index says of one name.
 type Entry struct {
 	// Provider and ID name the sandbox; both are "" while a create that

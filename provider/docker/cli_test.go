@@ -15,7 +15,6 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/docker"
 )
@@ -27,7 +26,7 @@ func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errb bytes.Buffer
-	code = full.Main(ctx, args, strings.NewReader(""), &out, &errb)
+	code = cli.Main(ctx, cli.ServerCommands{}, args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -32,12 +30,9 @@ import (
 	"github.com/runbox/runbox/internal/owndir"
 	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
+	"github.com/runbox/runbox/internal/sandboxkey"
 	"github.com/runbox/runbox/provider/host"
 )
-
-// validName is what a sandbox name may look like (docker's container name
-// rule), so names are safe in paths, container names and messages.
-var validName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
 
 // Create makes a container from spec.Image (pulling it when the engine does
 // not have it), gives it runboxd (a read-only bind mount on a local engine,
@@ -390,7 +385,7 @@ func checkSpec(spec runbox.SandboxSpec) error {
 	if spec.Image == "" {
 		return fmt.Errorf("%w: name one (e.g. --image debian:bookworm)", ErrImageRequired)
 	}
-	if spec.Name != "" && !validName.MatchString(spec.Name) {
+	if spec.Name != "" && !sandboxkey.ValidName(spec.Name) {
 		return fmt.Errorf("invalid name %q: use letters, digits, '_', '.', '-' (at most 63, not starting with a punctuation mark)", spec.Name)
 	}
 	if spec.Memory < 0 || spec.Pids < 0 || spec.CPUs < 0 || spec.Disk < 0 || math.IsNaN(spec.CPUs) || math.IsInf(spec.CPUs, 0) {
@@ -427,14 +422,8 @@ func ensureImage(ctx context.Context, cli *moby.Client, image string) error {
 	return nil
 }
 
-// newID returns 12 random hex digits.
-func newID() (string, error) {
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("sandbox id: %w", err)
-	}
-	return hex.EncodeToString(b[:]), nil
-}
+// newID returns a fresh sandbox id.
+var newID = sandboxkey.NewID
 
 // runboxdTar is the archive copied to / before start: /.runbox/runboxd
 // (when bin is not nil: a local engine bind-mounts it instead) and the run

@@ -2,8 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
 // waitingFailures are reasons a container waits for that will not go away
@@ -129,14 +128,8 @@ func (p *Provider) toSandboxAlive(pod *corev1.Pod) runbox.Sandbox {
 	}
 }
 
-// newID returns a fresh sandbox id: 12 hex digits.
-func newID() (string, error) {
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		return "", fmt.Errorf("sandbox id: %w", err)
-	}
-	return hex.EncodeToString(b), nil
-}
+// newID returns a fresh sandbox id.
+var newID = sandboxkey.NewID
 
 // createPod creates pod. A retried create that finds its own pod (an
 // earlier attempt that timed out after the server made it) takes it.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/provider/local"
 )
 
@@ -31,7 +31,7 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out, errb lockedBuffer
-	code := full.Main(ctx, args, strings.NewReader(""), &out, &errb)
+	code := cli.Main(ctx, cli.ServerCommands{}, args, strings.NewReader(""), &out, &errb)
 	return code, out.String(), errb.String()
 }
 

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/internal/providertest"
 )
 
@@ -41,7 +40,7 @@ func localCLI(t *testing.T) func(args ...string) (code int, stdout, stderr strin
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		var out, errb bytes.Buffer
-		code := full.Main(ctx, args, strings.NewReader(""), &out, &errb)
+		code := cli.Main(ctx, cli.ServerCommands{}, args, strings.NewReader(""), &out, &errb)
 		return code, out.String(), errb.String()
 	}
 	return run

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runbox/runbox/internal/cli/full"
+	"github.com/runbox/runbox/internal/cli"
 )
 
 // TestCLIDefaultsToLocal: `runbox run` without --provider (and without
@@ -35,7 +35,7 @@ func TestCLIDefaultsToLocal(t *testing.T) {
 	out, errb := &lockedBuffer{}, &lockedBuffer{}
 	code := make(chan int, 1)
 	go func() {
-		code <- full.Main(ctx, []string{"run", "--pids", "64", "--workdir", ws, "--",
+		code <- cli.Main(ctx, cli.ServerCommands{}, []string{"run", "--pids", "64", "--workdir", ws, "--",
 			"tr '\\0' ' ' </proc/1/cmdline; echo; pwd; grep ':pids:' /proc/self/cgroup; while [ ! -e gate ]; do sleep 0.02; done"},
 			strings.NewReader(""), out, errb)
 	}()

@@ -1,8 +1,6 @@
 package ssh
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -107,9 +105,9 @@ func reserve(dir string, r record) (record, string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return r, "", fmt.Errorf("runbox home: %w", err)
 	}
-	unlock, err := lock(dir)
+	unlock, err := recordfile.LockDir(dir)
 	if err != nil {
-		return r, "", err
+		return r, "", fmt.Errorf("ssh records: %w", err)
 	}
 	defer unlock()
 	if r.Name != "" {
@@ -124,11 +122,11 @@ func reserve(dir string, r record) (record, string, error) {
 		}
 	}
 	for range 10 {
-		var b [6]byte
-		if _, err := rand.Read(b[:]); err != nil {
-			return r, "", fmt.Errorf("sandbox id: %w", err)
+		id, err := sandboxkey.NewID()
+		if err != nil {
+			return r, "", err
 		}
-		r.ID = hex.EncodeToString(b[:])
+		r.ID = id
 		sbDir := filepath.Join(dir, r.ID)
 		if err := os.Mkdir(sbDir, 0o700); errors.Is(err, fs.ErrExist) {
 			continue
@@ -146,15 +144,6 @@ func reserve(dir string, r record) (record, string, error) {
 		return r, sbDir, nil
 	}
 	return r, "", errors.New("cannot pick a fresh sandbox id")
-}
-
-// lock takes an exclusive lock on dir/.lock and returns its release.
-func lock(dir string) (func(), error) {
-	release, err := recordfile.Lock(filepath.Join(dir, ".lock"))
-	if err != nil {
-		return nil, fmt.Errorf("ssh records: %w", err)
-	}
-	return release, nil
 }
 
 // writeSecret makes a fresh secret for the sandbox in sbDir.

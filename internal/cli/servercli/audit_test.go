@@ -46,7 +46,7 @@ func TestAuditSandboxByName(t *testing.T) {
 		t.Helper()
 		t.Setenv("RUNBOX_HOME", t.TempDir())
 		var out, errOut bytes.Buffer
-		code = cli.Main(ctx, servercli.Features(), append([]string{"audit", "--json", "--db", db}, args...), strings.NewReader(""), &out, &errOut)
+		code = cli.Main(ctx, cli.ServerCommands{Make: servercli.Commands}, append([]string{"audit", "--json", "--db", db}, args...), strings.NewReader(""), &out, &errOut)
 		for l := range strings.Lines(out.String()) {
 			var row struct{ Command string }
 			if err := json.Unmarshal([]byte(l), &row); err != nil {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/runbox/runbox/internal/cli"
 	"github.com/runbox/runbox/internal/cli/servercli"
 )
 
@@ -18,7 +19,7 @@ import (
 // still asked for.
 func commandPaths(t *testing.T, path []string) [][]string {
 	t.Helper()
-	out := help(t, servercli.Features(), append(append([]string{}, path...), "--help")...)
+	out := help(t, cli.ServerCommands{Make: servercli.Commands}, append(append([]string{}, path...), "--help")...)
 	paths := [][]string{path}
 	_, list, ok := strings.Cut(out, "\nAvailable Commands:\n")
 	if !ok {
@@ -43,7 +44,7 @@ func commandPaths(t *testing.T, path []string) [][]string {
 func TestManPagesCoverEveryCommand(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "man1") // made by runbox man
 	t.Setenv("SOURCE_DATE_EPOCH", "0")
-	help(t, servercli.Features(), "man", dir)
+	help(t, cli.ServerCommands{Make: servercli.Commands}, "man", dir)
 
 	want := map[string]string{} // page name -> command line
 	for _, p := range commandPaths(t, nil) {

@@ -159,20 +159,20 @@ func (a *app) mcpCheckPlace(ctx context.Context, place mcpserver.Sandboxes, f mc
 // default sandboxes ("" for a server's default unless --provider or
 // $RUNBOX_PROVIDER names one).
 func (a *app) mcpPlace(provider string) (mcpserver.Sandboxes, string, error) {
-	srv, err := a.remoteServer()
+	srv, err := a.RemoteServer()
 	if err != nil {
 		return nil, "", err
 	}
 	if srv != nil {
-		if !a.x.ProviderChosen() {
+		if !a.ProviderChosen() {
 			provider = ""
 		}
 		return &mcpserver.Remote{Server: srv, Options: client.SandboxOptions{Labels: map[string]string{"made-by": "mcp"}}}, provider, nil
 	}
-	if _, err := a.provider(provider); err != nil {
+	if _, err := a.Provider(provider); err != nil {
 		return nil, "", err
 	}
-	return &mcpserver.Providers{Providers: a.allProviders(), Default: provider}, provider, nil
+	return &mcpserver.Providers{Providers: a.AllProviders(), Default: provider}, provider, nil
 }
 
 // nopWriteCloser is an io.WriteCloser whose Close does nothing: stdout

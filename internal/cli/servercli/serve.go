@@ -165,7 +165,7 @@ func (a *app) serve(ctx context.Context, f *serveFlags) error {
 		if name == "host" && !f.allowHost {
 			return fmt.Errorf("serve: --providers host: the host provider has no isolation (a tenant's command runs as this server's user); pass --allow-host-provider to offer it anyway")
 		}
-		p, err := a.localProvider(name)
+		p, err := a.LocalProvider(name)
 		if err != nil {
 			return fmt.Errorf("serve: --providers: %w", err)
 		}

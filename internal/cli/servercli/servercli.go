@@ -1,5 +1,5 @@
 // Package servercli is the CLI of runbox-server (cmd/runbox-server): every
-// provider and command of package full plus the commands of the control
+// provider and command of package cli plus the commands of the control
 // plane and its tools, built on a server, Prometheus, a database, the MCP
 // SDK or cobra's man page generator (serve, mcp, token, audit, man:
 // handover.ServerCommands). They live in a binary of their own so that
@@ -13,50 +13,31 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/runbox/runbox"
-	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
 )
 
-// Features is package full's providers and commands plus the server
-// commands: the whole command tree (runbox man documents it all).
-func Features() cli.Features {
-	f := full.Features()
-	f.Commands = append(f.Commands,
-		func(x cli.App) *cobra.Command { return newApp(x).mcpCmd() },
-		func(x cli.App) *cobra.Command { return newApp(x).serveCmd() },
-		func(x cli.App) *cobra.Command { return newApp(x).tokenCmd() },
-		func(x cli.App) *cobra.Command { return newApp(x).auditCmd() },
-		func(x cli.App) *cobra.Command { return newApp(x).manCmd() },
-	)
-	return f
+// Commands makes the server commands for one invocation: with the CLI's
+// own (package cli), the whole command tree (runbox man documents it all).
+func Commands(x cli.Invocation) []*cobra.Command {
+	a := &app{Invocation: x, env: x.Env(), stdin: x.Stdin(), stdout: x.Stdout(), stderr: x.Stderr()}
+	return []*cobra.Command{a.mcpCmd(), a.serveCmd(), a.tokenCmd(), a.auditCmd(), a.manCmd()}
 }
 
 // Main runs runbox-server's CLI with args (without the program name) and
 // returns the exit status (cli.Main).
 func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return cli.Main(ctx, Features(), args, stdin, stdout, stderr)
+	return cli.Main(ctx, cli.ServerCommands{Make: Commands}, args, stdin, stdout, stderr)
 }
 
-// app is one invocation as this package's commands use it: the names they
-// had inside package cli, over cli.App.
+// app is one invocation as this package's commands use it: its providers
+// through cli.Invocation, its environment and streams as fields.
 type app struct {
-	x      cli.App
+	cli.Invocation
 	env    cli.Env
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
 }
-
-func newApp(x cli.App) *app {
-	return &app{x: x, env: x.Env(), stdin: x.Stdin(), stdout: x.Stdout(), stderr: x.Stderr()}
-}
-
-func (a *app) provider(name string) (runbox.Provider, error)      { return a.x.Provider(name) }
-func (a *app) localProvider(name string) (runbox.Provider, error) { return a.x.LocalProvider(name) }
-func (a *app) allProviders() []runbox.Provider                    { return a.x.AllProviders() }
-func (a *app) remoteServer() (*client.Server, error)              { return a.x.RemoteServer() }
 
 var (
 	exactArgs = cli.ExactArgs

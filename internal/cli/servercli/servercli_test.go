@@ -8,17 +8,17 @@ import (
 	"testing"
 
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/internal/cli/servercli"
 	"github.com/runbox/runbox/internal/handover"
 )
 
-// help runs the CLI with features in-process and returns what it printed.
-func help(t *testing.T, f cli.Features, args ...string) string {
+// help runs the CLI in-process with the server commands as sc has them and
+// returns what it printed.
+func help(t *testing.T, sc cli.ServerCommands, args ...string) string {
 	t.Helper()
 	t.Setenv("RUNBOX_HOME", t.TempDir())
 	var stdout, stderr bytes.Buffer
-	if code := cli.Main(context.Background(), f, args, strings.NewReader(""), &stdout, &stderr); code != 0 {
+	if code := cli.Main(context.Background(), sc, args, strings.NewReader(""), &stdout, &stderr); code != 0 {
 		t.Fatalf("runbox %q: exit %d, %s", args, code, stderr.String())
 	}
 	return stdout.String()
@@ -41,8 +41,8 @@ func commandList(t *testing.T, out string) string {
 // are the real ones; and those are exactly handover.ServerCommands, which
 // the front hands to runbox-server directly.
 func TestFullListsWhatServerLists(t *testing.T) {
-	fullList := commandList(t, help(t, full.Features(), "--help"))
-	serverList := commandList(t, help(t, servercli.Features(), "--help"))
+	fullList := commandList(t, help(t, cli.ServerCommands{}, "--help"))
+	serverList := commandList(t, help(t, cli.ServerCommands{Make: servercli.Commands}, "--help"))
 	if fullList != serverList {
 		t.Errorf("runbox-full --help lists\n%s\nrunbox-server --help lists\n%s\nwant the same commands and summaries", fullList, serverList)
 	}
@@ -51,7 +51,7 @@ func TestFullListsWhatServerLists(t *testing.T) {
 			t.Errorf("runbox-full --help does not list %s:\n%s", name, fullList)
 		}
 		// runbox-server's own command, not a stand-in handing it on.
-		if out := help(t, servercli.Features(), name, "--help"); strings.Contains(out, "runbox-server's command") || !strings.Contains(out, "Flags:") {
+		if out := help(t, cli.ServerCommands{Make: servercli.Commands}, name, "--help"); strings.Contains(out, "runbox-server's command") || !strings.Contains(out, "Flags:") {
 			t.Errorf("runbox-server %s --help:\n%s\nwant the command's own help, not a stand-in's", name, out)
 		}
 	}

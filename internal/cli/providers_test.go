@@ -1,4 +1,4 @@
-package full_test
+package cli_test
 
 import (
 	"bytes"
@@ -9,18 +9,18 @@ import (
 	"testing"
 
 	"github.com/runbox/runbox/internal/cli"
-	"github.com/runbox/runbox/internal/cli/full"
 	"github.com/runbox/runbox/provider/docker"
 	"github.com/runbox/runbox/provider/kubernetes"
 	"github.com/runbox/runbox/provider/ssh"
 )
 
-// help runs the CLI with features in-process and returns what it printed.
-func help(t *testing.T, f cli.Features, args ...string) string {
+// help runs the CLI in-process with the server commands as sc has them and
+// returns what it printed.
+func help(t *testing.T, sc cli.ServerCommands, args ...string) string {
 	t.Helper()
 	t.Setenv("RUNBOX_HOME", t.TempDir())
 	var stdout, stderr bytes.Buffer
-	if code := cli.Main(context.Background(), f, args, strings.NewReader(""), &stdout, &stderr); code != 0 {
+	if code := cli.Main(context.Background(), sc, args, strings.NewReader(""), &stdout, &stderr); code != 0 {
 		t.Fatalf("runbox %q: exit %d, %s", args, code, stderr.String())
 	}
 	return stdout.String()
@@ -29,28 +29,21 @@ func help(t *testing.T, f cli.Features, args ...string) string {
 // TestUpHelpNamesProviderSettings: up's help names the kubernetes and ssh
 // providers' settings.
 func TestUpHelpNamesProviderSettings(t *testing.T) {
-	up := help(t, full.Features(), "up", "--help")
+	up := help(t, cli.ServerCommands{}, "up", "--help")
 	for _, s := range []string{kubernetes.NamespaceEnv, kubernetes.PodTemplateEnv, kubernetes.ContextEnv, kubernetes.RunboxdImageEnv, kubernetes.DefaultRunboxdImage, ssh.TargetEnv} {
 		if !strings.Contains(up, s) {
-			t.Errorf("up --help does not name %s (the core names the provider's settings without linking it)", s)
+			t.Errorf("up --help does not name %s", s)
 		}
 	}
 }
 
-// TestFullLinksEveryProvider: runbox-full links each provider --provider
-// accepts, under the name its package gives, in lookup order.
-func TestFullLinksEveryProvider(t *testing.T) {
-	var names []string
-	for _, k := range full.Features().Providers {
-		names = append(names, k.Name)
-	}
+// TestUpNamesEveryProvider: up --provider with a name runbox does not
+// know lists every provider, each under the name its package gives.
+func TestUpNamesEveryProvider(t *testing.T) {
 	want := []string{"host", "local", docker.ProviderName, ssh.ProviderName, kubernetes.ProviderName}
-	if !slices.Equal(names, want) {
-		t.Errorf("runbox-full's providers: %v; want %v", names, want)
-	}
 	var stderr bytes.Buffer
 	t.Setenv("RUNBOX_HOME", t.TempDir())
-	cli.Main(context.Background(), full.Features(), []string{"up", "--provider", "nosuch"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
+	cli.Main(context.Background(), cli.ServerCommands{}, []string{"up", "--provider", "nosuch"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
 	if !strings.Contains(stderr.String(), "available: "+strings.Join(slices.Sorted(slices.Values(want)), ", ")) {
 		t.Errorf("up --provider nosuch: %q; want every provider named", stderr.String())
 	}
@@ -58,18 +51,17 @@ func TestFullLinksEveryProvider(t *testing.T) {
 
 // TestServerCommandsHandedOver: in runbox-full each server command
 // (serve, mcp, token, audit, man) is a stand-in that hands the whole
-// invocation, as given, to runbox-server (Features.HandOver): its flags,
+// invocation, as given, to runbox-server (ServerCommands.HandOver): its flags,
 // --help, `help COMMAND`, flags before the command and shell completion of
 // its arguments; and where nothing can take it over (in-process), it
 // fails, exit 125, saying it is not linked.
 func TestServerCommandsHandedOver(t *testing.T) {
 	t.Setenv("RUNBOX_HOME", t.TempDir())
 	var handed [][]string
-	f := full.Features()
-	f.HandOver = func(args []string, why string) error {
+	sc := cli.ServerCommands{HandOver: func(args []string, why string) error {
 		handed = append(handed, args)
 		return fmt.Errorf("%s: handed", why)
-	}
+	}}
 	for _, args := range [][]string{
 		{"serve", "--listen", "127.0.0.1:0", "--bad-flag"},
 		{"mcp", "--help"},
@@ -81,7 +73,7 @@ func TestServerCommandsHandedOver(t *testing.T) {
 	} {
 		handed = nil
 		var stdout, stderr bytes.Buffer
-		code := cli.Main(context.Background(), f, args, strings.NewReader(""), &stdout, &stderr)
+		code := cli.Main(context.Background(), sc, args, strings.NewReader(""), &stdout, &stderr)
 		if code != 125 || len(handed) != 1 || !slices.Equal(handed[0], args) || !strings.Contains(stderr.String(), "handed") || stdout.Len() > 0 {
 			t.Errorf("runbox-full %q: exit %d, handed %q, stdout %q, stderr %q; want the invocation handed over as given, once, and nothing printed but the failure",
 				args, code, handed, stdout.String(), stderr.String())
@@ -89,13 +81,13 @@ func TestServerCommandsHandedOver(t *testing.T) {
 	}
 	for _, args := range [][]string{{"ls"}, {"version"}, {"__complete", "ls", ""}} {
 		handed = nil
-		code := cli.Main(context.Background(), f, args, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
+		code := cli.Main(context.Background(), sc, args, strings.NewReader(""), &bytes.Buffer{}, &bytes.Buffer{})
 		if code != 0 || handed != nil {
 			t.Errorf("runbox-full %q: exit %d, handed %q; want it run here", args, code, handed)
 		}
 	}
 	var stderr bytes.Buffer
-	if code := full.Main(context.Background(), []string{"serve"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); code != 125 || !strings.Contains(stderr.String(), "not linked") {
+	if code := cli.Main(context.Background(), cli.ServerCommands{}, []string{"serve"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); code != 125 || !strings.Contains(stderr.String(), "not linked") {
 		t.Errorf("serve in-process without a handover: exit %d, %q; want 125 saying it is not linked", code, stderr.String())
 	}
 }
