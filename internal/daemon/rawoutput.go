@@ -2,11 +2,13 @@ package daemon
 
 import (
 	"context"
+	"crypto/tls"
 	"net"
 	"net/http"
 
 	"connectrpc.com/connect"
 
+	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
 	"github.com/runbox/runbox/internal/daemon/wire"
@@ -64,11 +66,37 @@ func withRawOutput(h http.Handler) http.Handler {
 	})
 }
 
+// connKey is the context key of the connection a request came on
+// (http.Server.ConnContext).
+type connKey struct{}
+
+// withConn keeps c in the context of the requests that come on it.
+func withConn(ctx context.Context, c net.Conn) context.Context {
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// copyBelowBytes is the size under which a chunk is copied behind its
+// envelope's header rather than written from where it lies: a copy of a
+// few KiB costs less than an iovec of its own, and a batch of many small
+// chunks stays within writev's 1,024 iovecs.
+const copyBelowBytes = 2 << 10
+
 // rawOutput writes Output envelopes straight to an HTTP/1 response.
 type rawOutput struct {
-	w   http.ResponseWriter
-	f   http.Flusher
-	buf []byte // the envelope being written, reused
+	w http.ResponseWriter
+	f http.Flusher
+	// sock is the socket under the connection's wrappers (daemonauth's,
+	// fdpass's), which pass writes through unchanged: the envelopes go to
+	// it in one writev each batch, each chunk from where it lies. nil when
+	// the connection is not one runboxd's listener made: the envelopes
+	// are then copied into buf and written through w.
+	sock net.Conn
+	// viaW says bytes went through w since the last write to sock: w is
+	// flushed before sock is written, so the bytes keep their order.
+	viaW bool
+	buf  []byte      // the headers (and the small chunks behind them), reused
+	from int         // buf[from:] is not in iov yet
+	iov  net.Buffers // what the next write to sock sends
 }
 
 // newRawOutput returns the raw writer for stream's response, or nil when
@@ -86,20 +114,43 @@ func newRawOutput(ctx context.Context, stream *connect.ServerStream[runboxv1.Exe
 		return nil // JSON (the Python SDK's local mode), or compressed
 	}
 	stream.ResponseHeader().Set("Transfer-Encoding", "identity")
-	return &rawOutput{w: w, f: f}
+	o := &rawOutput{w: w, f: f, viaW: true}
+	if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
+		o.sock = socketOf(c)
+	}
+	return o
+}
+
+// socketOf returns the socket under c's wrappers, or nil when c is not a
+// socket wrapped only by connections that write what they are given
+// unchanged (a NetConn method, as daemonauth's and fdpass's have; never
+// TLS's, which encrypts it).
+func socketOf(c net.Conn) net.Conn {
+	for range 8 {
+		switch x := c.(type) {
+		case *net.UnixConn, *net.TCPConn:
+			return c
+		case *tls.Conn:
+			return nil
+		case interface{ NetConn() net.Conn }:
+			if c = x.NetConn(); c == nil {
+				return nil
+			}
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // sendBatch writes evs in order: each run of Outputs as their envelopes
 // one behind another in one write, anything else through Connect.
 func (o *rawOutput) sendBatch(stream *connect.ServerStream[runboxv1.ExecEvent], evs []supervisor.OutputEvent) error {
-	o.buf = o.buf[:0]
 	for _, ev := range evs {
 		if ev.Chunk != nil {
-			buf, err := wire.AppendOutputEnvelope(o.buf, *ev.Chunk)
-			if err != nil {
+			if err := o.add(*ev.Chunk); err != nil {
 				return err
 			}
-			o.buf = buf
 			continue
 		}
 		if err := o.flush(); err != nil {
@@ -108,20 +159,63 @@ func (o *rawOutput) sendBatch(stream *connect.ServerStream[runboxv1.ExecEvent], 
 		if err := stream.Send(outputEvent(ev)); err != nil {
 			return err
 		}
+		o.viaW = true
 	}
 	return o.flush()
 }
 
-// flush writes the envelopes gathered in buf, if any.
-func (o *rawOutput) flush() error {
-	if len(o.buf) == 0 {
-		return nil
-	}
-	_, err := o.w.Write(o.buf)
-	o.buf = o.buf[:0]
+// add appends c's envelope to the write being gathered: its header in buf,
+// its data behind it (copied when small, or without a socket) or as an
+// iovec of its own.
+func (o *rawOutput) add(c runbox.Chunk) error {
+	buf, err := wire.AppendOutputHeader(o.buf, c)
 	if err != nil {
 		return err
 	}
-	o.f.Flush()
+	o.buf = buf
+	if o.sock == nil || len(c.Data) < copyBelowBytes {
+		o.buf = append(o.buf, c.Data...)
+		return nil
+	}
+	// A slice of buf stays valid when buf grows: it keeps the array it
+	// was cut from, which append never writes below len(buf).
+	o.iov = append(o.iov, o.buf[o.from:], c.Data)
+	o.from = len(o.buf)
 	return nil
+}
+
+// flush writes the envelopes gathered, if any: to the socket in one
+// writev, or through w.
+func (o *rawOutput) flush() error {
+	defer func() {
+		clear(o.iov) // let go of the chunks
+		o.buf, o.from, o.iov = o.buf[:0], 0, o.iov[:0]
+	}()
+	if o.sock == nil {
+		if len(o.buf) == 0 {
+			return nil
+		}
+		if _, err := o.w.Write(o.buf); err != nil {
+			return err
+		}
+		o.f.Flush()
+		return nil
+	}
+	if o.from < len(o.buf) {
+		o.iov = append(o.iov, o.buf[o.from:])
+	}
+	if len(o.iov) == 0 {
+		return nil
+	}
+	if o.viaW {
+		// What Connect wrote (the headers, a started or gap event) goes
+		// out first.
+		if err := http.NewResponseController(o.w).Flush(); err != nil {
+			return err
+		}
+		o.viaW = false
+	}
+	v := o.iov // WriteTo consumes its receiver
+	_, err := v.WriteTo(o.sock)
+	return err
 }

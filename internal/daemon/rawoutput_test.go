@@ -20,6 +20,8 @@ import (
 	"github.com/runbox/runbox/client"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/fdpass"
 	"github.com/runbox/runbox/internal/frontrpc"
 )
 
@@ -195,13 +197,17 @@ func TestHTTP1RunBatchesReadyOutput(t *testing.T) {
 
 type writeCountingListener struct {
 	net.Listener
-	writes *atomic.Int64
+	writes      *atomic.Int64
+	passThrough bool // the connections have NetConn (passThroughCountingConn)
 }
 
 func (l *writeCountingListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
+	}
+	if l.passThrough {
+		return passThroughCountingConn{Conn: c, writes: l.writes}, nil
 	}
 	return writeCountingConn{Conn: c, writes: l.writes}, nil
 }
@@ -276,5 +282,96 @@ func TestHTTP1JSONRunKeepsConnectFraming(t *testing.T) {
 	}
 	if !bytes.Equal(stdout.Bytes(), want.Bytes()) {
 		t.Fatalf("stdout: %d bytes, want %d, or they differ", stdout.Len(), want.Len())
+	}
+}
+
+// passThroughCountingConn counts the Write calls made through it and,
+// like daemonauth's connection, says with NetConn that it writes what it
+// is given unchanged.
+type passThroughCountingConn struct {
+	net.Conn
+	writes *atomic.Int64
+}
+
+func (c passThroughCountingConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+func (c passThroughCountingConn) NetConn() net.Conn { return c.Conn }
+
+// TestHTTP1RunWritesOutputToTheSocket serves through runboxd's own
+// connection wrappers (daemonauth's handshake, fdpass's diversion) over a
+// counting wrapper that passes writes through: the Output envelopes must
+// go to the socket under them (a writev of each batch, each chunk from
+// where it lies, no copy), so the wrappers see only the writes of the
+// headers with the started event, the exited event and the end of the
+// stream; every byte of both streams must arrive exact and in order, with
+// consecutive sequence numbers. Before, each batch was copied into one
+// buffer and written through every wrapper: a write through them per batch.
+func TestHTTP1RunWritesOutputToTheSocket(t *testing.T) {
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := daemonauth.ParseSum(daemonauth.Sum(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes atomic.Int64
+	_, socket, served := serveWrapped(t, func(ln net.Listener) net.Listener {
+		counted := &writeCountingListener{Listener: ln, writes: &writes, passThrough: true}
+		return fdpass.Divert(daemonauth.Listen(counted, sum, nil), func(_ string, c net.Conn) { c.Close() })
+	})
+	dial := func() net.Conn {
+		conn, err := net.Dial("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		authed, err := daemonauth.Handshake(testCtx(t), conn, secret)
+		if err != nil {
+			conn.Close()
+			t.Fatal(err)
+		}
+		return authed
+	}
+	defer func() {
+		c := client.New(daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		}, secret))
+		defer c.Close()
+		if err := c.Shutdown(testCtx(t), 0); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	}()
+	for round, slow := range []bool{false, true} {
+		conn := dial()
+		writes.Store(0)
+		var rc net.Conn = conn
+		if slow {
+			rc = slowConn{conn} // batches of many chunks
+		}
+		s, err := frontrpc.Run(rc, runbox.ExecSpec{
+			Command: "seq 1 300000; seq 1 2000 >&2; seq 300001 500000 & seq 1 400000 >&2; wait",
+		}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, outputs := readRun(t, s)
+		conn.Close()
+		if want := seqOutput(500000); !bytes.Equal(stdout, want) {
+			t.Fatalf("round %d: stdout: %d bytes, want %d, or they differ", round, len(stdout), len(want))
+		}
+		if want := append(seqOutput(2000), seqOutput(400000)...); !bytes.Equal(stderr, want) {
+			t.Fatalf("round %d: stderr: %d bytes, want %d, or they differ", round, len(stderr), len(want))
+		}
+		if n := writes.Load(); n > 4 || outputs < 10 {
+			t.Fatalf("round %d: %d writes through the wrappers for %d Output events", round, n, outputs)
+		}
+		t.Logf("round %d: %d writes through the wrappers, %d Output events", round, writes.Load(), outputs)
 	}
 }

@@ -111,6 +111,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	var handlers inFlight
 	hs := &http.Server{
 		Handler:           handlers.wrap(s.Handler()),
+		ConnContext:       withConn, // for rawOutput's writes
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),

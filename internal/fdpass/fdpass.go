@@ -147,6 +147,16 @@ func (c *prefixed) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// NetConn returns the connection under c once its first bytes have been
+// read again (before, reading it would lose them): a writer may write to
+// it straight, as c writes what it is given unchanged.
+func (c *prefixed) NetConn() net.Conn {
+	if len(c.head) > 0 {
+		return nil
+	}
+	return c.Conn
+}
+
 // UnixConn returns the unix socket under c (through wrappers that have a
 // NetConn method, as an authenticated connection does), or an error when c
 // is not one: fds travel only over a unix socket on this kernel.

@@ -100,7 +100,15 @@ func (e *execRun) stream() (runbox.Result, error) {
 	if err != nil {
 		return runbox.Result{}, err
 	}
+	// Output that arrived in one read is shown with one write; what was
+	// gathered is shown before Next may read (and move its buffer), and
+	// before anything else is.
+	var out shownOutput
+	defer out.flush()
 	for {
+		if !s.Buffered() {
+			out.flush()
+		}
 		ev, err := s.Next()
 		if err != nil {
 			if err == io.EOF {
@@ -120,17 +128,17 @@ func (e *execRun) stream() (runbox.Result, error) {
 				continue // shown before the stream broke
 			}
 			e.lastSeq = ev.Seq
+			out.add(ev.Stream, ev.Data)
 			if ev.Stream == runbox.Stderr {
-				_, _ = os.Stderr.Write(ev.Data)
 				e.shown[1] += int64(len(ev.Data))
 			} else {
-				_, _ = os.Stdout.Write(ev.Data)
 				e.shown[0] += int64(len(ev.Data))
 			}
 		case frontrpc.EventGap:
 			if to := ev.Gap.ToSeq; to > 0 && to-1 <= e.lastSeq {
 				continue // reported before the stream broke
 			}
+			out.flush()
 			e.gaps++
 			e.lost += ev.Gap.Bytes
 			if to := ev.Gap.ToSeq; to > 0 {
@@ -138,6 +146,7 @@ func (e *execRun) stream() (runbox.Result, error) {
 			}
 			execrules.ReportGap(os.Stderr, ev.Gap)
 		case frontrpc.EventExited:
+			out.flush()
 			return ev.Result, nil
 		}
 	}

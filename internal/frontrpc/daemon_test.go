@@ -3,6 +3,7 @@ package frontrpc_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -118,4 +119,64 @@ func TestAttachAfterARunLeftOff(t *testing.T) {
 	if !errors.Is(err, runbox.ErrExecNotFound) {
 		t.Errorf("attach to an unknown exec: %v; want runbox.ErrExecNotFound", err)
 	}
+}
+
+// TestBufferedKeepsEarlierData reads a Run stream of a command that writes
+// much faster than it is read (the reader pauses after each read) as the
+// front shows output: the Data of Output events are kept, not copied,
+// while Buffered says the next envelope is read already, and joined only
+// before a Next that may read. Every byte must come out exact and in
+// order, so Buffered never says yes when Next then moves the buffer; and
+// some events must have been kept together.
+func TestBufferedKeepsEarlierData(t *testing.T) {
+	socket, _ := serve(t)
+	s, err := frontrpc.Run(pausingConn{dial(t, socket)}, runbox.ExecSpec{Command: "seq 1 400000"}, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shown, want strings.Builder
+	var kept [][]byte
+	most := 0
+	show := func() {
+		for _, b := range kept {
+			shown.Write(b)
+		}
+		most = max(most, len(kept))
+		kept = kept[:0]
+	}
+	for {
+		if !s.Buffered() {
+			show()
+		}
+		ev, err := s.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Kind == frontrpc.EventOutput {
+			kept = append(kept, ev.Data)
+		}
+	}
+	show()
+	for i := 1; i <= 400000; i++ {
+		want.WriteString(strconv.Itoa(i) + "\n")
+	}
+	if shown.String() != want.String() {
+		t.Fatalf("shown %d bytes, want %d, or they differ", shown.Len(), want.Len())
+	}
+	if most < 2 {
+		t.Fatalf("never more than %d events kept together", most)
+	}
+	t.Logf("up to %d events kept together", most)
+}
+
+// pausingConn sleeps briefly before each read, so the daemon's writes
+// gather in the socket.
+type pausingConn struct{ net.Conn }
+
+func (c pausingConn) Read(p []byte) (int, error) {
+	time.Sleep(2 * time.Millisecond)
+	return c.Conn.Read(p)
 }

@@ -154,6 +154,12 @@ func (s *Stream) Next() (*Event, error) {
 	return &s.ev, nil
 }
 
+// Buffered reports whether the stream's next envelope has been read in
+// whole already: Next then returns its event without reading from the
+// connection or moving its buffer, so the Data of the events returned
+// before it stay valid too (a caller may gather them for one write).
+func (s *Stream) Buffered() bool { return s.body.buffered() }
+
 // endStream reads the Connect end-of-stream message: io.EOF, or the
 // daemon's error.
 func endStream(msg []byte) error {
@@ -346,6 +352,16 @@ func (b *body) ready() error {
 		return fmt.Errorf("%w: %w", ErrStreamBroken, io.ErrUnexpectedEOF)
 	}
 	return nil
+}
+
+// buffered reports whether the next envelope (prefix and message) lies in
+// buf whole, in an unchunked body.
+func (b *body) buffered() bool {
+	if b.chunked || b.w-b.r < 5 {
+		return false
+	}
+	need := 5 + int64(binary.BigEndian.Uint32(b.buf[b.r+1:b.r+5]))
+	return need <= int64(b.w-b.r) && (b.left < 0 || need <= b.left)
 }
 
 // take returns the body's next n bytes, where they lie in the buffer when

@@ -13,7 +13,8 @@ import (
 
 // TestOutputEnvelope: the envelope appended behind dst's bytes carries
 // flags 0, the message's length, and the bytes proto.Marshal gives for the
-// Output event, for edge values of every field; it round-trips.
+// Output event, for edge values of every field; it round-trips; and
+// AppendOutputHeader gives exactly its bytes before the chunk's data.
 func TestOutputEnvelope(t *testing.T) {
 	for _, c := range []runbox.Chunk{
 		{},
@@ -42,6 +43,13 @@ func TestOutputEnvelope(t *testing.T) {
 		}
 		if !bytes.Equal(got[5:], want) {
 			t.Fatalf("chunk stream %d seq %d len %d: message differs from proto.Marshal", c.Stream, c.Seq, len(c.Data))
+		}
+		head, err := AppendOutputHeader([]byte("keep"), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h := head[4:]; len(h)+len(c.Data) != len(got) || !bytes.Equal(h, got[:len(h)]) {
+			t.Fatalf("chunk stream %d seq %d len %d: header %x is not the envelope's start %x", c.Stream, c.Seq, len(c.Data), h, got[:min(len(h), len(got))])
 		}
 		var back runboxv1.ExecEvent
 		if err := proto.Unmarshal(got[5:], &back); err != nil {
