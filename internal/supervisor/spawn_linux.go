@@ -171,122 +171,186 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 		sessionEnv = snap.env
 	}
 	envList, envPath := s.execEnvList(spec, e.id, sessionEnv)
-	var path string
-	var argv []string
-	if spec.Command != "" {
-		path = s.shell
-		shellName := filepath.Base(s.shell)
-		command := spec.Command
-		if e.session != nil {
-			command = sessionPrelude(command, e.session.funcsFile, shellName == "bash")
-		}
-		argv = []string{shellName, "-c", command}
-		if spec.Login {
-			argv = []string{shellName, "-l", "-c", command}
-		}
-	} else {
-		if path, err = lookPath(spec.Argv[0], envPath); err != nil {
-			return fmt.Errorf("%w: %w", runbox.ErrCommandNotFound, err)
-		}
-		argv = spec.Argv
+	path, argv, err := s.commandLine(e, envPath)
+	if err != nil {
+		return err
 	}
-	dir := spec.Cwd
+	e.dir = s.workingDir(e)
+
+	var f spawnFiles
+	defer func() { f.release(err != nil) }()
+	if err := f.openStdio(s.devNull, spec); err != nil {
+		return err
+	}
+	if e.session != nil && spec.Command != "" {
+		if err := f.openStatePipe(); err != nil {
+			return err
+		}
+	}
+	attr := &syscall.ProcAttr{
+		Dir:   e.dir,
+		Env:   envList,
+		Files: f.files,
+		Sys:   f.sysProcAttr(cgroupFD),
+	}
+	pid, err := s.startLeader(e, path, argv, attr)
+	if err != nil {
+		return err
+	}
+	e.markRunning(pid, f.stdinW, f.ptyMaster)
+	go e.supervise(f.outR, f.errR, f.stateR)
+	return nil
+}
+
+// commandLine is the program and argv of e: the shell with its command
+// (after the session's prelude, in a session), or the request's argv
+// with its program looked up in envPath, the exec's PATH.
+func (s *Supervisor) commandLine(e *Exec, envPath string) (path string, argv []string, err error) {
+	spec := e.spec
+	if spec.Command == "" {
+		if path, err = lookPath(spec.Argv[0], envPath); err != nil {
+			return "", nil, fmt.Errorf("%w: %w", runbox.ErrCommandNotFound, err)
+		}
+		return path, spec.Argv, nil
+	}
+	shellName := filepath.Base(s.shell)
+	command := spec.Command
+	if e.session != nil {
+		command = sessionPrelude(command, e.session.funcsFile, shellName == "bash")
+	}
+	argv = []string{shellName, "-c", command}
+	if spec.Login {
+		argv = []string{shellName, "-l", "-c", command}
+	}
+	return s.shell, argv, nil
+}
+
+// workingDir is e's working directory: the request's (relative to the
+// daemon's directory), else its session's, else the daemon's.
+func (s *Supervisor) workingDir(e *Exec) string {
+	dir := e.spec.Cwd
 	if dir == "" && e.session != nil {
 		dir = e.session.cwd
 	}
 	if dir == "" {
-		dir = s.cfg.Dir
-	} else if !filepath.IsAbs(dir) {
-		dir = filepath.Join(s.cfg.Dir, dir)
+		return s.cfg.Dir
 	}
-	e.dir = dir
-
-	var closeAfter []*os.File // the child's ends, closed once it has them
-	defer func() {
-		for _, f := range closeAfter {
-			f.Close()
-		}
-	}()
-	var parentFiles []*os.File // our ends, closed only if the spawn fails
-	defer func() {
-		if err != nil {
-			for _, f := range parentFiles {
-				f.Close()
-			}
-		}
-	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: pipe: %w", runbox.ErrSpawn, err)
-		}
-		return r, w, nil
+	if !filepath.IsAbs(dir) {
+		return filepath.Join(s.cfg.Dir, dir)
 	}
+	return dir
+}
 
-	stdin := s.devNull
-	var stdinW *os.File
-	var ptyMaster, ptySlave *os.File
+// spawnFiles are the descriptors of a spawn: the child's (files), and
+// this side's ends of its stdin, output and state pipes or terminal.
+type spawnFiles struct {
+	files       []uintptr  // the child's descriptors 0, 1, 2 and on
+	closeAfter  []*os.File // the child's ends, closed once it has them
+	childFDs    []int      // the child's plain descriptors, closed once it has them
+	parentFiles []*os.File // our ends, closed only if the spawn fails
+
+	stdinW    *os.File // our end of the child's stdin, or nil (/dev/null)
+	ptyMaster *os.File // the terminal's master, on a pty
+	ptySlave  *os.File
+	outR      *os.File // stdout's read end (the master, on a pty)
+	errR      *os.File
+	stateR    *os.File // the session state's read end, or nil
+}
+
+// release closes the child's ends, and ours too if the spawn failed.
+func (f *spawnFiles) release(failed bool) {
+	for _, fd := range f.childFDs {
+		unix.Close(fd)
+	}
+	if failed {
+		for _, pf := range f.parentFiles {
+			pf.Close()
+		}
+	}
+	for _, cf := range f.closeAfter {
+		cf.Close()
+	}
+}
+
+// spawnPipe is os.Pipe with a spawn's error.
+func spawnPipe() (r, w *os.File, err error) {
+	r, w, err = os.Pipe()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: pipe: %w", runbox.ErrSpawn, err)
+	}
+	return r, w, nil
+}
+
+// openStdio opens the child's stdin (devNull, a pipe when the request
+// writes to it, or a terminal on a pty), its stdout and stderr pipes, and
+// sets the child's first three descriptors.
+func (f *spawnFiles) openStdio(devNull *os.File, spec runbox.ExecSpec) error {
+	stdin := devNull
 	if spec.PTY != nil {
-		if ptyMaster, ptySlave, err = openPTY(*spec.PTY); err != nil {
+		var err error
+		if f.ptyMaster, f.ptySlave, err = openPTY(*spec.PTY); err != nil {
 			return fmt.Errorf("%w: pty: %w", runbox.ErrSpawn, err)
 		}
-		closeAfter = append(closeAfter, ptySlave)
-		parentFiles = append(parentFiles, ptyMaster)
-		stdin, stdinW = ptySlave, ptyMaster
+		f.closeAfter = append(f.closeAfter, f.ptySlave)
+		f.parentFiles = append(f.parentFiles, f.ptyMaster)
+		stdin, f.stdinW = f.ptySlave, f.ptyMaster
 	} else if spec.Stdin != nil || spec.StdinStream {
-		r, w, err := pipe()
+		r, w, err := spawnPipe()
 		if err != nil {
 			return err
 		}
-		stdin, stdinW = r, w
-		closeAfter = append(closeAfter, r)
-		parentFiles = append(parentFiles, w)
+		stdin, f.stdinW = r, w
+		f.closeAfter = append(f.closeAfter, r)
+		f.parentFiles = append(f.parentFiles, w)
 	}
-	var childFDs []int // the child's plain descriptors, closed once it has them
-	defer func() {
-		for _, fd := range childFDs {
-			unix.Close(fd)
-		}
-	}()
 	outR, outW, err := outputPipe()
 	if err != nil {
 		return err
 	}
-	childFDs = append(childFDs, outW)
-	parentFiles = append(parentFiles, outR)
+	f.childFDs = append(f.childFDs, outW)
+	f.parentFiles = append(f.parentFiles, outR)
 	errR, errW, err := outputPipe()
 	if err != nil {
 		return err
 	}
-	childFDs = append(childFDs, errW)
-	parentFiles = append(parentFiles, errR)
+	f.childFDs = append(f.childFDs, errW)
+	f.parentFiles = append(f.parentFiles, errR)
+	f.outR, f.errR = outR, errR
 
-	files := []uintptr{stdin.Fd(), uintptr(outW), uintptr(errW)}
-	if ptySlave != nil {
+	f.files = []uintptr{stdin.Fd(), uintptr(outW), uintptr(errW)}
+	if f.ptySlave != nil {
 		// The terminal is the child's stdin, stdout and stderr; the master
 		// is read as stdout, and the stderr pipe closes with no output once
 		// closeAfter drops its write end.
 		outR.Close()
-		outR = ptyMaster
-		files = []uintptr{ptySlave.Fd(), ptySlave.Fd(), ptySlave.Fd()}
+		f.outR = f.ptyMaster
+		f.files = []uintptr{f.ptySlave.Fd(), f.ptySlave.Fd(), f.ptySlave.Fd()}
 	}
-	var stateR *os.File
-	if e.session != nil && spec.Command != "" {
-		r, w, err := pipe()
-		if err != nil {
-			return err
-		}
-		stateR = r
-		closeAfter = append(closeAfter, w)
-		parentFiles = append(parentFiles, r)
-		for len(files) < stateFD {
-			files = append(files, ^uintptr(0)) // closed in the child
-		}
-		files = append(files, w.Fd())
-	}
+	return nil
+}
 
+// openStatePipe gives the child the pipe on which a session exec's shell
+// reports its state, as its descriptor stateFD.
+func (f *spawnFiles) openStatePipe() error {
+	r, w, err := spawnPipe()
+	if err != nil {
+		return err
+	}
+	f.stateR = r
+	f.closeAfter = append(f.closeAfter, w)
+	f.parentFiles = append(f.parentFiles, r)
+	for len(f.files) < stateFD {
+		f.files = append(f.files, ^uintptr(0)) // closed in the child
+	}
+	f.files = append(f.files, w.Fd())
+	return nil
+}
+
+// sysProcAttr puts the child in a process group of its own (a session
+// with its terminal on a pty), and in the cgroup cgroupFD unless it is -1.
+func (f *spawnFiles) sysProcAttr(cgroupFD int) *syscall.SysProcAttr {
 	sys := &syscall.SysProcAttr{Setpgid: true}
-	if ptySlave != nil {
+	if f.ptySlave != nil {
 		// A new session makes the child its own process group leader too,
 		// with the terminal (its fd 0) as its controlling terminal.
 		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
@@ -294,13 +358,13 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 	if cgroupFD >= 0 {
 		sys.UseCgroupFD, sys.CgroupFD = true, cgroupFD
 	}
-	attr := &syscall.ProcAttr{
-		Dir:   dir,
-		Env:   envList,
-		Files: files,
-		Sys:   sys,
-	}
+	return sys
+}
 
+// startLeader forks and execs e's leader and registers it for the reaper,
+// stopped at once if the sandbox was paused meanwhile; it returns its pid,
+// or the spawn error a shell would report.
+func (s *Supervisor) startLeader(e *Exec, path string, argv []string, attr *syscall.ProcAttr) (int, error) {
 	e.mu.Lock()
 	e.started = time.Now()
 	e.activeStart = s.pause.now()
@@ -323,14 +387,21 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 	}
 	s.spawnMu.RUnlock()
 	if err != nil {
+		dir := attr.Dir
 		if errors.Is(err, syscall.ENOENT) && dir != "" {
 			if _, serr := os.Stat(dir); serr != nil {
-				return fmt.Errorf("%w: working directory %s: %w", runbox.ErrSpawn, dir, serr)
+				return 0, fmt.Errorf("%w: working directory %s: %w", runbox.ErrSpawn, dir, serr)
 			}
 		}
-		return fmt.Errorf("%w: %s: %w", spawnFailure(path, err), path, err)
+		return 0, fmt.Errorf("%w: %s: %w", spawnFailure(path, err), path, err)
 	}
+	return pid, nil
+}
 
+// markRunning records the leader's pid and moves e to running (or
+// stopping, if a stop came first), then hands it its stdin (stdinW, and
+// the terminal's master on a pty) and starts feeding the request's.
+func (e *Exec) markRunning(pid int, stdinW, ptyMaster *os.File) {
 	e.cont.leaderStarted(pid)
 	e.mu.Lock()
 	e.pid = pid
@@ -345,12 +416,10 @@ func (s *Supervisor) spawn(e *Exec, cgroupFD int) (err error) {
 		e.stdinMu.Lock()
 		e.stdin, e.pty = stdinW, ptyMaster
 		e.stdinMu.Unlock()
-		if spec.Stdin != nil {
-			e.stdinFeed.Go(func() { e.feedStdin(spec.Stdin, !spec.StdinStream) })
+		if data, stream := e.spec.Stdin, e.spec.StdinStream; data != nil {
+			e.stdinFeed.Go(func() { e.feedStdin(data, !stream) })
 		}
 	}
-	go e.supervise(outR, errR, stateR)
-	return nil
 }
 
 // feedStdin writes the request's stdin bytes, then closes stdin unless it

@@ -18,68 +18,6 @@ import (
 	"github.com/runbox/runbox"
 )
 
-// Config configures a Supervisor. The zero value is usable.
-type Config struct {
-	// CgroupMode is "auto" (or empty): cgroup2 where a writable cgroup v2
-	// hierarchy exists, else proc; "cgroup2": require it; "off": proc.
-	CgroupMode string
-	// CgroupDir is the cgroup v2 directory under which execs get their
-	// cgroups; empty means this process's own cgroup, found through
-	// /proc/self/mountinfo.
-	CgroupDir string
-	// Retention is how long exited execs and cancel tombstones are kept.
-	Retention time.Duration
-	// RingBytes bounds each stream's replay ring.
-	RingBytes int
-	// RetainedOutputBytes bounds the replay rings of exited execs, all
-	// together; 0 means DefaultRetainedOutputBytes.
-	RetainedOutputBytes int
-	// RetainedResultBytes bounds the Results of exited execs (head and
-	// tail of each stream, kept stdin, and execOverhead for the exec
-	// itself), all together; past it the oldest exited execs are forgotten
-	// before their retention ends. 0 means DefaultRetainedResultBytes.
-	RetainedResultBytes int
-	// Drain bounds output reading after the leader exits.
-	Drain time.Duration
-	// Dir is the default working directory; empty means the daemon's.
-	Dir string
-	// Version is reported by Info.
-	Version string
-	// StateDir holds the daemon's files (session functions, spill files);
-	// empty means a fresh temporary directory, removed at Shutdown.
-	StateDir string
-	// SpillDir is where spill files go; empty means StateDir's "spill"
-	// directory. It should be on disk, not a RAM-backed tmpfs, where spilled
-	// output would take memory outside the sandbox's limits.
-	SpillDir string
-	// SpillBytes bounds the total size of spill files; 0 → 1 GiB.
-	SpillBytes int64
-	// OOMKills, when set, returns how many processes the sandbox's memory
-	// limit has killed so far (a cgroup's oom_kill counter). An exec whose
-	// leader died of a SIGKILL runbox did not send while the counter rose
-	// is reported OOMKilled.
-	OOMKills func() (uint64, error)
-	// ExecCgroupsV1 are the tasks files of cgroup v1 groups every exec
-	// starts in (a pids limit for commands only). The daemon forks from one
-	// thread that joins them, so its other threads stay outside: however
-	// many processes the commands make, the daemon can still make threads.
-	ExecCgroupsV1 []*os.File
-	// SpawnSetup, when set, runs once on the OS thread every exec is
-	// forked from, before the first fork, with the containment mode
-	// (ModeCgroup2 forks with clone3). What it changes in that thread (a
-	// mount namespace, capability sets, a seccomp filter) every command
-	// inherits, and nothing else in the daemon does. An error fails New.
-	SpawnSetup func(mode string) error
-	// CommandOOMScoreAdj is the oom_score_adj each command is given as it
-	// starts, 1 to 1000; 0 means DefaultCommandOOMScoreAdj (the OOM
-	// killer's first choice, and the daemon not); negative leaves commands
-	// with the daemon's own.
-	CommandOOMScoreAdj int
-
-	// liveCatchUp overrides the package's liveCatchUp (tests).
-	liveCatchUp time.Duration
-}
-
 // Cgroup modes as Info reports them.
 const (
 	ModeCgroup2 = "cgroup2"
@@ -134,33 +72,8 @@ type Supervisor struct {
 // New starts a Supervisor: it makes the process a child subreaper, picks the
 // containment mode, and starts the reaper.
 func New(cfg Config) (*Supervisor, error) {
-	if cfg.Retention <= 0 {
-		cfg.Retention = DefaultRetention
-	}
-	if cfg.RingBytes <= 0 {
-		cfg.RingBytes = DefaultRingBytes
-	}
-	if cfg.RetainedOutputBytes <= 0 {
-		cfg.RetainedOutputBytes = DefaultRetainedOutputBytes
-	}
-	if cfg.RetainedResultBytes <= 0 {
-		cfg.RetainedResultBytes = DefaultRetainedResultBytes
-	}
-	if cfg.Drain <= 0 {
-		cfg.Drain = DefaultDrain
-	}
-	if cfg.liveCatchUp <= 0 {
-		cfg.liveCatchUp = liveCatchUp
-	}
-	if cfg.CommandOOMScoreAdj == 0 {
-		cfg.CommandOOMScoreAdj = DefaultCommandOOMScoreAdj
-	}
-	if cfg.Dir == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return nil, fmt.Errorf("supervisor: working directory: %w", err)
-		}
-		cfg.Dir = wd
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
 	s := &Supervisor{
 		cfg:        cfg,
@@ -182,39 +95,12 @@ func New(cfg Config) (*Supervisor, error) {
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("supervisor: become child subreaper: %w", err)
 	}
-	switch cfg.CgroupMode {
-	case "", "auto":
-		if p, err := newCgroupParent(cfg.CgroupDir); err == nil {
-			s.mode, s.cgroups = ModeCgroup2, p
-		} else {
-			s.mode = ModeProc
-		}
-	case ModeCgroup2:
-		p, err := newCgroupParent(cfg.CgroupDir)
-		if err != nil {
-			return nil, fmt.Errorf("supervisor: cgroup2 mode: %w", err)
-		}
-		s.mode, s.cgroups = ModeCgroup2, p
-	case "off", ModeProc:
-		s.mode = ModeProc
-	default:
-		return nil, fmt.Errorf("supervisor: unknown cgroup mode %q (want auto, cgroup2 or off)", cfg.CgroupMode)
+	if err := s.chooseMode(); err != nil {
+		return nil, err
 	}
-	s.stateDir = cfg.StateDir
-	if s.stateDir == "" {
-		dir, err := os.MkdirTemp("", "runboxd-state-")
-		if err != nil {
-			return nil, fmt.Errorf("supervisor: state directory: %w", err)
-		}
-		s.stateDir, s.ownsState = dir, true
-	} else if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("supervisor: state directory: %w", err)
+	if err := s.makeStateDir(); err != nil {
+		return nil, err
 	}
-	spillDir := cfg.SpillDir
-	if spillDir == "" {
-		spillDir = filepath.Join(s.stateDir, "spill")
-	}
-	s.spills = newSpillDir(spillDir, cfg.SpillBytes)
 	devNull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, fmt.Errorf("supervisor: %w", err)
@@ -234,6 +120,52 @@ func New(cfg Config) (*Supervisor, error) {
 	go s.reapLoop()
 	go s.sweepLoop()
 	return s, nil
+}
+
+// chooseMode picks the containment mode cfg.CgroupMode asks for: a cgroup
+// per exec when it can (auto) or must (cgroup2), else the /proc scan.
+func (s *Supervisor) chooseMode() error {
+	switch s.cfg.CgroupMode {
+	case "", "auto":
+		if p, err := newCgroupParent(s.cfg.CgroupDir); err == nil {
+			s.mode, s.cgroups = ModeCgroup2, p
+		} else {
+			s.mode = ModeProc
+		}
+	case ModeCgroup2:
+		p, err := newCgroupParent(s.cfg.CgroupDir)
+		if err != nil {
+			return fmt.Errorf("supervisor: cgroup2 mode: %w", err)
+		}
+		s.mode, s.cgroups = ModeCgroup2, p
+	case "off", ModeProc:
+		s.mode = ModeProc
+	default:
+		return fmt.Errorf("supervisor: unknown cgroup mode %q (want auto, cgroup2 or off)", s.cfg.CgroupMode)
+	}
+	return nil
+}
+
+// makeStateDir makes the state directory (a temporary one of its own when
+// cfg names none) and sets up the spill directory, in it unless cfg names
+// another.
+func (s *Supervisor) makeStateDir() error {
+	s.stateDir = s.cfg.StateDir
+	if s.stateDir == "" {
+		dir, err := os.MkdirTemp("", "runboxd-state-")
+		if err != nil {
+			return fmt.Errorf("supervisor: state directory: %w", err)
+		}
+		s.stateDir, s.ownsState = dir, true
+	} else if err := os.MkdirAll(s.stateDir, 0o700); err != nil {
+		return fmt.Errorf("supervisor: state directory: %w", err)
+	}
+	spillDir := s.cfg.SpillDir
+	if spillDir == "" {
+		spillDir = filepath.Join(s.stateDir, "spill")
+	}
+	s.spills = newSpillDir(spillDir, s.cfg.SpillBytes)
+	return nil
 }
 
 // forkExec forks and executes path, on the spawn thread when there is one,

@@ -1,15 +1,12 @@
 package docker
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"path"
 	"path/filepath"
@@ -18,7 +15,6 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	moby "github.com/moby/moby/client"
@@ -57,217 +53,313 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if err := checkSpec(spec); err != nil {
 		return fail("", err)
 	}
-	binPath, err := runboxdbin.Locate(p.Runboxd)
+	c := &creation{spec: spec}
+	if err := p.prepareCreation(ctx, c); err != nil {
+		return fail("", err)
+	}
+	if err := c.makeLabels(); err != nil {
+		return fail(c.id, err)
+	}
+	if err := p.makeStateDir(c); err != nil {
+		return fail(c.id, err)
+	}
+	if err := c.prepareEgress(); err != nil {
+		return fail(c.id, err)
+	}
+	c.addMounts()
+	view, err := viewFor(ctx, c.cli, c.eng, spec.Image)
 	if err != nil {
-		return fail("", err)
+		c.removeStateDir()
+		return fail(c.id, err)
 	}
-	workdir := ""
-	if spec.Workdir != "" {
-		if workdir, err = filepath.Abs(spec.Workdir); err != nil {
-			return fail("", fmt.Errorf("workdir: %w", err))
-		}
-		// The container's root has the workspace as a bind: it must be
-		// the caller's alone (internal/owndir), or another user's or a
-		// daemon's socket there (dockerd's own, -H unix:///tmp/d.sock)
-		// is the container's. The engine binds the path itself, so a
-		// swap after this check is not caught here.
-		wd, err := owndir.Open(workdir)
-		if err != nil {
-			return fail("", err)
-		}
-		err = owndir.Check(wd, workdir)
-		wd.Close()
-		if err != nil {
-			return fail("", err)
-		}
-	}
-	var maskedHome string // the runbox home's path in the container, when the workspace holds it
-	if workdir != "" {
-		home, err := p.home()
-		if err != nil {
-			return fail("", err)
-		}
-		if procbox.Within(home, workdir) {
-			return fail("", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
-				workdir, home, runbox.ErrInvalidSpec))
-		}
-		if err := homes.Check(workdir, home); err != nil {
-			return fail("", err)
-		}
-		if procbox.Within(workdir, home) {
-			rel, _ := filepath.Rel(workdir, home)
-			maskedHome = path.Join(ctrWorkspace, filepath.ToSlash(rel))
-		}
-	}
-	cli, err := p.engine()
+	cfg, hc := c.containerConfig(view)
+	ctrID, err := c.createContainer(ctx, cfg, hc)
 	if err != nil {
-		return fail("", err)
+		c.removeStateDir()
+		return fail(c.id, err)
 	}
-	eng, err := p.engineInfo(ctx, cli)
+	sb, err := p.startContainer(ctx, c, ctrID)
 	if err != nil {
-		return fail("", err)
+		c.removeContainer(ctx, ctrID)
+		return fail(c.id, err)
 	}
-	if err := eng.checkLimits(spec.Memory, spec.Pids, spec.CPUs); err != nil {
-		return fail("", err)
+	return sb, nil
+}
+
+// creation is what the steps of Create share: the spec, what was found
+// out about the engine and runboxd, and what was made for the sandbox so
+// far (its id, labels, state directory and mounts).
+type creation struct {
+	spec       runbox.SandboxSpec
+	binPath    string // runboxd on this machine
+	workdir    string // the workspace, absolute; "" for none
+	maskedHome string // the runbox home's path in the container, when the workspace holds it
+	cli        *moby.Client
+	eng        EngineInfo
+	// bindRunboxd says runboxd is bind-mounted (runboxdSrc, the home's
+	// copy) rather than copied in (bin).
+	bindRunboxd bool
+	bin         []byte
+	runboxdSrc  string
+
+	id      string
+	name    string // the container's name
+	network string // the sandbox's network mode, never ""
+	private bool   // network == NetworkPrivate
+	secret  []byte
+	labels  map[string]string
+	// stateDir is the sandbox's directory in the home, holding the run
+	// directory with runboxd's socket, when the stream is the socket ("" when
+	// it is docker exec).
+	stateDir string
+	socket   string
+	mounts   []mount.Mount
+	tmpfs    map[string]string
+}
+
+// prepareCreation finds out what a container for c.spec needs before
+// anything is made: runboxd's binary, the workspace (checked), an engine
+// that can hold the limits and has the image, how runboxd gets into the
+// container, and the sandbox's id.
+func (p *Provider) prepareCreation(ctx context.Context, c *creation) error {
+	var err error
+	if c.binPath, err = runboxdbin.Locate(p.Runboxd); err != nil {
+		return err
 	}
-	if err := ensureImage(ctx, cli, spec.Image); err != nil {
-		return fail("", err)
+	if c.workdir, c.maskedHome, err = p.checkWorkdir(c.spec.Workdir); err != nil {
+		return err
+	}
+	if c.cli, err = p.engine(); err != nil {
+		return err
+	}
+	if c.eng, err = p.engineInfo(ctx, c.cli); err != nil {
+		return err
+	}
+	if err := c.eng.checkLimits(c.spec.Memory, c.spec.Pids, c.spec.CPUs); err != nil {
+		return err
+	}
+	if err := ensureImage(ctx, c.cli, c.spec.Image); err != nil {
+		return err
 	}
 	// A local engine gets runboxd bind-mounted read-only (the home's copy),
 	// so it is never in the container's writable layer: a snapshot commits
 	// only the sandbox's own changes. A remote engine (or a forced exec
 	// stream, which stands in for one in tests) gets it copied in.
-	bindRunboxd := isLocal(cli) && !p.execForced()
-	var bin []byte        // runboxd, to copy in
-	var runboxdSrc string // the home's copy, to bind-mount
-	if bindRunboxd {
-		runboxdSrc, err = p.runboxdCopy(binPath)
+	c.bindRunboxd = isLocal(c.cli) && !p.execForced()
+	if c.bindRunboxd {
+		c.runboxdSrc, err = p.runboxdCopy(c.binPath)
 	} else {
-		bin, err = readRunboxd(binPath)
+		c.bin, err = readRunboxd(c.binPath)
 	}
 	if err != nil {
-		return fail("", err)
+		return err
 	}
-	id, err := newID()
-	if err != nil {
-		return fail("", err)
-	}
+	c.id, err = newID()
+	return err
+}
 
-	network := spec.Network
-	if network == "" {
-		network = defaultNetwork
+// checkWorkdir returns the absolute path of the workspace dir ("" for
+// none), once it is the caller's alone and apart from the runbox home, and
+// the home's path in the container when the workspace holds it ("" when
+// it does not).
+func (p *Provider) checkWorkdir(dir string) (workdir, maskedHome string, err error) {
+	if dir == "" {
+		return "", "", nil
 	}
-	private := network == NetworkPrivate
+	if workdir, err = filepath.Abs(dir); err != nil {
+		return "", "", fmt.Errorf("workdir: %w", err)
+	}
+	// The container's root has the workspace as a bind: it must be
+	// the caller's alone (internal/owndir), or another user's or a
+	// daemon's socket there (dockerd's own, -H unix:///tmp/d.sock)
+	// is the container's. The engine binds the path itself, so a
+	// swap after this check is not caught here.
+	wd, err := owndir.Open(workdir)
+	if err != nil {
+		return "", "", err
+	}
+	err = owndir.Check(wd, workdir)
+	wd.Close()
+	if err != nil {
+		return "", "", err
+	}
+	home, err := p.home()
+	if err != nil {
+		return "", "", err
+	}
+	if procbox.Within(home, workdir) {
+		return "", "", fmt.Errorf("workdir %s is inside the runbox home %s, which holds every sandbox's records, sockets and secrets: a sandbox must not see it; pick another directory, or move the home with RUNBOX_HOME: %w",
+			workdir, home, runbox.ErrInvalidSpec)
+	}
+	if err := homes.Check(workdir, home); err != nil {
+		return "", "", err
+	}
+	if procbox.Within(workdir, home) {
+		rel, _ := filepath.Rel(workdir, home)
+		maskedHome = path.Join(ctrWorkspace, filepath.ToSlash(rel))
+	}
+	return workdir, maskedHome, nil
+}
+
+// makeLabels sets the sandbox's network mode, makes its secret, and
+// builds the container's labels: its record, read back by Get and List.
+func (c *creation) makeLabels() error {
+	spec := c.spec
+	c.network = spec.Network
+	if c.network == "" {
+		c.network = defaultNetwork
+	}
+	c.private = c.network == NetworkPrivate
 	created := time.Now().UTC()
 	specJSON, err := json.Marshal(specLabel{
-		Name: spec.Name, Image: spec.Image, Workdir: workdir, Memory: spec.Memory, Pids: spec.Pids,
-		CPUs: spec.CPUs, Network: network, DaemonArgs: spec.DaemonArgs,
+		Name: spec.Name, Image: spec.Image, Workdir: c.workdir, Memory: spec.Memory, Pids: spec.Pids,
+		CPUs: spec.CPUs, Network: c.network, DaemonArgs: spec.DaemonArgs,
 	})
 	if err != nil {
-		return fail(id, fmt.Errorf("spec label: %w", err))
+		return fmt.Errorf("spec label: %w", err)
 	}
-	labels := map[string]string{
-		LabelSandbox: id,
+	c.labels = map[string]string{
+		LabelSandbox: c.id,
 		LabelName:    spec.Name,
 		LabelSpec:    string(specJSON),
 		LabelCreated: created.Format(time.RFC3339Nano),
 		LabelStream:  streamExec,
-		LabelEngine:  eng.String(),
+		LabelEngine:  c.eng.String(),
 	}
-	secret, err := daemonauth.NewSecret()
-	if err != nil {
-		return fail(id, err)
+	if c.secret, err = daemonauth.NewSecret(); err != nil {
+		return err
 	}
-	labels[LabelSecret] = hex.EncodeToString(secret)
+	c.labels[LabelSecret] = hex.EncodeToString(c.secret)
+	return nil
+}
 
-	var mounts []mount.Mount
-	stateDir, socket := "", ""
-	sockOK, why := eng.socketStream(os.Geteuid())
+// makeStateDir makes the sandbox's state directory and the run directory
+// bind-mounted into the container for runboxd's socket, when the engine is
+// local and can give the host a socket made in the container (the socket
+// stream); else the stream stays docker exec, and the label says why.
+func (p *Provider) makeStateDir(c *creation) error {
+	sockOK, why := c.eng.socketStream(os.Geteuid())
 	if !sockOK {
-		labels[LabelStreamWhy] = why
+		c.labels[LabelStreamWhy] = why
 	}
-	if !p.execForced() && isLocal(cli) && sockOK {
-		home, err := p.home()
-		if err != nil {
-			return fail(id, err)
-		}
-		stateDir = filepath.Join(home, "docker", id)
-		runDir := filepath.Join(stateDir, "run")
-		socket = filepath.Join(runDir, "runboxd.sock")
-		if len(socket) > maxSocketPath {
-			return fail(id, fmt.Errorf("socket path %s would be %d bytes, more than the %d a unix socket allows: use a shorter RUNBOX_HOME (now %s), or %s=exec",
-				socket, len(socket), maxSocketPath, home, StreamEnv))
-		}
-		if err := os.MkdirAll(stateDir, 0o700); err != nil {
-			return fail(id, fmt.Errorf("state dir: %w", err))
-		}
-		// The run directory is writable by any uid, so runboxd can make its
-		// socket whatever user the image runs as; its parent (0700) keeps
-		// other host users out.
-		if err := os.Mkdir(runDir, 0o700); err != nil {
-			os.RemoveAll(stateDir)
-			return fail(id, fmt.Errorf("state dir: %w", err))
-		}
-		if err := os.Chmod(runDir, 0o1777); err != nil {
-			os.RemoveAll(stateDir)
-			return fail(id, fmt.Errorf("state dir: %w", err))
-		}
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: runDir, Target: ctrRunDir})
-		labels[LabelStream] = streamSocket
-		labels[LabelSocket] = socket
+	if p.execForced() || !isLocal(c.cli) || !sockOK {
+		return nil
 	}
-	if private {
-		// The host side dials the sandbox's socket on this machine.
-		if stateDir == "" {
-			return fail(id, fmt.Errorf("network private needs the sandbox's socket on this machine (a local engine that can bind-mount it, %s not exec): %w", StreamEnv, errors.ErrUnsupported))
-		}
-		if err := writeEgressState(stateDir, secret, spec.Egress); err != nil {
-			os.RemoveAll(stateDir)
-			return fail(id, err)
-		}
+	home, err := p.home()
+	if err != nil {
+		return err
 	}
-	if bindRunboxd {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: runboxdSrc, Target: ctrRunboxd, ReadOnly: true})
+	stateDir := filepath.Join(home, "docker", c.id)
+	runDir := filepath.Join(stateDir, "run")
+	socket := filepath.Join(runDir, "runboxd.sock")
+	if len(socket) > maxSocketPath {
+		return fmt.Errorf("socket path %s would be %d bytes, more than the %d a unix socket allows: use a shorter RUNBOX_HOME (now %s), or %s=exec",
+			socket, len(socket), maxSocketPath, home, StreamEnv)
 	}
-	if workdir != "" {
-		mounts = append(mounts, mount.Mount{Type: mount.TypeBind, Source: workdir, Target: ctrWorkspace})
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return fmt.Errorf("state dir: %w", err)
 	}
-	tmpfs := map[string]string{}
+	// The run directory is writable by any uid, so runboxd can make its
+	// socket whatever user the image runs as; its parent (0700) keeps
+	// other host users out.
+	if err := os.Mkdir(runDir, 0o700); err != nil {
+		os.RemoveAll(stateDir)
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := os.Chmod(runDir, 0o1777); err != nil {
+		os.RemoveAll(stateDir)
+		return fmt.Errorf("state dir: %w", err)
+	}
+	c.stateDir, c.socket = stateDir, socket
+	c.mounts = append(c.mounts, mount.Mount{Type: mount.TypeBind, Source: runDir, Target: ctrRunDir})
+	c.labels[LabelStream] = streamSocket
+	c.labels[LabelSocket] = socket
+	return nil
+}
+
+// prepareEgress writes a private sandbox's egress state (its policy) in
+// its state directory, which the host side reads; a private sandbox needs
+// one, as the host side dials the sandbox's socket on this machine.
+func (c *creation) prepareEgress() error {
+	if !c.private {
+		return nil
+	}
+	if c.stateDir == "" {
+		return fmt.Errorf("network private needs the sandbox's socket on this machine (a local engine that can bind-mount it, %s not exec): %w", StreamEnv, errors.ErrUnsupported)
+	}
+	if err := writeEgressState(c.stateDir, c.secret, c.spec.Egress); err != nil {
+		os.RemoveAll(c.stateDir)
+		return err
+	}
+	return nil
+}
+
+// addMounts adds runboxd's bind mount, the workspace's, and what masks the
+// runbox home in the workspace and, on rootless Podman with cgroup v1, the
+// host's cgroup hierarchy.
+func (c *creation) addMounts() {
+	if c.bindRunboxd {
+		c.mounts = append(c.mounts, mount.Mount{Type: mount.TypeBind, Source: c.runboxdSrc, Target: ctrRunboxd, ReadOnly: true})
+	}
+	if c.workdir != "" {
+		c.mounts = append(c.mounts, mount.Mount{Type: mount.TypeBind, Source: c.workdir, Target: ctrWorkspace})
+	}
+	c.tmpfs = map[string]string{}
+	eng := c.eng
 	if eng.Kind == kindPodman && eng.Rootless && eng.Cgroup == "1" {
 		// Rootless Podman on cgroup v1 gives a container no cgroup of its
 		// own and shows it the host's hierarchy (other sandboxes' cgroups
 		// by name); there is nothing of the sandbox's there to keep.
-		tmpfs["/sys/fs/cgroup"] = "ro,size=4k,mode=755,notmpcopyup"
+		c.tmpfs["/sys/fs/cgroup"] = "ro,size=4k,mode=755,notmpcopyup"
 	}
 	switch {
-	case maskedHome != "" && eng.Kind == kindPodman:
+	case c.maskedHome != "" && eng.Kind == kindPodman:
 		// Podman copies what a tmpfs covers into it (tmpcopyup) unless
 		// told not to: the home's records and secrets would be in the
 		// sandbox's view.
-		tmpfs[maskedHome] = "ro,size=4k,mode=755,notmpcopyup"
-	case maskedHome != "":
+		c.tmpfs[c.maskedHome] = "ro,size=4k,mode=755,notmpcopyup"
+	case c.maskedHome != "":
 		// An empty read-only tmpfs over the home inside the workspace (the
 		// engine mounts it after the workspace: it sorts mounts by depth).
-		mounts = append(mounts, mount.Mount{Type: mount.TypeTmpfs, Target: maskedHome, ReadOnly: true,
+		c.mounts = append(c.mounts, mount.Mount{Type: mount.TypeTmpfs, Target: c.maskedHome, ReadOnly: true,
 			TmpfsOptions: &mount.TmpfsOptions{SizeBytes: 4096, Mode: 0o755}})
 	}
+}
 
-	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket, "--auth-sha256", daemonauth.Sum(secret)}
+// containerConfig is the container's configuration: runboxd serve as its
+// entrypoint and PID 1, with the commands' view, the limits, the mounts
+// and the labels.
+func (c *creation) containerConfig(view commandView) (*container.Config, *container.HostConfig) {
+	spec := c.spec
+	entrypoint := []string{ctrRunboxd, "serve", "--socket", ctrSocket, "--auth-sha256", daemonauth.Sum(c.secret)}
 	if spec.Pids > 0 {
 		entrypoint = append(entrypoint, "--threads", strconv.Itoa(runboxdbin.SharedLimitThreads))
 	}
-	if stateDir != "" {
+	if c.stateDir != "" {
 		// The socket is on the host, made by the container's user (root,
 		// usually): open to every user, with the state directory (0700,
 		// the creating user's) keeping out all but that user.
 		entrypoint = append(entrypoint, "--socket-mode", "0666")
 	}
 	noInit, stopGrace := false, stopGraceSeconds
-	view, err := viewFor(ctx, cli, eng, spec.Image)
-	if err != nil {
-		if stateDir != "" {
-			os.RemoveAll(stateDir)
-		}
-		return fail(id, err)
-	}
 	entrypoint = append(entrypoint, view.args...)
 	var env []string
-	if private {
+	if c.private {
 		entrypoint = append(entrypoint, "--egress")
 		env = egress.Env // runboxd's environment is its commands'
 	}
-	labels[LabelView] = view.label
+	c.labels[LabelView] = view.label
 	hc := &container.HostConfig{
 		// CAP_SYS_ADMIN for runboxd to build its commands' view, which
 		// they never hold (see viewFor).
 		CapAdd:      view.capAdd,
 		SecurityOpt: view.securityOpt,
-		NetworkMode: container.NetworkMode(engineNetwork(network)),
+		NetworkMode: container.NetworkMode(engineNetwork(c.network)),
 		// runboxd must be PID 1 itself: it is the sandbox's reaper, and its
 		// exit must end the container.
 		Init:   &noInit,
-		Mounts: mounts,
-		Tmpfs:  tmpfs,
+		Mounts: c.mounts,
+		Tmpfs:  c.tmpfs,
 		Resources: container.Resources{
 			Memory:   spec.Memory,
 			NanoCPUs: int64(math.Round(spec.CPUs * 1e9)),
@@ -289,86 +381,97 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		Entrypoint: append(entrypoint, spec.DaemonArgs...),
 		Cmd:        []string{},
 		Env:        env,
-		Labels:     labels,
+		Labels:     c.labels,
 		// runboxd as PID 1 stops every exec with the stop protocol on
 		// SIGRTMIN+3 (not SIGTERM, which its commands could send it with
 		// `kill 1`), whatever STOPSIGNAL the image asks for.
 		StopSignal:  "SIGRTMIN+3",
 		StopTimeout: &stopGrace,
 	}
-	if workdir != "" {
+	if c.workdir != "" {
 		cfg.WorkingDir = ctrWorkspace
 	}
+	return cfg, hc
+}
 
-	name := "runbox-" + id
-	if spec.Name != "" {
-		name = "runbox-" + spec.Name
+// createContainer creates the container, named after the sandbox, and
+// returns its id; it tells a name in use and a refused disk bound apart.
+func (c *creation) createContainer(ctx context.Context, cfg *container.Config, hc *container.HostConfig) (string, error) {
+	c.name = "runbox-" + c.id
+	if c.spec.Name != "" {
+		c.name = "runbox-" + c.spec.Name
 	}
-	cr, err := cli.ContainerCreate(ctx, moby.ContainerCreateOptions{Name: name, Config: cfg, HostConfig: hc})
-	if err != nil {
-		if stateDir != "" {
-			os.RemoveAll(stateDir)
-		}
-		// Docker says 409 Conflict; Podman 500 "... is already in use".
-		if (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is already in use")) && spec.Name != "" {
-			return fail(id, fmt.Errorf("container %s exists: %w: %w", name, host.ErrNameInUse, err))
-		}
-		if spec.Disk > 0 {
-			// The engine says why only in words (a 500 from Docker).
-			return fail(id, fmt.Errorf("%w: disk: the engine refused a container with a writable layer of bounded size (Docker's overlay2 takes one only on XFS mounted with pquota): create it without --disk: %w: %w",
-				ErrLimitUnsupported, errors.ErrUnsupported, err))
-		}
-		return fail(id, fmt.Errorf("create container from %s: %w", spec.Image, err))
+	cr, err := c.cli.ContainerCreate(ctx, moby.ContainerCreateOptions{Name: c.name, Config: cfg, HostConfig: hc})
+	if err == nil {
+		return cr.ID, nil
 	}
-	cleanup := func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitTimeout)
-		defer cancel()
-		cli.ContainerRemove(ctx, cr.ID, moby.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-		if stateDir != "" {
-			os.RemoveAll(stateDir)
-		}
+	// Docker says 409 Conflict; Podman 500 "... is already in use".
+	if (cerrdefs.IsConflict(err) || strings.Contains(err.Error(), "is already in use")) && c.spec.Name != "" {
+		return "", fmt.Errorf("container %s exists: %w: %w", c.name, host.ErrNameInUse, err)
 	}
+	if c.spec.Disk > 0 {
+		// The engine says why only in words (a 500 from Docker).
+		return "", fmt.Errorf("%w: disk: the engine refused a container with a writable layer of bounded size (Docker's overlay2 takes one only on XFS mounted with pquota): create it without --disk: %w: %w",
+			ErrLimitUnsupported, errors.ErrUnsupported, err)
+	}
+	return "", fmt.Errorf("create container from %s: %w", c.spec.Image, err)
+}
 
+// startContainer copies in what no bind mount brings, starts the
+// container, waits for its runboxd to answer, saves its record in the
+// state directory, and starts a private sandbox's egress host side. The
+// caller removes the container if it fails.
+func (p *Provider) startContainer(ctx context.Context, c *creation, ctrID string) (runbox.Sandbox, error) {
+	cli := c.cli
 	// The run directory comes from the archive unless a bind mount covers
 	// it, and runboxd unless it is bind-mounted.
-	if !bindRunboxd || stateDir == "" {
-		archive, err := runboxdTar(bin)
+	if !c.bindRunboxd || c.stateDir == "" {
+		archive, err := runboxdTar(c.bin)
 		if err != nil {
-			cleanup()
-			return fail(id, err)
+			return runbox.Sandbox{}, err
 		}
-		if _, err := cli.CopyToContainer(ctx, cr.ID, moby.CopyToContainerOptions{DestinationPath: "/", Content: archive}); err != nil {
-			cleanup()
-			return fail(id, fmt.Errorf("copy runboxd into container %.12s: %w", cr.ID, err))
+		if _, err := cli.CopyToContainer(ctx, ctrID, moby.CopyToContainerOptions{DestinationPath: "/", Content: archive}); err != nil {
+			return runbox.Sandbox{}, fmt.Errorf("copy runboxd into container %.12s: %w", ctrID, err)
 		}
 	}
-	if _, err := cli.ContainerStart(ctx, cr.ID, moby.ContainerStartOptions{}); err != nil {
-		cleanup()
-		return fail(id, fmt.Errorf("start container %.12s: %w", cr.ID, err))
+	if _, err := cli.ContainerStart(ctx, ctrID, moby.ContainerStartOptions{}); err != nil {
+		return runbox.Sandbox{}, fmt.Errorf("start container %.12s: %w", ctrID, err)
 	}
-	c := ctr{ID: cr.ID, Name: name, Image: spec.Image, State: container.StateRunning, Labels: labels}
-	if err := p.waitReady(ctx, cli, c); err != nil {
-		cleanup()
-		return fail(id, err)
+	ct := ctr{ID: ctrID, Name: c.name, Image: c.spec.Image, State: container.StateRunning, Labels: c.labels}
+	if err := p.waitReady(ctx, cli, ct); err != nil {
+		return runbox.Sandbox{}, err
 	}
-	if stateDir != "" {
-		if err := c.save(stateDir); err != nil {
-			cleanup()
-			return fail(id, err)
+	if c.stateDir != "" {
+		if err := ct.save(c.stateDir); err != nil {
+			return runbox.Sandbox{}, err
 		}
 	}
-	if private {
-		ir, err := cli.ContainerInspect(ctx, cr.ID, moby.ContainerInspectOptions{})
+	if c.private {
+		ir, err := cli.ContainerInspect(ctx, ctrID, moby.ContainerInspectOptions{})
 		if err != nil || ir.Container.State == nil || ir.Container.State.Pid <= 0 {
-			cleanup()
-			return fail(id, fmt.Errorf("network private: the container's runboxd pid: %v", err))
+			return runbox.Sandbox{}, fmt.Errorf("network private: the container's runboxd pid: %v", err)
 		}
-		if _, err := startEgressHost(binPath, stateDir, socket, ir.Container.State.Pid); err != nil {
-			cleanup()
-			return fail(id, err)
+		if _, err := startEgressHost(c.binPath, c.stateDir, c.socket, ir.Container.State.Pid); err != nil {
+			return runbox.Sandbox{}, err
 		}
 	}
-	return p.toSandbox(c, true), nil
+	return p.toSandbox(ct, true), nil
+}
+
+// removeStateDir removes the sandbox's state directory, if it has one.
+func (c *creation) removeStateDir() {
+	if c.stateDir != "" {
+		os.RemoveAll(c.stateDir)
+	}
+}
+
+// removeContainer removes a container that failed to start, and the
+// sandbox's state directory, even when ctx is cancelled.
+func (c *creation) removeContainer(ctx context.Context, ctrID string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), exitTimeout)
+	defer cancel()
+	c.cli.ContainerRemove(ctx, ctrID, moby.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	c.removeStateDir()
 }
 
 // engineNetwork is the engine's network for a sandbox's network mode:
@@ -424,97 +527,3 @@ func ensureImage(ctx context.Context, cli *moby.Client, image string) error {
 
 // newID returns a fresh sandbox id.
 var newID = sandboxkey.NewID
-
-// runboxdTar is the archive copied to / before start: /.runbox/runboxd
-// (when bin is not nil: a local engine bind-mounts it instead) and the run
-// directory (world-writable with the sticky bit, for images whose user is
-// not root; on the socket stream a bind mount covers it).
-func runboxdTar(bin []byte) (*bytes.Buffer, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	now := time.Now()
-	hdrs := []*tar.Header{
-		{Name: ".runbox/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: now},
-		{Name: ".runbox/run/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: now},
-	}
-	if bin != nil {
-		hdrs = append(hdrs, &tar.Header{Name: ".runbox/runboxd", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin)), ModTime: now})
-	}
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
-			return nil, fmt.Errorf("runboxd archive: %w", err)
-		}
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return nil, fmt.Errorf("runboxd archive: %w", err)
-	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("runboxd archive: %w", err)
-	}
-	return &buf, nil
-}
-
-// waitReady polls until the container's runboxd answers Info, the container
-// stops (the error then quotes its log), or startTimeout passes.
-func (p *Provider) waitReady(ctx context.Context, cli *moby.Client, c ctr) error {
-	ctx, cancel := context.WithTimeout(ctx, startTimeout)
-	defer cancel()
-	dial := p.dialerFor(c)
-	socket := c.Labels[LabelSocket]
-	var last error
-	for {
-		// On the socket stream, dial first: it is cheap, and the client
-		// would otherwise retry a socket that is not there yet.
-		ready := true
-		if socket != "" && !p.execForced() {
-			if conn, err := net.Dial("unix", socket); err == nil {
-				conn.Close()
-			} else {
-				ready, last = false, err
-			}
-		}
-		if ready {
-			if last = probe(ctx, dial, c.Labels[LabelSandbox]); last == nil {
-				return nil
-			}
-		}
-		ir, err := cli.ContainerInspect(ctx, c.ID, moby.ContainerInspectOptions{})
-		if err == nil && ir.Container.State != nil && !ir.Container.State.Running {
-			st := ir.Container.State
-			return fmt.Errorf("container %.12s stopped (status %s, exit code %d%s) before runboxd answered%s",
-				c.ID, st.Status, st.ExitCode, errSuffix(st.Error), logTail(cli, c.ID))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("runboxd in container %.12s did not answer within %v (%v): %w%s",
-				c.ID, startTimeout, last, ctx.Err(), logTail(cli, c.ID))
-		case <-time.After(pollInterval):
-		}
-	}
-}
-
-func errSuffix(s string) string {
-	if s == "" {
-		return ""
-	}
-	return ", " + s
-}
-
-// logTail returns the last lines of the container's log (runboxd's stderr),
-// formatted to follow an error message, or "".
-func logTail(cli *moby.Client, id string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rc, err := cli.ContainerLogs(ctx, id, moby.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Tail: logTailLines})
-	if err != nil {
-		return ""
-	}
-	defer rc.Close()
-	var out bytes.Buffer
-	stdcopy.StdCopy(&out, &out, rc)
-	s := strings.TrimSpace(out.String())
-	if s == "" {
-		return ""
-	}
-	return "; container log: " + s
-}

@@ -1,6 +1,8 @@
 package docker
 
 import (
+	"archive/tar"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -106,4 +108,33 @@ func pruneRunboxd(dir, keep string) {
 			os.Remove(path)
 		}
 	}
+}
+
+// runboxdTar is the archive copied to / before start: /.runbox/runboxd
+// (when bin is not nil: a local engine bind-mounts it instead) and the run
+// directory (world-writable with the sticky bit, for images whose user is
+// not root; on the socket stream a bind mount covers it).
+func runboxdTar(bin []byte) (*bytes.Buffer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	now := time.Now()
+	hdrs := []*tar.Header{
+		{Name: ".runbox/", Typeflag: tar.TypeDir, Mode: 0o755, ModTime: now},
+		{Name: ".runbox/run/", Typeflag: tar.TypeDir, Mode: 0o1777, ModTime: now},
+	}
+	if bin != nil {
+		hdrs = append(hdrs, &tar.Header{Name: ".runbox/runboxd", Typeflag: tar.TypeReg, Mode: 0o755, Size: int64(len(bin)), ModTime: now})
+	}
+	for _, h := range hdrs {
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("runboxd archive: %w", err)
+		}
+	}
+	if _, err := tw.Write(bin); err != nil {
+		return nil, fmt.Errorf("runboxd archive: %w", err)
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("runboxd archive: %w", err)
+	}
+	return &buf, nil
 }

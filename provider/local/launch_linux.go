@@ -39,12 +39,6 @@ const (
 // limit; readable by the sandbox's commands (it is their own output).
 const SpillDir = "/var/tmp/runbox-spill"
 
-// layersDir is the directory, in a sandbox's state directory, holding its
-// overlay's layers and private directories. It belongs to the sandbox's
-// root; a mapped runboxd gets it as a detached mount (jail.LayersTree), as
-// the directories above it are closed to a mapped root.
-const layersDir = "fs"
-
 // Paths of the host that a sandbox on the host's root does not see (see
 // jail.Config): homes replaced by empty ones of its own, /run (daemons'
 // sockets, container engines among them) by a fresh tmpfs, SSH host keys
@@ -58,137 +52,191 @@ var (
 // launch builds the sandbox's directories and cgroups and starts runboxd
 // as PID 1 of new namespaces, in its cgroups from its first instruction.
 func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
-	rec, spec := l.Record, l.Spec
-	bin, err := os.ReadFile(rec.Runboxd)
-	if err != nil {
-		return nil, fmt.Errorf("read runboxd: %w", err)
-	}
-	if spec.Rootfs != "" {
-		// The binary runs in the host's root until it pivots, but a
-		// dynamic one would then find its libraries gone for good.
-		if err := runboxdbin.CheckStatic(bin, rec.Runboxd); err != nil {
-			return nil, err
-		}
-	}
-	ids, err := chooseIDMap(p.UIDBase, spec.HostRoot)
-	if err != nil {
+	s := &launching{l: l, rec: l.Record, spec: l.Spec}
+	defer s.release()
+	if err := checkRunboxd(s.rec.Runboxd, s.spec); err != nil {
 		return nil, err
 	}
-	lower := "/"
-	if spec.Rootfs != "" {
-		if lower, err = filepath.Abs(spec.Rootfs); err != nil {
-			return nil, fmt.Errorf("rootfs: %w", err)
-		}
-	}
-	// As root, the host's root is served through FUSE by a stranger to it
-	// (see fuseServerCmd): root-only host files stay unreadable, wherever
-	// they are, with no list of paths to hide.
-	fuseRoot := ids.mapped() && lower == "/"
-	var fuseServer string
-	if fuseRoot {
-		if fuseServer, err = findFuseServer(); err != nil {
-			return nil, err
-		}
-		if ids.swapped, err = overflowID(); err != nil {
-			return nil, err
-		}
-	}
-	rootless := ids.userns && ids.size == 1
-	disk, err := diskBound(spec, l.Home, rootless)
-	if err != nil {
+	if err := p.chooseRoot(s); err != nil {
 		return nil, err
 	}
-	// Everything the sandbox writes outside its workspace lies in the
-	// layers: their own bounded filesystem holds them all. A FUSE root's
-	// layers are on a filesystem of their own even with no bound, never on
-	// the host root's (see unboundedDisk).
-	image := disk
-	if fuseRoot && disk == 0 {
-		if image, err = unboundedDisk(l.Home); err != nil {
-			return nil, err
-		}
-	}
-	layers := filepath.Join(l.Dir, layersDir)
-	var dk *diskFS
-	if image > 0 {
-		if dk, err = newDisk(l.Dir, image, disk == 0); err != nil {
-			return nil, err
-		}
-		defer dk.Close()
-		layers = dk.Path()
-	} else if err := os.Mkdir(layers, 0o700); err != nil {
-		return nil, fmt.Errorf("state dir: %w", err)
-	}
-	// cloneLayers returns a detached mount of the layers for the jail or
-	// the FUSE server to attach.
-	cloneLayers := func() (int, error) {
-		if dk != nil {
-			return dk.mount()
-		}
-		fd, err := unix.OpenTree(unix.AT_FDCWD, layers, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
-		if err != nil {
-			return -1, fmt.Errorf("clone the mount of %s: %w", layers, err)
-		}
-		return fd, nil
-	}
-	var mountPoints []string
-	if fuseRoot {
-		mountPoints = []string{SpillDir}
-		if rec.Workdir != "" {
-			mountPoints = append(mountPoints, jail.WorkspacePath)
-		}
-	}
-	if err := makeLayers(layers, lower, ids, mountPoints); err != nil {
+	if err := s.prepareLayers(); err != nil {
 		return nil, err
 	}
-	if spec.FromSnapshot != "" {
-		if !fuseRoot {
-			return nil, fmt.Errorf("snapshot %s: a local sandbox stacks a snapshot on the host's root served through %s; not with --rootfs, --host-root or without root: %w",
-				spec.FromSnapshot, FuseServer, runbox.ErrUnsupported)
-		}
-		depth, err := p.stackSnapshot(spec.FromSnapshot, layers, snapshotLayersPath(l.Dir), ids)
-		if err != nil {
-			return nil, err
-		}
-		if rec.Extra == nil {
-			rec.Extra = map[string]string{}
-		}
-		rec.Extra["snapshot"] = spec.FromSnapshot
-		rec.Extra[extraSnapshotLayers] = strconv.Itoa(depth)
+	if err := p.stackFromSnapshot(s); err != nil {
+		return nil, err
 	}
-	inLayers := func(name string) string { return filepath.Join(layers, name) }
-	if ids.mapped() || dk != nil {
-		inLayers = func(name string) string { return filepath.Join(jail.LayersPath, name) }
-	}
-
-	var tmpSize int64
-	var shares uint64
-	if !rootless { // rootless, there are no cgroups to hold limits
-		spec, tmpSize, shares = withDefaults(spec)
-	}
-	cg, err := newCgroups(rec.ID, spec, shares, rootless)
-	if err != nil {
+	if err := s.makeCgroups(); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*procbox.Detached, error) {
-		cg.remove()
+		s.cg.remove()
 		return nil, err
 	}
-	if err := cg.delegate(ids); err != nil {
+	if err := s.cg.delegate(s.ids); err != nil {
 		return fail(err)
 	}
+	s.recordDetail()
+	cfg, err := s.jailConfig()
+	if err != nil {
+		return fail(err)
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return fail(fmt.Errorf("jail config: %w", err))
+	}
+	proc, err := s.startJail(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	stopped := func(err error) (*procbox.Detached, error) {
+		proc.Kill()
+		<-proc.Exited
+		os.Remove(s.rec.Socket)
+		return fail(err)
+	}
+	if err := s.sendConfig(cfg, cfgJSON, proc); err != nil {
+		return stopped(err)
+	}
+	if s.fuseRoot {
+		pid, err := p.serveRoot(ctx, s.binF, s.fuseServer, s.parent, s.cloneLayers, s.ids, proc, l)
+		if err != nil {
+			return stopped(err)
+		}
+		s.rec.Extra["fuse_server_pid"] = strconv.Itoa(pid)
+	}
+	if cfg.Egress {
+		pid, err := startEgressHost(s.rec.Runboxd, l.Dir, s.rec.Socket, proc.Pid, l.Log)
+		if err != nil {
+			return stopped(err)
+		}
+		s.rec.Extra["egress_pid"] = strconv.Itoa(pid)
+	}
+	return proc, nil
+}
+
+// launching is what the steps of launch share: the sandbox's record and
+// spec, how its root is made, where its layers are, its cgroups, and the
+// descriptors held until launch returns.
+type launching struct {
+	l    procbox.Launch
+	rec  *procbox.Record
+	spec runbox.SandboxSpec // with the default limits once makeCgroups has run
+
+	ids      idMap
+	lower    string // the overlay's lower layer: "/" or the rootfs
+	rootless bool   // in a user namespace of the caller's uid alone
+	// fuseRoot says the host's root is served through FUSE (fuseServer)
+	// by a stranger to it (see fuseServerCmd): root-only host files stay
+	// unreadable, wherever they are, with no list of paths to hide.
+	fuseRoot   bool
+	fuseServer string
+
+	disk   int64   // the bound on the sandbox's writable layers, 0 for none
+	layers string  // the layers' directory on the host
+	dk     *diskFS // the layers' own filesystem, or nil
+
+	cg      *sandboxCgroups
+	tmpSize int64
+	shares  uint64
+
+	// binF and parent are runboxd's binary and this side of its
+	// configuration socket, which the FUSE server's start still needs.
+	binF, parent *os.File
+	// atEnd is what launch undoes when it returns, in reverse order: it
+	// closes the descriptors runboxd inherited or was sent (its copies
+	// stay), and the sandbox's disk (its mount stays).
+	atEnd []func()
+}
+
+// release runs s.atEnd, last in first.
+func (s *launching) release() {
+	for i := len(s.atEnd) - 1; i >= 0; i-- {
+		s.atEnd[i]()
+	}
+}
+
+// closeAtEnd closes f when launch returns.
+func (s *launching) closeAtEnd(f *os.File) {
+	s.atEnd = append(s.atEnd, func() { f.Close() })
+}
+
+// checkRunboxd reads runboxd's binary, and refuses a dynamic one for a
+// sandbox on a root filesystem of its own: it runs in the host's root
+// until it pivots, but would then find its libraries gone for good.
+func checkRunboxd(path string, spec runbox.SandboxSpec) error {
+	bin, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read runboxd: %w", err)
+	}
+	if spec.Rootfs != "" {
+		if err := runboxdbin.CheckStatic(bin, path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chooseRoot decides the sandbox's ids and root: the lower layer (the
+// host's root or the spec's rootfs), and whether the host's root is served
+// through FUSE, which needs its server and an overflow id.
+func (p *Provider) chooseRoot(s *launching) error {
+	var err error
+	if s.ids, err = chooseIDMap(p.UIDBase, s.spec.HostRoot); err != nil {
+		return err
+	}
+	s.lower = "/"
+	if s.spec.Rootfs != "" {
+		if s.lower, err = filepath.Abs(s.spec.Rootfs); err != nil {
+			return fmt.Errorf("rootfs: %w", err)
+		}
+	}
+	// As root, the host's root is served through FUSE by a stranger to it.
+	s.fuseRoot = s.ids.mapped() && s.lower == "/"
+	if s.fuseRoot {
+		if s.fuseServer, err = findFuseServer(); err != nil {
+			return err
+		}
+		if s.ids.swapped, err = overflowID(); err != nil {
+			return err
+		}
+	}
+	s.rootless = s.ids.userns && s.ids.size == 1
+	return nil
+}
+
+// makeCgroups gives the spec its default limits (not rootless: there are
+// no cgroups to hold them) and makes the sandbox's cgroups.
+func (s *launching) makeCgroups() error {
+	if !s.rootless {
+		s.spec, s.tmpSize, s.shares = withDefaults(s.spec)
+	}
+	var err error
+	s.cg, err = newCgroups(s.rec.ID, s.spec, s.shares, s.rootless)
+	return err
+}
+
+// network is the sandbox's network mode, never "".
+func (s *launching) network() string {
+	if s.spec.Network == "" {
+		return NetworkHost
+	}
+	return s.spec.Network
+}
+
+// recordDetail puts in the record what runbox inspect shows of the
+// sandbox's isolation: its cgroups, root, network, limits and user
+// namespace.
+func (s *launching) recordDetail() {
+	rec, spec, ids := s.rec, s.spec, s.ids
 	if rec.Extra == nil {
 		rec.Extra = map[string]string{}
 	}
-	cg.record(rec.Extra)
+	s.cg.record(rec.Extra)
 	if spec.Rootfs != "" {
-		rec.Extra["rootfs"] = lower
+		rec.Extra["rootfs"] = s.lower
 	}
-	network := spec.Network
-	if network == "" {
-		network = NetworkHost
-	}
-	rec.Extra["network"] = network
+	rec.Extra["network"] = s.network()
 	// The limits, as runbox inspect shows them (bytes, a count, CPUs).
 	if spec.Memory > 0 {
 		rec.Extra["memory"] = strconv.FormatInt(spec.Memory, 10)
@@ -199,16 +247,16 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if spec.CPUs > 0 {
 		rec.Extra["cpus"] = strconv.FormatFloat(spec.CPUs, 'f', -1, 64)
 	}
-	if shares > 0 {
-		rec.Extra["cpu_shares"] = strconv.FormatUint(shares, 10)
+	if s.shares > 0 {
+		rec.Extra["cpu_shares"] = strconv.FormatUint(s.shares, 10)
 	}
-	if tmpSize > 0 {
-		rec.Extra["tmp_size"] = strconv.FormatInt(tmpSize, 10)
+	if s.tmpSize > 0 {
+		rec.Extra["tmp_size"] = strconv.FormatInt(s.tmpSize, 10)
 	}
-	if disk > 0 {
-		rec.Extra["disk"] = strconv.FormatInt(disk, 10)
+	if s.disk > 0 {
+		rec.Extra["disk"] = strconv.FormatInt(s.disk, 10)
 	}
-	if fuseRoot {
+	if s.fuseRoot {
 		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
 	}
 	switch {
@@ -219,14 +267,21 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	default:
 		rec.Extra["userns"] = "none: sandbox root is host root (--host-root)"
 	}
+}
+
+// jailConfig is runboxd's jail configuration: how it builds the sandbox's
+// root, what it hides of the host's, its namespaces and its cgroup files.
+// A private sandbox's egress policy is written beside it.
+func (s *launching) jailConfig() (jail.Config, error) {
+	rec, l, ids, network := s.rec, s.l, s.ids, s.network()
 	cfg := jail.Config{
-		Lower:         lower,
-		LowerTree:     ids.mapped() && !fuseRoot,
-		FuseRoot:      fuseRoot,
-		LayersTree:    ids.mapped() || dk != nil,
-		Upper:         inLayers(upperDir),
-		Work:          inLayers(workDir),
-		Merged:        inLayers(mergedDir),
+		Lower:         s.lower,
+		LowerTree:     ids.mapped() && !s.fuseRoot,
+		FuseRoot:      s.fuseRoot,
+		LayersTree:    ids.mapped() || s.dk != nil,
+		Upper:         s.inLayers(upperDir),
+		Work:          s.inLayers(workDir),
+		Merged:        s.inLayers(mergedDir),
 		Workspace:     rec.Workdir,
 		WorkspaceTree: ids.mapped() && rec.Workdir != "",
 		Socket:        rec.Socket,
@@ -237,24 +292,25 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		NetworkNone:   network == NetworkNone || network == NetworkPrivate,
 		Egress:        network == NetworkPrivate,
 		Mask:          []string{l.Home},
-		PrivateDir:    inLayers("private"),
+		PrivateDir:    s.inLayers("private"),
 		Env:           jail.DefaultEnv,
-		OOMControl:    cg.oomControl,
-		ExecTasks:     cg.execTasks,
-		Threads:       cg.keepThreads,
+		OOMControl:    s.cg.oomControl,
+		ExecTasks:     s.cg.execTasks,
+		Threads:       s.cg.keepThreads,
 		AuthSHA256:    l.AuthSHA256,
 	}
-	if fuseRoot {
+	if s.fuseRoot {
 		cfg.Direct = []string{SpillDir}
 	}
 	if rec.Workdir != "" && !cfg.WorkspaceTree {
 		// The jail opens the workspace by its path in its own mount
 		// namespace and refuses any directory but the one checked.
+		var err error
 		if cfg.WorkspaceDev, cfg.WorkspaceIno, err = owndir.Stat(l.WorkdirHandle); err != nil {
-			return fail(err)
+			return jail.Config{}, err
 		}
 	}
-	if lower == "/" {
+	if s.lower == "/" {
 		cfg.Private, cfg.Fresh = privateDirs, freshDirs
 		cfg.Mask = append(cfg.Mask, engineDirs()...)
 		for _, g := range maskedGlobs {
@@ -262,44 +318,68 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			cfg.MaskFiles = append(cfg.MaskFiles, m...)
 		}
 	}
-	cfg.TmpSize = tmpSize
+	cfg.TmpSize = s.tmpSize
 	if network == NetworkPrivate {
 		cfg.Env = append(slices.Clip(cfg.Env), egress.Env...)
-		if err := egress.WritePolicy(filepath.Join(l.Dir, egress.PolicyFile), egress.Policy(spec.Egress)); err != nil {
-			return fail(err)
+		if err := egress.WritePolicy(filepath.Join(l.Dir, egress.PolicyFile), egress.Policy(s.spec.Egress)); err != nil {
+			return jail.Config{}, err
 		}
 	}
-	cfgJSON, err := json.Marshal(cfg)
-	if err != nil {
-		return fail(fmt.Errorf("jail config: %w", err))
-	}
+	return cfg, nil
+}
+
+// startJail starts `runboxd jail` detached, as PID 1 of new namespaces
+// and in the sandbox's cgroup from its first instruction, with its
+// listening socket, its binary and one end of its configuration socket
+// (the other is s.parent). It waits for its configuration.
+func (s *launching) startJail(cfg jail.Config) (*procbox.Detached, error) {
+	rec, l := s.rec, s.l
 	ln, err := listenSocket(rec.Socket)
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
-	defer ln.Close()
+	s.closeAtEnd(ln)
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return fail(fmt.Errorf("config socket: %w", err))
+		return nil, fmt.Errorf("config socket: %w", err)
 	}
 	child := os.NewFile(uintptr(pair[1]), "config")
-	defer child.Close()
-	parent := os.NewFile(uintptr(pair[0]), "config")
-	defer parent.Close()
+	s.closeAtEnd(child)
+	s.parent = os.NewFile(uintptr(pair[0]), "config")
+	s.closeAtEnd(s.parent)
 
-	binF, err := os.Open(rec.Runboxd)
-	if err != nil {
-		return fail(fmt.Errorf("runboxd: %w", err))
+	if s.binF, err = os.Open(rec.Runboxd); err != nil {
+		return nil, fmt.Errorf("runboxd: %w", err)
 	}
-	defer binF.Close()
+	s.closeAtEnd(s.binF)
 	cmd := &exec.Cmd{
 		Path: fmt.Sprintf("/proc/self/fd/%d", binaryFD),
-		Args: append([]string{rec.Runboxd, "jail", "--spill-dir", SpillDir}, spec.DaemonArgs...),
+		Args: append([]string{rec.Runboxd, "jail", "--spill-dir", SpillDir}, s.spec.DaemonArgs...),
 	}
 	cmd.Dir = "/"
 	cmd.Env = jail.DefaultEnv
 	cmd.Stdout, cmd.Stderr = l.Log, l.Log
-	cmd.ExtraFiles = []*os.File{child, ln, binF} // configFD, listenerFD, binaryFD
+	cmd.ExtraFiles = []*os.File{child, ln, s.binF} // configFD, listenerFD, binaryFD
+	if cmd.SysProcAttr, err = s.jailProcAttr(cfg); err != nil {
+		return nil, err
+	}
+	proc, err := procbox.StartDetached(cmd)
+	if err != nil {
+		os.Remove(rec.Socket)
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
+			return nil, fmt.Errorf("%w (%v): run as root, enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces), or use --provider host or --provider docker",
+				ErrNoNamespaces, err)
+		}
+		return nil, err
+	}
+	return proc, nil
+}
+
+// jailProcAttr is how runboxd jail is cloned: a session of its own, new
+// namespaces (a user namespace with the sandbox's id map unless it is the
+// host's root), and its cgroup entered by clone3 itself.
+func (s *launching) jailProcAttr(cfg jail.Config) (*syscall.SysProcAttr, error) {
+	ids := s.ids
 	attr := &syscall.SysProcAttr{
 		Setsid: true,
 		Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWUTS |
@@ -320,57 +400,50 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 			attr.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 		}
 	}
-	if cg.v2Dir != "" {
-		dir, err := os.Open(cg.v2Dir)
+	if s.cg.v2Dir != "" {
+		dir, err := os.Open(s.cg.v2Dir)
 		if err != nil {
-			return fail(fmt.Errorf("cgroup %s: %w", cg.v2Dir, err))
+			return nil, fmt.Errorf("cgroup %s: %w", s.cg.v2Dir, err)
 		}
-		defer dir.Close()
+		s.closeAtEnd(dir)
 		attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
 	}
-	cmd.SysProcAttr = attr
-	proc, err := procbox.StartDetached(cmd)
-	if err != nil {
-		os.Remove(rec.Socket)
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EUSERS) {
-			return fail(fmt.Errorf("%w (%v): run as root, enable unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces), or use --provider host or --provider docker",
-				ErrNoNamespaces, err))
-		}
-		return fail(err)
-	}
-	stopped := func(err error) (*procbox.Detached, error) {
-		proc.Kill()
-		<-proc.Exited
-		os.Remove(rec.Socket)
-		return fail(err)
-	}
-	if err := cg.place(proc.Pid); err != nil {
-		return stopped(err)
+	return attr, nil
+}
+
+// sendConfig puts runboxd (proc) in the sandbox's cgroups, then sends it
+// its configuration with the mounts it attaches (the layers, the host's
+// root and the workspace, id-mapped, as cfg asks), then EOF, its go-ahead;
+// with a FUSE root, the socket stays open for the FUSE device to come
+// back.
+func (s *launching) sendConfig(cfg jail.Config, cfgJSON []byte, proc *procbox.Detached) error {
+	if err := s.cg.place(proc.Pid); err != nil {
+		return err
 	}
 	var trees []int
-	defer func() {
+	s.atEnd = append(s.atEnd, func() {
 		for _, fd := range trees {
 			unix.Close(fd)
 		}
-	}()
+	})
 	if cfg.LayersTree {
-		fd, err := cloneLayers()
+		fd, err := s.cloneLayers()
 		if err != nil {
-			return stopped(err)
+			return err
 		}
 		trees = append(trees, fd)
 	}
 	if cfg.LowerTree {
-		fd, err := idmappedTree(lower, proc.Pid)
+		fd, err := idmappedTree(s.lower, proc.Pid)
 		if err != nil {
-			return stopped(err)
+			return err
 		}
 		trees = append(trees, fd)
 	}
 	if cfg.WorkspaceTree {
-		fd, err := idmappedTreeOf(l.WorkdirHandle, proc.Pid)
+		fd, err := idmappedTreeOf(s.l.WorkdirHandle, proc.Pid)
 		if err != nil {
-			return stopped(fmt.Errorf("workspace %s: %w", rec.Workdir, err))
+			return fmt.Errorf("workspace %s: %w", s.rec.Workdir, err)
 		}
 		trees = append(trees, fd)
 	}
@@ -380,34 +453,21 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 	if len(trees) > 0 {
 		rights = unix.UnixRights(trees...)
 	}
+	parent := s.parent
 	n, err := unix.SendmsgN(int(parent.Fd()), cfgJSON, rights, nil, 0)
 	if err == nil && n != len(cfgJSON) {
 		err = fmt.Errorf("sent %d of %d bytes", n, len(cfgJSON))
 	}
-	if err == nil && fuseRoot {
+	if err == nil && s.fuseRoot {
 		// EOF ends the configuration; the FUSE device comes back.
 		err = unix.Shutdown(int(parent.Fd()), unix.SHUT_WR)
 	} else if cerr := parent.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return stopped(fmt.Errorf("start runboxd: configuration: %w", err))
+		return fmt.Errorf("start runboxd: configuration: %w", err)
 	}
-	if fuseRoot {
-		pid, err := p.serveRoot(ctx, binF, fuseServer, parent, cloneLayers, ids, proc, l)
-		if err != nil {
-			return stopped(err)
-		}
-		rec.Extra["fuse_server_pid"] = strconv.Itoa(pid)
-	}
-	if cfg.Egress {
-		pid, err := startEgressHost(rec.Runboxd, l.Dir, rec.Socket, proc.Pid, l.Log)
-		if err != nil {
-			return stopped(err)
-		}
-		rec.Extra["egress_pid"] = strconv.Itoa(pid)
-	}
-	return proc, nil
+	return nil
 }
 
 // startEgressHost starts the host side of a private-network sandbox's
@@ -457,58 +517,6 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 		return 0, fmt.Errorf("start %s for the sandbox's root: %w", FuseServer, err)
 	}
 	return srv.Pid, nil
-}
-
-// makeLayers closes the layers directory to everyone but the sandbox's
-// root and makes in it the overlay's upper, work and mount point
-// directories, and, on the host's root, the sanitised copies of the
-// host's password files in the upper layer, and the directories of
-// mountPoints (see seedMountPoints).
-func makeLayers(layers, lower string, ids idMap, mountPoints []string) error {
-	// It exists already (it may be the root of the sandbox's disk, 0755).
-	if err := os.Chmod(layers, 0o700); err != nil {
-		return fmt.Errorf("state dir: %w", err)
-	}
-	// Chown, not Lchown: layers is a fresh directory or the root of the
-	// sandbox's disk, reached through /proc/self/fd.
-	if ids.mapped() {
-		if err := os.Chown(layers, ids.hostUID, ids.hostGID); err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-	}
-	for _, d := range []string{upperDir, workDir, mergedDir} {
-		p := filepath.Join(layers, d)
-		if err := os.Mkdir(p, 0o755); err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-		if err := ids.chown(p); err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-	}
-	if ids.swapped != 0 {
-		// Served through FUSE: the upper layer's root is the sandbox's
-		// root directory, kept as its root's on-disk id (see onDisk).
-		if err := lchownMapped(filepath.Join(layers, upperDir), 0, 0, ids); err != nil {
-			return fmt.Errorf("state dir: %w", err)
-		}
-		if err := makeFuseDevice(layers, ids); err != nil {
-			return err
-		}
-	}
-	if lower == "/" {
-		if err := sanitizeSecrets("/", filepath.Join(layers, upperDir), ids); err != nil {
-			return fmt.Errorf("upper layer: %w", err)
-		}
-	}
-	if ids.swapped != 0 {
-		if err := seedUnreadable("/", filepath.Join(layers, upperDir), ids); err != nil {
-			return fmt.Errorf("upper layer: %w", err)
-		}
-		if err := seedMountPoints("/", filepath.Join(layers, upperDir), mountPoints, ids); err != nil {
-			return fmt.Errorf("upper layer: %w", err)
-		}
-	}
-	return nil
 }
 
 // listenSocket listens on the unix socket at path, mode 0600, replacing a
