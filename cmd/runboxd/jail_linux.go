@@ -51,6 +51,9 @@ func jailServe(args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := jail.RequireNoCgo(); err != nil {
+		return err
+	}
 	for _, fd := range jc.CloseFDs {
 		if fd > configFD {
 			unix.Close(fd)

@@ -508,6 +508,20 @@ func loopbackUp() error {
 	return nil
 }
 
+// ErrCgoBuild means runboxd was built with cgo. A jail changes every
+// thread of runboxd at once (the capability bounding set, no_new_privs,
+// the seccomp filter), which the Go runtime allows only in a program
+// built without cgo.
+var ErrCgoBuild = errors.New("this runboxd was built with cgo, and a jail must change every thread of runboxd at once, which Go allows only without cgo: build it with CGO_ENABLED=0 (CGO_ENABLED=0 go build ./cmd/runboxd)")
+
+// RequireNoCgo returns ErrCgoBuild when this program was built with cgo.
+func RequireNoCgo() error {
+	if _, _, errno := syscall.AllThreadsSyscall(unix.SYS_GETPID, 0, 0, 0); errno == unix.ENOTSUP {
+		return ErrCgoBuild
+	}
+	return nil
+}
+
 // ErrNotPID1 means Enter's caller is not the first process of its own pid
 // namespace.
 var ErrNotPID1 = errors.New("runboxd jail must be PID 1 of a new pid namespace")

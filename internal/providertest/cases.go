@@ -76,12 +76,11 @@ func testWedge(t *testing.T, fx Fixture) {
 // testTimeoutKillsBackground: a timeout kills the background job too.
 func testTimeoutKillsBackground(t *testing.T, fx Fixture) {
 	s := newSandbox(t, fx)
-	m := newMarker()
-	res := s.runWatched(t, m+" & "+m, m, 2, client.WithTimeout(time.Second))
-	if !res.TimedOut || res.ExitCode != 143 {
-		t.Errorf("%s & %s with 1s timeout: %s; want timed_out, exit 143", m, m, describe(res))
+	w := s.runWatched(t, 2, time.Second, func(m string) string { return m + " & " + m }, timeoutOf)
+	if res := w.res; !res.TimedOut || res.ExitCode != 143 {
+		t.Errorf("%s & %s with a %v timeout: %s; want timed_out, exit 143", w.marker, w.marker, w.window, describe(res))
 	}
-	s.noSurvivors(t, m)
+	s.noSurvivors(t, w.marker)
 }
 
 // testEscapees: processes that left the exec's process group (setsid, double
@@ -99,12 +98,14 @@ func testEscapees(t *testing.T, fx Fixture, mode string) {
 		}
 		t.Fatalf("runboxd %v reports cgroup mode %q, want %q", args, got, mode)
 	}
-	m := newMarker()
-	cmd := fmt.Sprintf("setsid %[1]s & (setsid sh -c '%[1]s &' &); nohup %[1]s >/dev/null 2>&1 & disown; %[1]s", m)
+	escapees := func(m string) string {
+		return fmt.Sprintf("setsid %[1]s & (setsid sh -c '%[1]s &' &); nohup %[1]s >/dev/null 2>&1 & disown; %[1]s", m)
+	}
 	// Four sleeps: setsid's, the double-forked one, nohup's and the leader's.
-	res := s.runWatched(t, cmd, m, 4, client.WithTimeout(2*time.Second))
+	w := s.runWatched(t, 4, 2*time.Second, escapees, timeoutOf)
+	res := w.res
 	if !res.TimedOut || res.ExitCode != 143 {
-		t.Errorf("escapees with 2s timeout: %s; want timed_out, exit 143", describe(res))
+		t.Errorf("escapees with a %v timeout: %s; want timed_out, exit 143", w.window, describe(res))
 	}
 	if res.Killed < 4 {
 		t.Errorf("result says the stop protocol signalled %d processes, want at least the 4 sleeps", res.Killed)
@@ -112,24 +113,27 @@ func testEscapees(t *testing.T, fx Fixture, mode string) {
 	if res.Survivors != 0 {
 		t.Errorf("result reports %d survivors", res.Survivors)
 	}
-	s.noSurvivors(t, m)
+	s.noSurvivors(t, w.marker)
 }
 
 // testTermIgnored: a tree that ignores SIGTERM is killed after the grace.
 func testTermIgnored(t *testing.T, fx Fixture) {
 	s := newSandbox(t, fx)
-	m := newMarker()
-	const timeout, grace = time.Second, 500 * time.Millisecond
-	res := s.runWatched(t, "trap '' TERM; "+m+" & "+m, m, 2, client.WithTimeout(timeout), client.WithGrace(grace))
+	const grace = 500 * time.Millisecond
+	w := s.runWatched(t, 2, time.Second, func(m string) string { return "trap '' TERM; " + m + " & " + m },
+		func(timeout time.Duration) []client.ExecOption {
+			return []client.ExecOption{client.WithTimeout(timeout), client.WithGrace(grace)}
+		})
+	res := w.res
 	if !res.TimedOut || res.ExitCode != 137 || res.Signal != "KILL" {
 		t.Errorf("TERM-ignoring command: %s; want timed_out, exit 137, signal KILL", describe(res))
 	}
 	// The grace is a lower bound on when SIGKILL may come; 100 ms of slack
 	// for where the daemon starts its clock.
-	if res.Duration < timeout+grace-100*time.Millisecond {
-		t.Errorf("killed after %v, before timeout %v + grace %v: the grace was not honoured", res.Duration, timeout, grace)
+	if res.Duration < w.window+grace-100*time.Millisecond {
+		t.Errorf("killed after %v, before timeout %v + grace %v: the grace was not honoured", res.Duration, w.window, grace)
 	}
-	s.noSurvivors(t, m)
+	s.noSurvivors(t, w.marker)
 }
 
 // testZeroDelayCancel races Start against Cancel with random delays, in both
@@ -488,32 +492,79 @@ func testNoZombies(t *testing.T, fx Fixture) {
 	}
 }
 
-// runWatched starts command, waits until at least want processes carrying
-// marker are alive (so the case tests what it claims), then waits for the
-// result.
-func (s *sandbox) runWatched(t *testing.T, command, marker string, want int, opts ...client.ExecOption) runbox.Result {
+// watchAttempts is how many times runWatched runs a command whose processes
+// the case did not see alive, each time with twice the window before.
+const watchAttempts = 4
+
+// timeoutOf is the options of a run whose window is its timeout.
+func timeoutOf(window time.Duration) []client.ExecOption {
+	return []client.ExecOption{client.WithTimeout(window)}
+}
+
+// watched is one run of a command whose processes a case saw alive.
+type watched struct {
+	res    runbox.Result
+	marker string        // what the run's processes carry on their command line
+	window time.Duration // the time limit the run was given (a timeout, an idle timeout)
+}
+
+// runWatched runs command(marker) with opts(window) and returns its result
+// once at least want processes carrying a fresh marker were seen alive
+// while it ran, so the case tests what it claims. The observer looks from
+// before the start to the result. On a loaded machine it can miss a
+// short-lived tree: then each process of that run must still be gone (a
+// time limit kills them whether or not anyone looked), and the command
+// runs again with a new marker and twice the window; the case fails only
+// when watchAttempts runs went unseen.
+func (s *sandbox) runWatched(t *testing.T, want int, window time.Duration, command func(marker string) string, opts func(window time.Duration) []client.ExecOption) watched {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		m := newMarker()
+		res, seen := s.watchOnce(t, command(m), m, want, opts(window)...)
+		if seen >= want {
+			return watched{res: res, marker: m, window: window}
+		}
+		s.noSurvivors(t, m)
+		if attempt == watchAttempts {
+			t.Fatalf("saw at most %d processes with %q while %q ran (the last of %d runs, with a time limit of %v), want %d: the case did not set up what it tests",
+				seen, m, command(m), attempt, window, want)
+		}
+		t.Logf("saw at most %d of %d processes with %q while it ran with a time limit of %v: running it again with %v", seen, want, m, window, 2*window)
+		window *= 2
+	}
+}
+
+// watchOnce runs command once and returns its result and the most
+// processes carrying marker seen alive at one look while it ran.
+func (s *sandbox) watchOnce(t *testing.T, command, marker string, want int, opts ...client.ExecOption) (runbox.Result, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), caseTimeout)
 	defer cancel()
-	p, err := s.c.Start(ctx, command, opts...)
-	if err != nil {
-		t.Fatalf("start %q: %v", command, err)
-	}
 	type outcome struct {
 		res runbox.Result
 		err error
 	}
 	done := make(chan outcome, 1)
 	go func() {
+		p, err := s.c.Start(ctx, command, opts...)
+		if err != nil {
+			done <- outcome{err: fmt.Errorf("start %q: %w", command, err)}
+			return
+		}
 		res, err := p.Wait(ctx)
+		if err != nil {
+			err = fmt.Errorf("wait for %q: %w", command, err)
+		}
 		done <- outcome{res, err}
 	}()
 	seen := 0
-	var o outcome
-	for finished := false; !finished; {
+	for {
 		select {
-		case o = <-done:
-			finished = true
+		case o := <-done:
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			return o.res, seen
 		default:
 			if seen < want {
 				seen = max(seen, s.count(t, marker))
@@ -521,13 +572,6 @@ func (s *sandbox) runWatched(t *testing.T, command, marker string, want int, opt
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if o.err != nil {
-		t.Fatalf("wait for %q: %v", command, o.err)
-	}
-	if seen < want {
-		t.Errorf("saw at most %d processes with %q while %q ran, want %d: the case did not set up what it tests", seen, marker, command, want)
-	}
-	return o.res
 }
 
 // baseline warms the daemon up with one exec from a throwaway client, waits

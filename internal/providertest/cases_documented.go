@@ -29,23 +29,23 @@ func documentedCases() []testCase {
 // timeout: the clock restarts with each write.
 func testIdleTimeout(t *testing.T, fx Fixture) {
 	s := newSandbox(t, fx)
-	m := newMarker()
-	const idle = time.Second
-	res := s.runWatched(t, "echo started; "+m+" & "+m, m, 2, client.WithIdleTimeout(idle))
+	w := s.runWatched(t, 2, time.Second, func(m string) string { return "echo started; " + m + " & " + m },
+		func(idle time.Duration) []client.ExecOption { return []client.ExecOption{client.WithIdleTimeout(idle)} })
+	res := w.res
 	if !res.IdleTimedOut || res.TimedOut || res.Cancelled || res.ExitCode != 143 || res.Signal != "TERM" {
-		t.Errorf("quiet command with a %v idle timeout: %s; want idle_timed_out, exit 143, signal TERM", idle, describe(res))
+		t.Errorf("quiet command with a %v idle timeout: %s; want idle_timed_out, exit 143, signal TERM", w.window, describe(res))
 	}
 	if string(res.Stdout) != "started\n" {
 		t.Errorf("stdout %q, want the output before the quiet spell", res.Stdout)
 	}
 	// The daemon's own clock: the idle timeout is a lower bound.
-	if res.Duration < idle {
-		t.Errorf("stopped after %v, before the %v idle timeout", res.Duration, idle)
+	if res.Duration < w.window {
+		t.Errorf("stopped after %v, before the %v idle timeout", res.Duration, w.window)
 	}
 	if res.Killed < 2 {
 		t.Errorf("the stop protocol signalled %d processes, want at least the 2 sleeps", res.Killed)
 	}
-	s.noSurvivors(t, m)
+	s.noSurvivors(t, w.marker)
 
 	// 30 writes 100 ms apart, on both streams, over 3 s: never quiet for
 	// anything near the 2 s idle timeout, so it runs to its end.
