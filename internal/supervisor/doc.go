@@ -95,6 +95,14 @@ const (
 	// 5 ms doubling at once: a tree gone in 6 ms was seen gone at 15 ms.)
 	stopPollInterval = time.Millisecond
 	stopFastPolls    = 20
+	// firstHangupRepeat is when the stop protocol hangs a terminal's
+	// command up again if it is still there; each repeat comes twice as
+	// long after the one before. A shell's line editor checks for a
+	// caught signal and then blocks reading the terminal: a hangup that
+	// lands between the two is caught but not acted on until the next
+	// signal (readline), and a terminal that was really closed would end
+	// that read; runboxd's stays open for the output.
+	firstHangupRepeat = 100 * time.Millisecond
 	// escapeeRescanInterval is how often, at most, the stop protocol
 	// searches /proc for processes that left the exec's cgroup while the
 	// cgroup still has members (it always searches on a phase's first

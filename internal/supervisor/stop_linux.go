@@ -136,13 +136,18 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 	defer e.stopMu.Unlock()
 	w := e.newStopWait()
 	defer w.close()
-	if e.pty != nil && grace > 0 && !e.gone() {
-		// A command on a terminal is stopped as a closed terminal stops
-		// it: a hangup first (an interactive shell ignores SIGTERM and
-		// would otherwise hold on for the whole grace period).
+	// A command on a terminal is stopped as a closed terminal stops it: a
+	// hangup first (an interactive shell ignores SIGTERM and would
+	// otherwise hold on for the whole grace period), to every process,
+	// and again to the leader's group while the grace lasts (see
+	// firstHangupRepeat).
+	hangup := e.pty != nil && grace > 0 && !e.gone()
+	if hangup {
 		signalPids(e.livePids(), syscall.SIGHUP, e.signalled)
 		e.signalLeaderGroup(syscall.SIGHUP)
 	}
+	hangupRepeat := firstHangupRepeat
+	nextHangup := time.Now().Add(hangupRepeat)
 	var lastSearch time.Time
 	// search looks for the exec's processes by their markers (cgroup2
 	// mode; proc mode's containment is that search itself): always once
@@ -177,6 +182,11 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		// process in the group gets a second SIGTERM there). Every member
 		// listed before the group signal was signalled, even if it is gone
 		// by the time its pid's turn comes.
+		if hangup && time.Now().After(nextHangup) {
+			e.signalLeaderGroup(syscall.SIGHUP)
+			hangupRepeat *= 2
+			nextHangup = time.Now().Add(hangupRepeat)
+		}
 		members := e.cont.pids()
 		e.signalLeaderGroup(syscall.SIGTERM)
 		signalPids(members, syscall.SIGTERM, e.signalled)
