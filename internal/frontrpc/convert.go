@@ -12,13 +12,12 @@ package frontrpc
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1wire"
+	"github.com/runbox/runbox/internal/textfield"
 	"github.com/runbox/runbox/internal/wiretime"
 )
 
@@ -51,46 +50,13 @@ func specToWire(s runbox.ExecSpec) *runboxv1wire.ExecSpec {
 	if s.PTY != nil {
 		p.Pty = &runboxv1wire.PtySize{Rows: uint32(s.PTY.Rows), Cols: uint32(s.PTY.Cols)}
 	}
-	p.Command, p.CommandRaw = textOrRaw(s.Command)
-	p.Cwd, p.CwdRaw = textOrRaw(s.Cwd)
-	if !slices.ContainsFunc(s.Argv, func(a string) bool { return !utf8.ValidString(a) }) {
-		p.Argv = s.Argv
-	} else {
-		p.ArgvRaw = make([][]byte, len(s.Argv))
-		for i, a := range s.Argv {
-			p.ArgvRaw[i] = []byte(a)
-		}
-	}
-	envValid := true
-	for k, v := range s.Env {
-		envValid = envValid && utf8.ValidString(k) && utf8.ValidString(v)
-	}
-	if envValid {
-		p.Env = s.Env
-	} else {
-		p.EnvRaw = make([]*runboxv1wire.EnvVar, 0, len(s.Env))
-		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
-			p.EnvRaw = append(p.EnvRaw, &runboxv1wire.EnvVar{Name: []byte(k), Value: []byte(s.Env[k])})
-		}
-	}
+	p.Command, p.CommandRaw = textfield.Split(s.Command)
+	p.Cwd, p.CwdRaw = textfield.Split(s.Cwd)
+	p.Argv, p.ArgvRaw = textfield.SplitList(s.Argv)
+	p.Env, p.EnvRaw = textfield.SplitEnv(s.Env, func(name, value []byte) *runboxv1wire.EnvVar {
+		return &runboxv1wire.EnvVar{Name: name, Value: value}
+	})
 	return p
-}
-
-// textOrRaw returns s as the string field when it is valid UTF-8, else as
-// the raw field's bytes.
-func textOrRaw(s string) (string, []byte) {
-	if utf8.ValidString(s) {
-		return s, nil
-	}
-	return "", []byte(s)
-}
-
-// fromTextOrRaw is the raw bytes when set, else the string.
-func fromTextOrRaw(s string, raw []byte) string {
-	if len(raw) > 0 {
-		return string(raw)
-	}
-	return s
 }
 
 // unencodable marks a request the front cannot send (an exec id or session
@@ -228,8 +194,8 @@ func resultFromWire(p *runboxv1wire.Result) runbox.Result {
 		StdoutSpill:       p.StdoutSpill,
 		StderrSpill:       p.StderrSpill,
 		SpillTruncated:    p.SpillTruncated,
-		Cwd:               fromTextOrRaw(p.Cwd, p.CwdRaw),
-		CwdFallbackFrom:   fromTextOrRaw(p.CwdFallbackFrom, p.CwdFallbackFromRaw),
+		Cwd:               textfield.Join(p.Cwd, p.CwdRaw),
+		CwdFallbackFrom:   textfield.Join(p.CwdFallbackFrom, p.CwdFallbackFromRaw),
 		OOMKilled:         p.OomKilled,
 		LeftRunning:       int(p.LeftRunning),
 		StdoutSpillOffset: p.StdoutSpillOffset,

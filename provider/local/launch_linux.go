@@ -54,7 +54,7 @@ var (
 func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detached, error) {
 	s := &launching{l: l, rec: l.Record, spec: l.Spec}
 	defer s.release()
-	if err := checkRunboxd(s.rec.Runboxd, s.spec); err != nil {
+	if err := checkRunboxd(s.rec.Runboxd); err != nil {
 		return nil, err
 	}
 	if err := p.chooseRoot(s); err != nil {
@@ -161,20 +161,17 @@ func (s *launching) closeAtEnd(f *os.File) {
 	s.atEnd = append(s.atEnd, func() { f.Close() })
 }
 
-// checkRunboxd reads runboxd's binary, and refuses a dynamic one for a
-// sandbox on a root filesystem of its own: it runs in the host's root
-// until it pivots, but would then find its libraries gone for good.
-func checkRunboxd(path string, spec runbox.SandboxSpec) error {
+// checkRunboxd reads runboxd's binary and refuses a dynamically linked
+// one, before anything is made: it would run in the host's root until it
+// pivots and then find its libraries gone, and a build with cgo cannot
+// jail itself at all (a static build with cgo is refused by the jail:
+// jail.ErrCgoBuild).
+func checkRunboxd(path string) error {
 	bin, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read runboxd: %w", err)
 	}
-	if spec.Rootfs != "" {
-		if err := runboxdbin.CheckStatic(bin, path); err != nil {
-			return err
-		}
-	}
-	return nil
+	return runboxdbin.CheckStatic(bin, path)
 }
 
 // chooseRoot decides the sandbox's ids and root: the lower layer (the

@@ -10,13 +10,11 @@ package wire
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"time"
-	"unicode/utf8"
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/textfield"
 	"github.com/runbox/runbox/internal/wiretime"
 )
 
@@ -163,56 +161,13 @@ func SpecToProto(s runbox.ExecSpec) *runboxv1.ExecSpec {
 		CancelOnDisconnect: s.CancelOnDisconnect,
 		KillLeftovers:      s.KillLeftovers,
 	}
-	p.Command, p.CommandRaw = textOrRaw(s.Command)
-	p.Cwd, p.CwdRaw = textOrRaw(s.Cwd)
-	if allValid(s.Argv) {
-		p.Argv = s.Argv
-	} else {
-		p.ArgvRaw = make([][]byte, len(s.Argv))
-		for i, a := range s.Argv {
-			p.ArgvRaw[i] = []byte(a)
-		}
-	}
-	envValid := true
-	for k, v := range s.Env {
-		envValid = envValid && utf8.ValidString(k) && utf8.ValidString(v)
-	}
-	if envValid {
-		p.Env = s.Env
-	} else {
-		p.EnvRaw = make([]*runboxv1.EnvVar, 0, len(s.Env))
-		for _, k := range slices.Sorted(maps.Keys(s.Env)) {
-			p.EnvRaw = append(p.EnvRaw, &runboxv1.EnvVar{Name: []byte(k), Value: []byte(s.Env[k])})
-		}
-	}
+	p.Command, p.CommandRaw = textfield.Split(s.Command)
+	p.Cwd, p.CwdRaw = textfield.Split(s.Cwd)
+	p.Argv, p.ArgvRaw = textfield.SplitList(s.Argv)
+	p.Env, p.EnvRaw = textfield.SplitEnv(s.Env, func(name, value []byte) *runboxv1.EnvVar {
+		return &runboxv1.EnvVar{Name: name, Value: value}
+	})
 	return p
-}
-
-// textOrRaw returns s as the string field when it is valid UTF-8, else as
-// the raw field's bytes.
-func textOrRaw(s string) (string, []byte) {
-	if utf8.ValidString(s) {
-		return s, nil
-	}
-	return "", []byte(s)
-}
-
-// fromTextOrRaw is the inverse of textOrRaw: the raw bytes when set, else
-// the string.
-func fromTextOrRaw(s string, raw []byte) string {
-	if len(raw) > 0 {
-		return string(raw)
-	}
-	return s
-}
-
-func allValid(ss []string) bool {
-	for _, s := range ss {
-		if !utf8.ValidString(s) {
-			return false
-		}
-	}
-	return true
 }
 
 // PTYToProto converts a terminal size; nil (no pty) stays nil.
@@ -259,11 +214,11 @@ func SpecFromProto(p *runboxv1.ExecSpec) (runbox.ExecSpec, error) {
 	}
 	s := runbox.ExecSpec{
 		ID:          p.GetId(),
-		Command:     fromTextOrRaw(p.GetCommand(), p.GetCommandRaw()),
+		Command:     textfield.Join(p.GetCommand(), p.GetCommandRaw()),
 		Argv:        p.GetArgv(),
 		Login:       p.GetLogin(),
 		Env:         p.GetEnv(),
-		Cwd:         fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
+		Cwd:         textfield.Join(p.GetCwd(), p.GetCwdRaw()),
 		Stdin:       p.GetStdin(),
 		StdinStream: p.GetStdinStream(),
 		Timeout:     MsToDuration(p.GetTimeoutMs()),
@@ -321,8 +276,8 @@ func ResultToProto(r runbox.Result) *runboxv1.Result {
 		StdoutSpillOffset: r.StdoutSpillOffset,
 		StderrSpillOffset: r.StderrSpillOffset,
 	}
-	p.Cwd, p.CwdRaw = textOrRaw(r.Cwd)
-	p.CwdFallbackFrom, p.CwdFallbackFromRaw = textOrRaw(r.CwdFallbackFrom)
+	p.Cwd, p.CwdRaw = textfield.Split(r.Cwd)
+	p.CwdFallbackFrom, p.CwdFallbackFromRaw = textfield.Split(r.CwdFallbackFrom)
 	return p
 }
 
@@ -351,8 +306,8 @@ func ResultFromProto(p *runboxv1.Result) runbox.Result {
 		StdoutSpill:       p.GetStdoutSpill(),
 		StderrSpill:       p.GetStderrSpill(),
 		SpillTruncated:    p.GetSpillTruncated(),
-		Cwd:               fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()),
-		CwdFallbackFrom:   fromTextOrRaw(p.GetCwdFallbackFrom(), p.GetCwdFallbackFromRaw()),
+		Cwd:               textfield.Join(p.GetCwd(), p.GetCwdRaw()),
+		CwdFallbackFrom:   textfield.Join(p.GetCwdFallbackFrom(), p.GetCwdFallbackFromRaw()),
 		OOMKilled:         p.GetOomKilled(),
 		LeftRunning:       int(p.GetLeftRunning()),
 		StdoutSpillOffset: p.GetStdoutSpillOffset(),
@@ -369,7 +324,7 @@ func ExecInfoToProto(e runbox.ExecInfo) *runboxv1.ExecInfo {
 		StartedAtUnixMs: timeToMs(e.StartedAt),
 		LiveProcesses:   int32(e.LiveProcesses),
 	}
-	p.Command, p.CommandRaw = textOrRaw(e.Command)
+	p.Command, p.CommandRaw = textfield.Split(e.Command)
 	if e.Result != nil {
 		p.Result = ResultToProto(*e.Result)
 	}
@@ -385,7 +340,7 @@ func ExecInfoFromProto(p *runboxv1.ExecInfo) runbox.ExecInfo {
 		ID:            p.GetId(),
 		Pid:           int(p.GetPid()),
 		State:         StateFromProto(p.GetState()),
-		Command:       fromTextOrRaw(p.GetCommand(), p.GetCommandRaw()),
+		Command:       textfield.Join(p.GetCommand(), p.GetCommandRaw()),
 		StartedAt:     msToTime(p.GetStartedAtUnixMs()),
 		LiveProcesses: int(p.GetLiveProcesses()),
 	}
@@ -458,7 +413,7 @@ func GapFromProto(p *runboxv1.Gap) runbox.OutputGap {
 // SessionToProto converts a SessionInfo for the wire.
 func SessionToProto(s runbox.SessionInfo) *runboxv1.Session {
 	p := &runboxv1.Session{Name: s.Name, EnvVars: int32(s.EnvVars), Execs: int32(s.Execs)}
-	p.Cwd, p.CwdRaw = textOrRaw(s.Cwd)
+	p.Cwd, p.CwdRaw = textfield.Split(s.Cwd)
 	return p
 }
 
@@ -467,5 +422,5 @@ func SessionFromProto(p *runboxv1.Session) runbox.SessionInfo {
 	if p == nil {
 		return runbox.SessionInfo{}
 	}
-	return runbox.SessionInfo{Name: p.GetName(), Cwd: fromTextOrRaw(p.GetCwd(), p.GetCwdRaw()), EnvVars: int(p.GetEnvVars()), Execs: int(p.GetExecs())}
+	return runbox.SessionInfo{Name: p.GetName(), Cwd: textfield.Join(p.GetCwd(), p.GetCwdRaw()), EnvVars: int(p.GetEnvVars()), Execs: int(p.GetExecs())}
 }
