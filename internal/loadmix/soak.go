@@ -31,7 +31,8 @@ type Soak struct {
 	// (0 means 8).
 	Ops, Workers int
 	// Marker is the argument of every `sleep` the run starts (digits, e.g.
-	// "31341234567"): processes still alive with it afterwards survived.
+	// "31341234567"), new for each run: processes still alive with it
+	// afterwards survived. It is also part of every exec id the run gives.
 	Marker string
 	// FloodBytes is the output of each flood command; 0 means
 	// DefaultFloodBytes.
@@ -109,7 +110,7 @@ func soakOp(ctx context.Context, c *client.Client, w, i int, marker string, floo
 	bound := func(d time.Duration) (context.Context, context.CancelFunc) {
 		return context.WithTimeout(ctx, d+SoakHeadroom)
 	}
-	id := fmt.Sprintf("k%d-%d", w, i)
+	id := fmt.Sprintf("k%s-%d-%d", marker, w, i) // new for each run, as Stress's
 	switch i % 8 {
 	case 0, 1:
 		kind = "quick"

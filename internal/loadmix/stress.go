@@ -26,7 +26,8 @@ type Stress struct {
 	// Ops is how many operations the run makes; Workers how many at a
 	// time (0 means 8).
 	Ops, Workers int
-	// Marker is the argument of every `sleep` the run starts (digits).
+	// Marker is the argument of every `sleep` the run starts (digits),
+	// new for each run: it is also part of every exec id the run gives.
 	Marker string
 }
 
@@ -82,7 +83,11 @@ func stressOp(ctx context.Context, c *client.Client, w, i int, m string) error {
 			time.Sleep(rand.N(3 * time.Millisecond))
 		}
 	}
-	id := fmt.Sprintf("s%d-%d", w, i)
+	// The run's marker is in every id: an id is an idempotency key, and a
+	// second run against the same runboxd (go test -count=2) would attach
+	// to the first run's exec of that id (its rings let go by then, or
+	// refused as another spec) instead of starting its own.
+	id := fmt.Sprintf("s%s-%d-%d", m, w, i)
 	switch i % 10 {
 	case 0: // a quick command
 		res, err := c.Exec(ctx, "echo "+id, client.WithID(id))
