@@ -9,7 +9,6 @@ import (
 	"io"
 	"iter"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -351,6 +350,12 @@ func (p *Process) grace() time.Duration {
 // (stopping a fork bomb on a loaded machine can take it seconds), and the
 // client waits on, up to maxOverdue; a daemon that no longer answers, or no
 // longer knows the exec, is lost, and the stream ends with cause.
+//
+// The question is signal 0 to the exec, which delivers nothing and costs
+// the same however many execs, and however much of their output, the
+// daemon keeps (a List carries every retained result's output: up to the
+// retention budget, tens of MB, too slow to answer in time on a loaded
+// machine, where a busy daemon would then be called lost).
 func (p *Process) watchOverdue(after time.Duration, cause error) {
 	p.overdueMu.Lock()
 	defer p.overdueMu.Unlock()
@@ -364,12 +369,13 @@ func (p *Process) watchOverdue(after time.Duration, cause error) {
 	var check func()
 	check = func() {
 		ctx, cancel := context.WithTimeout(p.c.base, p.c.headroom)
-		infos, err := p.c.List(ctx)
+		_, err := p.c.Signal(ctx, p.id, 0)
 		answered := err == nil || ctx.Err() == nil && !errors.Is(err, runbox.ErrSandboxLost)
 		cancel()
-		// The daemon still has the exec, or answered with an error (it is
-		// there, though it did not say whether it has the exec).
-		busy := answered && (err != nil || slices.ContainsFunc(infos, func(e runbox.ExecInfo) bool { return e.ID == p.id }))
+		// The daemon still has the exec (running, or ended and kept:
+		// ErrNotRunning), or answered with another error (it is there,
+		// though it did not say whether it has the exec).
+		busy := answered && !errors.Is(err, runbox.ErrExecNotFound)
 		p.overdueMu.Lock()
 		defer p.overdueMu.Unlock()
 		if p.done {

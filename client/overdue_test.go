@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -16,11 +17,12 @@ import (
 	"github.com/runbox/runbox/client"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 	"github.com/runbox/runbox/gen/runbox/v1/runboxv1connect"
+	"github.com/runbox/runbox/internal/daemon/wire"
 )
 
 // slowDaemon starts every exec, then holds its result until release is
 // closed, as a daemon busy stopping a fork bomb on a loaded machine does.
-// List reports the exec as stopping while known is set.
+// It has the exec, when asked, while known is set.
 type slowDaemon struct {
 	runboxv1connect.UnimplementedRunboxServiceHandler
 	release chan struct{}
@@ -44,12 +46,13 @@ func (d *slowDaemon) Run(ctx context.Context, req *connect.Request[runboxv1.RunR
 	}}})
 }
 
-func (d *slowDaemon) List(context.Context, *connect.Request[runboxv1.ListRequest]) (*connect.Response[runboxv1.ListResponse], error) {
-	resp := &runboxv1.ListResponse{}
-	if id, _ := d.id.Load().(string); id != "" && d.known.Load() {
-		resp.Execs = append(resp.Execs, &runboxv1.ExecInfo{Id: id, Pid: 42, State: runboxv1.ExecState_EXEC_STATE_STOPPING})
+// Signal answers the client's overdue question, signal 0: the exec is
+// there while known is set, and unknown after.
+func (d *slowDaemon) Signal(_ context.Context, req *connect.Request[runboxv1.SignalRequest]) (*connect.Response[runboxv1.SignalResponse], error) {
+	if id, _ := d.id.Load().(string); id == "" || req.Msg.GetId() != id || !d.known.Load() {
+		return nil, wire.ToConnectError(fmt.Errorf("exec %s: %w", req.Msg.GetId(), runbox.ErrExecNotFound))
 	}
-	return connect.NewResponse(resp), nil
+	return connect.NewResponse(&runboxv1.SignalResponse{Signalled: 1}), nil
 }
 
 // serveSlow serves d on a unix socket for the test's life.
@@ -110,4 +113,29 @@ func TestOverdueButBusyWaitsForResult(t *testing.T) {
 			t.Errorf("a daemon that keeps the exec past the most the client waits: %v, want ErrSandboxLost", err)
 		}
 	})
+}
+
+// TestSignalZeroAsksWhetherTheDaemonHasTheExec: the overdue question on a
+// real runboxd. Signal 0 delivers nothing to a running exec, and tells a
+// running exec, an ended one the daemon keeps and an unknown id apart.
+func TestSignalZeroAsksWhetherTheDaemonHasTheExec(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	p, err := c.Start(ctx, `trap 'echo got a signal; exit 3' HUP INT TERM USR1; sleep 0.5; echo slept`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Signal(ctx, p.ID(), 0); err != nil || n == 0 {
+		t.Errorf("signal 0 to a running exec: %d processes, %v; want some processes and no error", n, err)
+	}
+	res, err := p.Wait(ctx)
+	if err != nil || !res.OK() || string(res.Stdout) != "slept\n" {
+		t.Errorf("the exec asked with signal 0: %+v, %v; want it undisturbed (\"slept\", exit 0)", res, err)
+	}
+	if _, err := c.Signal(ctx, p.ID(), 0); !errors.Is(err, runbox.ErrNotRunning) {
+		t.Errorf("signal 0 to an ended exec the daemon keeps: %v; want ErrNotRunning", err)
+	}
+	if _, err := c.Signal(ctx, "no-such-exec-"+p.ID(), 0); !errors.Is(err, runbox.ErrExecNotFound) {
+		t.Errorf("signal 0 to an unknown id: %v; want ErrExecNotFound", err)
+	}
 }
