@@ -121,16 +121,21 @@ func TestOverdueButBusyWaitsForResult(t *testing.T) {
 func TestSignalZeroAsksWhetherTheDaemonHasTheExec(t *testing.T) {
 	c := newClient(t)
 	ctx := testCtx(t)
-	p, err := c.Start(ctx, `trap 'echo got a signal; exit 3' HUP INT TERM USR1; sleep 0.5; echo slept`)
+	// It waits for a line on stdin, so it is running when asked however
+	// slow the machine, and ends when the test writes the line.
+	p, err := c.Start(ctx, `trap 'echo got a signal; exit 3' HUP INT TERM USR1; read line; echo "read $line"`, client.WithStdinStream())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n, err := c.Signal(ctx, p.ID(), 0); err != nil || n == 0 {
 		t.Errorf("signal 0 to a running exec: %d processes, %v; want some processes and no error", n, err)
 	}
+	if err := p.WriteStdin(ctx, []byte("it\n")); err != nil {
+		t.Fatal(err)
+	}
 	res, err := p.Wait(ctx)
-	if err != nil || !res.OK() || string(res.Stdout) != "slept\n" {
-		t.Errorf("the exec asked with signal 0: %+v, %v; want it undisturbed (\"slept\", exit 0)", res, err)
+	if err != nil || !res.OK() || string(res.Stdout) != "read it\n" {
+		t.Errorf("the exec asked with signal 0: %+v, %v; want it undisturbed (\"read it\", exit 0)", res, err)
 	}
 	if _, err := c.Signal(ctx, p.ID(), 0); !errors.Is(err, runbox.ErrNotRunning) {
 		t.Errorf("signal 0 to an ended exec the daemon keeps: %v; want ErrNotRunning", err)
