@@ -57,7 +57,7 @@ func inheritedFDs(args []string) int {
 		case "jail":
 			return 6 // configuration, listener, binary
 		case "fuse-root":
-			return jail.FuseServerSnapshotsFD + 1 // device, lower, layers and snapshot layers trees
+			return jail.FuseServerLayersFD + 1 // the FUSE device and the layers tree
 		}
 	}
 	return 3
@@ -79,7 +79,7 @@ func main() {
 const usage = `usage:
   runboxd serve --socket PATH --auth-sha256 HEX [--insecure-no-auth] [--socket-mode 0600] [--daemon-file F] [--cgroup auto|cgroup2|off] [--state-dir D] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N] [--dir D] [--threads N] [--private DIR]
   runboxd jail [--cgroup ...] [--retention D] [--drain D] [--ring BYTES] [--oom-score-adj N] [--spill-dir D] [--spill-bytes N]   (config on fd 3)
-  runboxd fuse-root --server PATH --upper NAME --work NAME --idmap MAP [--lowers NAME,...]   (a local sandbox's root server; descriptors 3-6)
+  runboxd fuse-root --server PATH --upper NAME --work NAME --idmap MAP [--lowers NAME,...]   (a local sandbox's root server; descriptors 3-4)
   runboxd proxy --socket PATH [--mux]   (--mux: yamux streams on stdio, a kubernetes endpoint's one exec stream)
   runboxd egress --state-dir D --socket PATH --pid N   (host side of a private-network sandbox's egress proxy)
   runboxd install DEST    (copy this binary to DEST: a kubernetes sandbox's init container)

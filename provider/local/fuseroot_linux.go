@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/procbox"
 )
 
 // FuseServer is the program that serves a local sandbox's root when it is
@@ -139,27 +141,25 @@ func receiveFuseDevice(ctx context.Context, sock int, exited <-chan struct{}) (*
 
 // fuseServerCmd returns the command that serves the sandbox's root on
 // fuse (the jail's mounted device): runboxd's fuse-root mode, which attaches
-// lower (a detached clone of the host root's own mount, without the mounts
-// under it) and layers (a detached clone of the sandbox's layers
-// directory) and executes server on them. It runs in a user namespace of
-// its own with the sandbox's map, as its root with no supplementary
-// groups, so it has power over the sandbox's ids (its upper layer) and none
-// over any host id: it reads the host's files as a stranger. It runs
-// outside the sandbox's pid namespace, so no command can signal it.
-// snapshots (a read-only detached mount of the sandbox's snapshot layers,
-// see snapshotTree) is given when lowers names layers in it, else nil.
-// runboxd's binary (7) is closed by runboxd as it starts.
-func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers, snapshots *os.File, m idMap, lowers []string, log io.Writer) *exec.Cmd {
+// layers (a detached clone of the sandbox's layers directory) beside the
+// trees startFuseServer prepared and executes server on them. It runs in a
+// user namespace of its own with the sandbox's map, as its root with no
+// supplementary groups, so it has power over the sandbox's ids (its upper
+// layer) and none over any host id: it reads the host's files as a
+// stranger. It runs outside the sandbox's pid namespace, so no command can
+// signal it. lowers names the snapshot layers the sandbox stands on.
+// runboxd's binary (5) is closed by runboxd as it starts.
+func fuseServerCmd(runboxd *os.File, server string, fuse, layers *os.File, m idMap, lowers []string, log io.Writer) *exec.Cmd {
 	cmd := &exec.Cmd{
-		Path: "/proc/self/fd/7",
+		Path: "/proc/self/fd/5",
 		Args: []string{"runboxd", "fuse-root", "--server", server, "--upper", upperDir, "--work", workDir,
 			"--idmap", fuseIDMapping(m.swapped, m.size), "--lowers", strings.Join(lowers, ",")},
 		Dir:    "/",
 		Env:    []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"},
 		Stdout: log,
 		Stderr: log,
-		// 3, 4, 5, 6 (jail.FuseServer*FD; 6 closed when nil), 7
-		ExtraFiles: []*os.File{fuse, lower, layers, snapshots, runboxd},
+		// 3, 4 (jail.FuseServerDeviceFD, jail.FuseServerLayersFD), 5
+		ExtraFiles: []*os.File{fuse, layers, runboxd},
 	}
 	uids, gids := m.sysProcIDMaps()
 	cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -173,9 +173,41 @@ func fuseServerCmd(runboxd *os.File, server string, fuse, lower, layers, snapsho
 	return cmd
 }
 
+// startFuseServer starts cmd (fuseServerCmd's) from a mount namespace of
+// its own thread's, where lower and snapshots (nil when the sandbox stands
+// on no snapshot) are attached read-only (jail.AttachFuseServerTrees).
+// That namespace belongs to this process's user namespace and cmd clones
+// one of its own, so the server gets those mounts locked: taken over, it
+// still cannot make the snapshot layers that other sandboxes share
+// writable, nor the host's root. The thread is not given back: it ends,
+// and its namespace with it, when the goroutine that started cmd does.
+func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap) (*procbox.Detached, error) {
+	type started struct {
+		srv *procbox.Detached
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+			done <- started{err: fmt.Errorf("a mount namespace for %s: %w", FuseServer, err)}
+			return
+		}
+		if err := jail.AttachFuseServerTrees(lower, snapshots, m.hostUID, m.hostGID); err != nil {
+			done <- started{err: err}
+			return
+		}
+		srv, err := procbox.StartDetached(cmd)
+		done <- started{srv, err}
+	}()
+	r := <-done
+	return r.srv, r.err
+}
+
 // hostRootTree returns a detached clone of the mount of the host's root
 // (without the mounts under it: /proc, /run, other filesystems), not
-// id-mapped: the FUSE server reads it as the stranger it is.
+// id-mapped: the FUSE server reads it as the stranger it is, on a
+// read-only, locked mount (startFuseServer).
 func hostRootTree() (*os.File, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
@@ -185,19 +217,15 @@ func hostRootTree() (*os.File, error) {
 }
 
 // snapshotTree returns a detached clone of the mount of dir (a sandbox's
-// snapshot layers directory), read-only, without setuid or devices: the
-// layers in it are hard links to the snapshot's files, shared with every
-// sandbox made from it, so the FUSE server must never write them. A
-// write in the sandbox copies the file up into its own upper layer.
+// snapshot layers directory): the layers in it are hard links to the
+// snapshot's files, shared with every sandbox made from it, so the FUSE
+// server must never write them (startFuseServer gives it the clone
+// read-only and locked). A write in the sandbox copies the file up into
+// its own upper layer.
 func snapshotTree(dir string) (*os.File, error) {
 	fd, err := unix.OpenTree(unix.AT_FDCWD, dir, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("clone the mount of %s: %w", dir, err)
-	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
-	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("make the mount of %s read-only: %w", dir, err)
 	}
 	return os.NewFile(uintptr(fd), "snapshots"), nil
 }

@@ -508,8 +508,8 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 		}
 		defer snapshots.Close()
 	}
-	cmd := fuseServerCmd(runboxd, server, fuse, lower, layersTree, snapshots, ids, lowers, l.Log)
-	srv, err := procbox.StartDetached(cmd)
+	cmd := fuseServerCmd(runboxd, server, fuse, layersTree, ids, lowers, l.Log)
+	srv, err := startFuseServer(cmd, lower, snapshots, ids)
 	if err != nil {
 		return 0, fmt.Errorf("start %s for the sandbox's root: %w", FuseServer, err)
 	}
