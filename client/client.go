@@ -279,11 +279,28 @@ func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error
 	return c.opError("resize", id, ctx, err)
 }
 
-// List describes every exec the daemon keeps, oldest first.
-func (c *Client) List(ctx context.Context) ([]runbox.ExecInfo, error) {
+// ListOption changes what List asks the daemon for.
+type ListOption func(*runboxv1.ListRequest)
+
+// ListWithoutOutput leaves each exec's stdout and stderr out of what List
+// returns (Result.Stdout and Result.Stderr are empty; exit codes, states,
+// the dropped counts and live processes still come). The daemon keeps up
+// to tens of MiB of retained output; a List that only looks at states and
+// exit codes should not fetch it.
+func ListWithoutOutput() ListOption {
+	return func(r *runboxv1.ListRequest) { r.OmitOutput = true }
+}
+
+// List describes every exec the daemon keeps, oldest first, each retained
+// result with its output unless ListWithoutOutput is given.
+func (c *Client) List(ctx context.Context, opts ...ListOption) ([]runbox.ExecInfo, error) {
 	ctx, cancel := c.callContext(ctx)
 	defer cancel()
-	resp, err := c.rpc.List(ctx, connect.NewRequest(&runboxv1.ListRequest{}))
+	req := &runboxv1.ListRequest{}
+	for _, o := range opts {
+		o(req)
+	}
+	resp, err := c.rpc.List(ctx, connect.NewRequest(req))
 	if err != nil {
 		return nil, c.opError("list", "", ctx, err)
 	}

@@ -528,3 +528,49 @@ func TestHalfDeadConnectionIsNoticed(t *testing.T) {
 		t.Errorf("streamed %q, result %q; want %q exactly once", out.String(), res.Stdout, want)
 	}
 }
+
+// TestListWithoutOutput: List carries every retained result's output
+// unless asked not to; without it, the result still says how the exec
+// ended (exit code, dropped bytes) with empty stdout and stderr.
+func TestListWithoutOutput(t *testing.T) {
+	c := newClient(t)
+	ctx := testCtx(t)
+	const n = 48 << 10
+	res, err := c.Exec(ctx, fmt.Sprintf("head -c %d /dev/zero | tr '\\0' o; head -c %d /dev/zero | tr '\\0' e >&2; exit 7", n, n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ExitCode != 7 || len(res.Stdout) != n || len(res.Stderr) != n {
+		t.Fatalf("the exec gave exit %d, %d and %d bytes; want 7, %d and %d", res.ExitCode, len(res.Stdout), len(res.Stderr), n, n)
+	}
+	find := func(opts ...client.ListOption) runbox.ExecInfo {
+		t.Helper()
+		infos, err := c.List(ctx, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, info := range infos {
+			if info.ID == res.ID {
+				return info
+			}
+		}
+		t.Fatalf("list lacks %s", res.ID)
+		return runbox.ExecInfo{}
+	}
+	full := find()
+	if full.Result == nil || full.Result.ExitCode != 7 || len(full.Result.Stdout) != n || len(full.Result.Stderr) != n {
+		t.Errorf("List: %+v, want exit 7 and the %d bytes of each stream", full.Result, n)
+	}
+	bare := find(client.ListWithoutOutput())
+	switch r := bare.Result; {
+	case r == nil:
+		t.Errorf("List without output has no result for the exited exec")
+	case r.ExitCode != 7 || r.Duration == 0:
+		t.Errorf("List without output: exit %d, duration %v; want 7 and the exec's duration", r.ExitCode, r.Duration)
+	case len(r.Stdout) != 0 || len(r.Stderr) != 0:
+		t.Errorf("List without output carried %d and %d bytes of output", len(r.Stdout), len(r.Stderr))
+	}
+	if bare.State != runbox.ExecExited || bare.Command != full.Command {
+		t.Errorf("List without output: %+v, want the same entry as List's but the output", bare)
+	}
+}

@@ -14,7 +14,7 @@ import (
 // sandbox id prefix. A prefix of several ids is an error listing them; one
 // of none comes back unchanged (the daemon then says whether it knows it).
 func resolveExec(ctx context.Context, cl *client.Client, key string) (string, error) {
-	execs, err := cl.List(ctx)
+	execs, err := cl.List(ctx, client.ListWithoutOutput())
 	if err != nil {
 		return "", err
 	}

@@ -74,7 +74,7 @@ gives that), 130 after Ctrl-C, 125 when runbox failed.`,
 
 // execRunning reports whether the exec with id has not exited yet.
 func execRunning(ctx context.Context, cl *client.Client, id string) (bool, error) {
-	execs, err := cl.List(ctx)
+	execs, err := cl.List(ctx, client.ListWithoutOutput())
 	if err != nil {
 		return false, err
 	}

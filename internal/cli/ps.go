@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
 )
 
 func (a *app) psCmd() *cobra.Command {
@@ -29,7 +30,7 @@ them as the command exits.`,
 				return fail("ps", key, "", err)
 			}
 			defer cl.Close()
-			execs, err := cl.List(c.Context())
+			execs, err := cl.List(c.Context(), client.ListWithoutOutput())
 			if err != nil {
 				return fail("ps", key, "", err)
 			}

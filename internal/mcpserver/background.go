@@ -301,7 +301,7 @@ func (s *Server) cancelOwn(ctx context.Context, st *session, b *bgExec) (*mcp.Ca
 // waitNoneLive waits until the exec id has no live process.
 func waitNoneLive(ctx context.Context, ref *sandboxRef, id string) error {
 	for {
-		infos, err := ref.cl.List(ctx)
+		infos, err := ref.cl.List(ctx, client.ListWithoutOutput())
 		if err != nil {
 			return err
 		}
@@ -353,7 +353,7 @@ func (s *Server) execList(ctx context.Context, st *session, _ *mcp.CallToolReque
 	if err != nil {
 		return nil, ExecList{}, err
 	}
-	infos, err := ref.cl.List(ctx)
+	infos, err := ref.cl.List(ctx, client.ListWithoutOutput())
 	if err != nil {
 		return nil, ExecList{}, st.lost(ref, err)
 	}

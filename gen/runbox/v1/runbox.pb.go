@@ -1696,7 +1696,12 @@ func (*ResizeResponse) Descriptor() ([]byte, []int) {
 }
 
 type ListRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// omit_output leaves each exec's stdout and stderr out of its result
+	// (both empty; the dropped counts and everything else still come): the
+	// retained results' output can add up to tens of MiB, which a caller
+	// that looks only at states and exit codes need not fetch.
+	OmitOutput    bool `protobuf:"varint,1,opt,name=omit_output,json=omitOutput,proto3" json:"omit_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1729,6 +1734,13 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
 	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ListRequest) GetOmitOutput() bool {
+	if x != nil {
+		return x.OmitOutput
+	}
+	return false
 }
 
 type ListResponse struct {
@@ -2613,8 +2625,10 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x10\n" +
-	"\x0eResizeResponse\"\r\n" +
-	"\vListRequest\"9\n" +
+	"\x0eResizeResponse\".\n" +
+	"\vListRequest\x12\x1f\n" +
+	"\vomit_output\x18\x01 \x01(\bR\n" +
+	"omitOutput\"9\n" +
 	"\fListResponse\x12)\n" +
 	"\x05execs\x18\x01 \x03(\v2\x13.runbox.v1.ExecInfoR\x05execs\"\x92\x02\n" +
 	"\bExecInfo\x12\x0e\n" +

@@ -88,7 +88,8 @@ type RunboxServiceClient interface {
 	CloseStdin(context.Context, *connect.Request[v1.CloseStdinRequest]) (*connect.Response[v1.CloseStdinResponse], error)
 	// Resize changes the terminal size of an exec started with a pty.
 	Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error)
-	// List returns every exec the daemon keeps.
+	// List returns every exec the daemon keeps, with each retained result's
+	// output unless omit_output is set.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	// Info describes the daemon.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
@@ -310,7 +311,8 @@ type RunboxServiceHandler interface {
 	CloseStdin(context.Context, *connect.Request[v1.CloseStdinRequest]) (*connect.Response[v1.CloseStdinResponse], error)
 	// Resize changes the terminal size of an exec started with a pty.
 	Resize(context.Context, *connect.Request[v1.ResizeRequest]) (*connect.Response[v1.ResizeResponse], error)
-	// List returns every exec the daemon keeps.
+	// List returns every exec the daemon keeps, with each retained result's
+	// output unless omit_output is set.
 	List(context.Context, *connect.Request[v1.ListRequest]) (*connect.Response[v1.ListResponse], error)
 	// Info describes the daemon.
 	Info(context.Context, *connect.Request[v1.InfoRequest]) (*connect.Response[v1.InfoResponse], error)
