@@ -60,7 +60,8 @@ const (
 // egressHost is `runboxd egress`: the host side of a private-network
 // local sandbox's egress, started by the provider beside the sandbox. It
 // lives as long as the sandbox's runboxd (--pid, watched through a pidfd),
-// reading the policy file in the state directory for every connection.
+// reading the policy file in the state directory for every connection and
+// appending its refusals to egress.RefusalsFile there.
 func egressHost(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("egress", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -94,10 +95,17 @@ func egressHost(args []string, stderr io.Writer) error {
 	}()
 	log := slog.New(slog.NewTextHandler(stderr, nil))
 	policyPath := filepath.Join(*stateDir, egress.PolicyFile)
+	// Every refusal, coalesced and bounded, for runbox serve's audit log;
+	// what is recorded when runboxd exits is written before this returns.
+	refusals := egress.NewRefusalLog(filepath.Join(*stateDir, egress.RefusalsFile), log)
+	logDone := make(chan struct{})
+	go func() { defer close(logDone); refusals.Run(ctx) }()
+	defer func() { cancel(); <-logDone }()
 	h := &egress.Host{
-		Dial:   processrecord.Dialer(*socket, *stateDir),
-		Policy: func() (egress.Policy, error) { return egress.ReadPolicy(policyPath) },
-		Log:    log,
+		Refusals: refusals,
+		Dial:     processrecord.Dialer(*socket, *stateDir),
+		Policy:   func() (egress.Policy, error) { return egress.ReadPolicy(policyPath) },
+		Log:      log,
 		// Started by the local provider beside the sandbox: runboxd's
 		// socket is on this kernel, so the command's sockets are passed
 		// and spliced here, not carried in messages.

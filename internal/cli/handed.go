@@ -25,7 +25,7 @@ var serverCommandShort = map[string]string{
 	"serve": "Serve the control plane: sandboxes for many tenants over HTTP (Connect, gRPC, JSON)",
 	"mcp":   "Serve runbox as MCP tools on stdin/stdout (for AI agents)",
 	"token": "Create, list and revoke runbox serve's bearer tokens",
-	"audit": "Print runbox serve's audit log: every exec and lifecycle call",
+	"audit": "Print runbox serve's audit log: every exec and lifecycle call, and refused egress",
 	"man":   "Write the man pages of runbox and every subcommand into DIR",
 }
 

@@ -167,7 +167,7 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 		default:
 			cmd, err := fdpass.TCPConn(f)
 			if err != nil {
-				log.Warn("egress refused", "rule", "runboxd's hand-over: "+err.Error())
+				h.refused(log, &Refusal{Host: m.Host, Port: m.Port, Rule: "runboxd's hand-over: " + err.Error()}, m.Via)
 				continue
 			}
 			// Not waited for: a passed connection is the host side's
@@ -180,11 +180,11 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 // decideFD decides on a tunnel whose socket runboxd handed over, answers
 // the command as runboxd would have, and splices the allowed ones.
 func (h *Host) decideFD(ctx context.Context, log *slog.Logger, msg *runboxv1.EgressListenResponse, cmd *net.TCPConn, early []byte) {
-	remote, pol, refusal := h.open(ctx, msg)
+	remote, pol, r := h.open(ctx, msg)
 	cmd.SetWriteDeadline(time.Now().Add(headerTimeout))
-	if refusal != "" {
-		log.Warn("egress refused", "rule", refusal)
-		answerRefusal(cmd, msg.GetVia(), http.StatusForbidden, refusal)
+	if r != nil {
+		h.refused(log, r, msg.GetVia())
+		answerRefusal(cmd, msg.GetVia(), http.StatusForbidden, r.Error())
 		cmd.Close()
 		return
 	}

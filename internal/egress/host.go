@@ -44,6 +44,16 @@ type Host struct {
 	// Log gets a line per refusal (level WARN) and per carried connection
 	// (DEBUG); nil discards.
 	Log *slog.Logger
+	// Refusals, when not nil, records every refusal (coalesced and
+	// bounded: RefusalLog) for runbox serve's audit log.
+	Refusals *RefusalLog
+}
+
+// refused logs a refusal and records it, before the command is told: by
+// the time a refused command has its answer, the refusal is counted.
+func (h *Host) refused(log *slog.Logger, r *Refusal, via string) {
+	log.Warn("egress refused", "rule", r.Error())
+	h.Refusals.Record(r, via)
 }
 
 func (h *Host) log() *slog.Logger {
@@ -107,9 +117,11 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 // carry decides on one connection and, allowed, splices it.
 func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse) {
 	log := h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia())
-	remote, pol, refusal := h.open(ctx, msg)
-	if refusal != "" {
-		log.Warn("egress refused", "rule", refusal)
+	remote, pol, r := h.open(ctx, msg)
+	refusal := ""
+	if r != nil {
+		h.refused(log, r, msg.GetVia())
+		refusal = r.Error()
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -172,13 +184,13 @@ func (h *Host) checkFirstBytes(log *slog.Logger, pol Policy, msg *runboxv1.Egres
 		if err != nil {
 			return pk.read, pk.closed, err
 		}
-		refusal := checkInner(pol, msg.GetHost(), int(msg.GetPort()), pk.kind, pk.name)
+		r := checkInner(pol, msg.GetHost(), int(msg.GetPort()), pk.kind, pk.name)
 		if pk.bad != nil {
-			refusal = (&Refusal{Host: msg.GetHost(), Port: int(msg.GetPort()), Rule: "its " + pk.kind + " cannot be read: " + pk.bad.Error()}).Error()
+			r = &Refusal{Host: msg.GetHost(), Port: int(msg.GetPort()), Rule: "its " + pk.kind + " cannot be read: " + pk.bad.Error()}
 		}
-		if refusal != "" {
-			log.Warn("egress refused", "rule", refusal)
-			toCommand(refusalBytes(pk.kind, refusal))
+		if r != nil {
+			h.refused(log, r, msg.GetVia())
+			toCommand(refusalBytes(pk.kind, r.Error()))
 			return nil, false, ErrRefused
 		}
 		return pk.read, pk.closed, nil
@@ -187,18 +199,21 @@ func (h *Host) checkFirstBytes(log *slog.Logger, pol Policy, msg *runboxv1.Egres
 
 // open applies the policy and dials; it returns the connection and the
 // policy that allowed it, or the refusal the command is told.
-func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (net.Conn, Policy, string) {
+func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (net.Conn, Policy, *Refusal) {
+	refuse := func(rule string) *Refusal {
+		return &Refusal{Host: msg.GetHost(), Port: int(msg.GetPort()), Rule: rule}
+	}
 	p, err := h.Policy()
 	if err != nil {
-		return nil, p, fmt.Sprintf("runbox egress: no policy could be read, so every connection is refused: %v", err)
+		return nil, p, refuse("no policy could be read, so every connection is refused: " + err.Error())
 	}
 	addrs, err := p.Decide(ctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {
-			return nil, p, r.Error()
+			return nil, p, r
 		}
-		return nil, p, "runbox egress: " + err.Error()
+		return nil, p, refuse(err.Error())
 	}
 	var d net.Dialer
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
@@ -207,12 +222,11 @@ func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (ne
 	for _, a := range addrs {
 		conn, err := d.DialContext(dctx, "tcp", net.JoinHostPort(a.String(), strconv.Itoa(int(msg.GetPort()))))
 		if err == nil {
-			return conn, p, ""
+			return conn, p, nil
 		}
 		last = err
 	}
-	return nil, p, fmt.Sprintf("runbox egress: %s allowed, but the host could not connect to %v: %v",
-		net.JoinHostPort(msg.GetHost(), strconv.Itoa(int(msg.GetPort()))), addrs, last)
+	return nil, p, refuse(fmt.Sprintf("allowed, but the host could not connect to %v: %v", addrs, last))
 }
 
 // StaticResolver maps names to addresses, for tests; a name it lacks is

@@ -152,26 +152,26 @@ func (c *replayConn) SetWriteDeadline(time.Time) error { return nil }
 // asked the proxy for (target). A tunnel to a name may carry only that
 // name: a CONNECT to an allowed name with the SNI of another is domain
 // fronting. A tunnel to an address (which an --allow-cidr let through)
-// may carry a name the policy allows. It returns the refusal, or "".
-func checkInner(p Policy, target string, port int, kind, inner string) string {
+// may carry a name the policy allows. It returns the refusal, or nil.
+func checkInner(p Policy, target string, port int, kind, inner string) *Refusal {
 	if inner == "" {
-		return ""
+		return nil
 	}
 	in := normName(hostOnly(inner))
 	t := normName(target)
 	if isAddr(t) {
 		if isAddr(in) {
-			return ""
+			return nil
 		}
 		if r := p.nameRule(in); r != "" {
-			return (&Refusal{Host: target, Port: port, Rule: fmt.Sprintf("the %s %s: %s", kind, in, r)}).Error()
+			return &Refusal{Host: target, Port: port, Rule: fmt.Sprintf("the %s %s: %s", kind, in, r)}
 		}
-		return ""
+		return nil
 	}
 	if in != t {
-		return (&Refusal{Host: target, Port: port, Rule: fmt.Sprintf("the %s %s does not match the name asked for (%s)", kind, in, t)}).Error()
+		return &Refusal{Host: target, Port: port, Rule: fmt.Sprintf("the %s %s does not match the name asked for (%s)", kind, in, t)}
 	}
-	return ""
+	return nil
 }
 
 // hostOnly strips a port from an HTTP Host.

@@ -22,6 +22,11 @@ const (
 	KindExpose   = "expose"
 	KindUnexpose = "unexpose"
 	KindEgress   = "egress"
+	// KindEgressRefused records connections a private sandbox's egress
+	// policy refused: one row per destination and rule, coalesced by the
+	// host side (Detail: the egress.Refused line as JSON: host, port,
+	// via, rule, count; Started and Ended: the first and last refusal).
+	KindEgressRefused = "egress-refused"
 	// KindPause and KindResume record a sandbox paused or resumed through
 	// the server; KindSnapshot a snapshot taken of it (detail: its name)
 	// and KindSnapshotDelete one removed.
@@ -112,6 +117,29 @@ const (
 		cancelled = ?, killed = ?, stdout_bytes = ?, stderr_bytes = ?, outcome = ?, detail = ?
 		WHERE id = ? AND ended_ms = 0`
 )
+
+// AppendAudit records finished rows (their ID ignored) in one
+// transaction: all or none.
+func (s *Store) AppendAudit(ctx context.Context, rows []AuditRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	defer tx.Rollback()
+	for _, r := range rows {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO audit (tenant, sandbox, kind, command, started_ms, ended_ms, outcome, detail)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, r.Tenant, r.Sandbox, r.Kind, r.Command, ms(r.Started), ms(r.Ended), r.Outcome, r.Detail); err != nil {
+			return fmt.Errorf("audit %s of %s: %w", r.Kind, r.Sandbox, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	return nil
+}
 
 // OpenExec returns the id of the unfinished row of exec in sandbox, or
 // starts one; created says which.

@@ -320,6 +320,10 @@ func (s *Server) removeSandbox(ctx context.Context, rec registry.Sandbox, force 
 	if p, ok := s.cfg.Providers[rec.Provider]; ok {
 		sb, err := p.Get(ctx, rec.ProviderID)
 		if err == nil {
+			if taker, ok := p.(egressRefusalTaker); ok {
+				// Its last refusals, before its state directory goes.
+				s.recordRefusals(ctx, rec, taker, sb)
+			}
 			err = p.Remove(ctx, sb, force || rec.State == registry.StateLost)
 		}
 		if err != nil && !errors.Is(err, runbox.ErrSandboxNotFound) {

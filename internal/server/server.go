@@ -98,6 +98,10 @@ type Config struct {
 	// ReapInterval is how often the reaper looks for idle, expired and
 	// lost sandboxes; zero means 10 s.
 	ReapInterval time.Duration
+	// EgressAuditInterval is how often the refusals of private sandboxes'
+	// egress are taken into the audit log (egress_refusals.go); zero
+	// means 2 s. A sandbox's are also taken when it is removed.
+	EgressAuditInterval time.Duration
 	// IdleIgnoresBackground makes the idle reaper count only running
 	// execs: a sandbox whose execs have ended but left processes running
 	// (a server started in the background) is idle. By default such a
@@ -130,13 +134,14 @@ type Server struct {
 	wg         sync.WaitGroup
 
 	mu        sync.Mutex
-	upstreams map[string]*upstream   // by sandbox id
-	usage     map[string]*usage      // by sandbox id
-	execs     map[execKey]*execTrack // execs known to be running
-	creating  map[string]int         // sandboxes being created, by tenant (admitMu)
-	snapping  map[string]int         // snapshots being taken, by tenant (admitMu)
-	unknown   []runbox.Sandbox       // found at start, not in the registry
-	conns     *capListener           // Serve's listener (nil before)
+	upstreams map[string]*upstream     // by sandbox id
+	usage     map[string]*usage        // by sandbox id
+	execs     map[execKey]*execTrack   // execs known to be running
+	creating  map[string]int           // sandboxes being created, by tenant (admitMu)
+	snapping  map[string]int           // snapshots being taken, by tenant (admitMu)
+	unknown   []runbox.Sandbox         // found at start, not in the registry
+	egressSbs map[string]egressSandbox // private sandboxes, by id (egressAuditLoop)
+	conns     *capListener             // Serve's listener (nil before)
 
 	cleanups   cleanupQueue // failed cleanups, retried by the reaper
 	recreateMu sync.Mutex   // one recreate at a time
@@ -165,6 +170,9 @@ func New(cfg Config) *Server {
 	if cfg.ReapInterval <= 0 {
 		cfg.ReapInterval = 10 * time.Second
 	}
+	if cfg.EgressAuditInterval <= 0 {
+		cfg.EgressAuditInterval = defaultEgressAuditInterval
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -178,6 +186,7 @@ func New(cfg Config) *Server {
 		execs:     make(map[execKey]*execTrack),
 		creating:  make(map[string]int),
 		snapping:  make(map[string]int),
+		egressSbs: make(map[string]egressSandbox),
 	}
 	s.metrics = newMetrics(s)
 	if cfg.MCP != nil {
@@ -211,6 +220,11 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() {
 		defer s.wg.Done()
 		s.reapLoop()
+	}()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.egressAuditLoop()
 	}()
 	s.mu.Lock()
 	s.started = true

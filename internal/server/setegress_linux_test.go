@@ -8,13 +8,16 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/runbox/runbox"
 	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+	"github.com/runbox/runbox/internal/registry"
 )
 
 // TestSetEgressThroughServe: a private local sandbox made with no rule
@@ -64,6 +67,22 @@ func TestSetEgressThroughServe(t *testing.T) {
 	res, _, err = srv.Run(ctx, sb.ID, runbox.ExecSpec{Command: fetch})
 	if err != nil || res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != marker {
 		t.Fatalf("after SetEgress the fetch must work: %+v %s %v", res, res.Stderr, err)
+	}
+	// The change is the tenant's audit row, with the policy in force.
+	rows, err := ts.store.Audit(ctx, registry.AuditFilter{Tenant: "a", Sandbox: sb.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []registry.AuditRow
+	for _, r := range rows {
+		if r.Kind == registry.KindEgress {
+			changes = append(changes, r)
+		}
+	}
+	var logged runboxv1.EgressPolicy
+	if len(changes) != 1 || changes[0].Outcome != "done" || protojson.Unmarshal([]byte(changes[0].Detail), &logged) != nil ||
+		!slices.Equal(logged.GetAllow(), pol.Allow) || !slices.Equal(logged.GetAllowCidr(), pol.AllowCidr) || logged.GetResolve()["pkg.test"] != "127.0.0.1" {
+		t.Errorf("the policy change's audit rows: %+v", changes)
 	}
 	g, err := api.Get(ctx, connect.NewRequest(&runboxv1.GetSandboxRequest{Id: sb.ID}))
 	if err != nil || g.Msg.GetSandbox().GetSpec().GetEgress().GetResolve()["pkg.test"] != "127.0.0.1" {

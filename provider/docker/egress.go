@@ -66,3 +66,14 @@ func (p *Provider) SetEgress(_ context.Context, sb runbox.Sandbox, pol runbox.Eg
 	}
 	return egress.WritePolicy(path, egress.Policy(pol))
 }
+
+// TakeEgressRefusals returns the refusals the host side of sb's egress
+// made since the last call and forgets them (egress.TakeRefusals), for
+// runbox serve's audit log. A sandbox not on the private network has none.
+func (p *Provider) TakeEgressRefusals(_ context.Context, sb runbox.Sandbox) ([]egress.Refused, error) {
+	path, err := policyPath(sb)
+	if err != nil {
+		return nil, nil
+	}
+	return egress.TakeRefusals(filepath.Join(filepath.Dir(path), egress.RefusalsFile))
+}

@@ -263,3 +263,14 @@ func policyPath(sb runbox.Sandbox) (string, error) {
 	}
 	return filepath.Join(filepath.Dir(sb.Detail["socket"]), egress.PolicyFile), nil
 }
+
+// TakeEgressRefusals returns the refusals the host side of sb's egress
+// made since the last call and forgets them (egress.TakeRefusals), for
+// runbox serve's audit log. A sandbox not on the private network has none.
+func (p *Provider) TakeEgressRefusals(ctx context.Context, sb runbox.Sandbox) ([]egress.Refused, error) {
+	path, err := policyPath(sb)
+	if err != nil {
+		return nil, nil
+	}
+	return egress.TakeRefusals(filepath.Join(filepath.Dir(path), egress.RefusalsFile))
+}

@@ -18,12 +18,15 @@ func (a *app) auditCmd() *cobra.Command {
 	var limit int
 	c := &cobra.Command{
 		Use:   "audit [--tenant T] [--sandbox S] [--limit N] [--json]",
-		Short: "Print runbox serve's audit log: every exec and lifecycle call",
+		Short: "Print runbox serve's audit log: every exec and lifecycle call, and refused egress",
 		Long: `Print the audit log of runbox serve from its registry database (--db,
 default $RUNBOX_HOME/runbox.db), oldest first: one row per exec (tenant,
 sandbox, exec id, command, start, end, exit code, signal, timed out,
 cancelled, killed processes, bytes out) and per lifecycle call (create,
-delete, reap, lost, recreate). An exec still running has no end.
+delete, reap, lost, recreate, ...); egress rows record an egress policy
+change and egress-refused rows the connections a private sandbox's policy
+refused (host, port, rule and count in DETAIL). An exec still running has
+no end.
 --json prints one JSON object per line.`,
 		Args: exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
