@@ -179,6 +179,9 @@ func (s *sandbox) forwardRoad(t *testing.T, passFDs bool, port int, marker strin
 	if err := <-forwarded; err != nil {
 		t.Errorf("forward of the echo connection: %v", err)
 	}
+	if fx.DialMarker != "" {
+		t.Logf("%d processes with %q in the sandbox while the forwarding is open, %d before it", s.count(t, fx.DialMarker), fx.DialMarker, dialBase)
+	}
 
 	// A dropped connection ends the server's handler: runboxd closes the
 	// sandbox's end, so the handler's writes fail.
