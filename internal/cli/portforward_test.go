@@ -85,7 +85,7 @@ func TestPortForwardBadInput(t *testing.T) {
 		t.Errorf("port-forward nosuch 80: %+v; want exit 125, one line naming nosuch", o)
 	}
 
-	dead := 20000 + rand.IntN(10000)
+	dead := freePort(t) // the host sandbox shares this machine's loopback
 	cmd, addr, stderr := startForward(t, id, strconv.Itoa(dead))
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
