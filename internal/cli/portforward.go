@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/egress"
 )
 
@@ -37,18 +36,13 @@ server in a --network private or none sandbox, which nothing else can.`,
 			if _, ok := p.(*remoteProvider); ok {
 				return fail("port-forward", key, "", fmt.Errorf("%w: port-forward through runbox serve", errors.ErrUnsupported))
 			}
-			dial := p.Dialer(sb)
-			fc, closeIdle := egress.NewForwardClient(dial)
-			defer closeIdle()
 			// Where the provider says runboxd is behind a unix socket on
 			// this kernel (local, host, docker with its socket here), it
 			// passes the connected socket and the kernel splices it;
 			// elsewhere (docker's exec stream, ssh, kubernetes) the bytes
 			// travel in ForwardService messages.
-			fp, ok := p.(fdPasser)
-			passFDs := ok && fp.PassesFDs(sb)
-			fw := &egress.FDForwarder{Dial: dial}
-			defer fw.Close()
+			ports := egress.NewPorts(p.Dialer(sb), egress.PassesFDs(p, sb))
+			defer ports.Close()
 			ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(local)))
 			if err != nil {
 				return fail("port-forward", key, "", err)
@@ -71,23 +65,13 @@ server in a --network private or none sandbox, which nothing else can.`,
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					forward := func() error { return egress.ForwardConn(ctx, fc, remote, conn) }
-					if passFDs {
-						forward = func() error { return fw.Forward(ctx, remote, conn) }
-					}
-					if err := forward(); err != nil {
+					if err := ports.Forward(ctx, remote, conn); err != nil {
 						fmt.Fprintf(a.stderr, "runbox: port-forward: %v\n", err)
 					}
 				}()
 			}
 		},
 	}
-}
-
-// fdPasser is a provider that can say whether connected sockets travel
-// to and from a sandbox's runboxd (internal/fdpass).
-type fdPasser interface {
-	PassesFDs(runbox.Sandbox) bool
 }
 
 // parsePortPair parses REMOTE or LOCAL:REMOTE (LOCAL 0: a free port).

@@ -151,6 +151,7 @@ func TestMCPModelCannotReachOtherSandboxes(t *testing.T) {
 			"sandbox_resume":   failing(t, s.cs, "sandbox_resume", map[string]any{"sandbox": key}),
 			"sandbox_snapshot": failing(t, s.cs, "sandbox_snapshot", map[string]any{"sandbox": key, "name": "stolen"}),
 			"sandbox_fork":     failing(t, s.cs, "sandbox_fork", map[string]any{"sandbox": key}),
+			"network_set":      failing(t, s.cs, "network_set", map[string]any{"sandbox": key, "allow": []string{}}),
 		}
 	}
 	want := unknown(ghost)

@@ -169,6 +169,7 @@ func New(place Sandboxes, cfg Config) *Server {
 	s.addFileTools()
 	s.addSandboxTools()
 	s.addPortTools()
+	s.addNetworkTools()
 	s.addBranchTools()
 	return s
 }

@@ -18,7 +18,7 @@ import (
 var allTools = []string{
 	"exec", "exec_cancel", "exec_list", "exec_output",
 	"file_delete", "file_edit", "file_list", "file_read", "file_write",
-	"port_expose",
+	"network_set", "port_expose",
 	"sandbox_create", "sandbox_fork", "sandbox_list", "sandbox_pause", "sandbox_remove", "sandbox_resume", "sandbox_snapshot",
 }
 

@@ -76,6 +76,12 @@ type Fixture struct {
 	// provider has such limits but cannot enforce them here, and how to make
 	// the cases run; the skip says it.
 	NoLimitsReason string
+	// DialMarker, where the provider's Dialer starts a process in the
+	// sandbox for each stream (docker's and kubernetes' exec of runboxd
+	// proxy), is text of that process's command line, which CountProcesses
+	// sees only in this sandbox: the forward case checks that the streams
+	// it opened end with it. Empty where dialing starts no process there.
+	DialMarker string
 	// Load runs the load cases, Stress and Soak (minutes of mixed commands
 	// on one sandbox each); without it they skip. CI runs them on host,
 	// local and docker.

@@ -142,50 +142,62 @@ type egressSetter interface {
 }
 
 func (h *sandboxService) SetEgress(ctx context.Context, req *connect.Request[runboxv1.SetEgressRequest]) (*connect.Response[runboxv1.SetEgressResponse], error) {
-	s := h.s
-	rec, err := s.tenantSandbox(ctx, req.Msg.GetSandboxId())
+	rec, err := h.s.setEgress(ctx, tenantOf(ctx), req.Msg.GetSandboxId(), req.Msg.GetEgress())
 	if err != nil {
 		return nil, err
 	}
+	return connect.NewResponse(&runboxv1.SetEgressResponse{Sandbox: h.s.sandboxProto(rec)}), nil
+}
+
+// setEgress replaces the egress policy of the tenant's sandbox key (nil:
+// the empty policy) within the operator's ranges, keeps it in the
+// registry and audits it. SandboxService.SetEgress and MCP sessions both
+// set it through here.
+func (s *Server) setEgress(ctx context.Context, tenant registry.Tenant, key string, pol *runboxv1.EgressPolicy) (registry.Sandbox, error) {
+	ctx = context.WithValue(ctx, tenantKey{}, tenant)
+	rec, err := s.tenantSandbox(ctx, key)
+	if err != nil {
+		return registry.Sandbox{}, err
+	}
 	var spec runboxv1.SandboxSpec
 	if err := protojson.Unmarshal([]byte(rec.Spec), &spec); err != nil {
-		return nil, apiError(fmt.Errorf("sandbox %s spec: %w", rec.ID, err))
+		return registry.Sandbox{}, apiError(fmt.Errorf("sandbox %s spec: %w", rec.ID, err))
 	}
 	if spec.Network != "private" {
-		return nil, invalid("egress", "sandbox %s is on network %q: an egress policy needs a sandbox created with network private", rec.ID, spec.Network)
+		return registry.Sandbox{}, invalid("egress", "sandbox %s is on network %q: an egress policy needs a sandbox created with network private", rec.ID, spec.Network)
 	}
-	spec.Egress = req.Msg.GetEgress()
+	spec.Egress = pol
 	if spec.Egress == nil {
 		spec.Egress = &runboxv1.EgressPolicy{}
 	}
 	if err := s.checkEgress(&spec); err != nil {
-		return nil, err
+		return registry.Sandbox{}, err
 	}
 	p, ok := s.cfg.Providers[rec.Provider]
 	if !ok {
-		return nil, apiError(fmt.Errorf("%w: provider %q is not enabled on this server", runbox.ErrProviderUnavailable, rec.Provider))
+		return registry.Sandbox{}, apiError(fmt.Errorf("%w: provider %q is not enabled on this server", runbox.ErrProviderUnavailable, rec.Provider))
 	}
 	es, ok := p.(egressSetter)
 	if !ok {
-		return nil, apiError(fmt.Errorf("%w: the %s provider cannot change a sandbox's egress policy at runtime", runbox.ErrUnsupported, rec.Provider))
+		return registry.Sandbox{}, apiError(fmt.Errorf("%w: the %s provider cannot change a sandbox's egress policy at runtime", runbox.ErrUnsupported, rec.Provider))
 	}
 	sb, err := p.Get(ctx, rec.ProviderID)
 	if err != nil {
-		return nil, apiError(fmt.Errorf("look up sandbox %s: %w", rec.ID, err))
+		return registry.Sandbox{}, apiError(fmt.Errorf("look up sandbox %s: %w", rec.ID, err))
 	}
 	if err := es.SetEgress(ctx, sb, egressPolicy(spec.Egress)); err != nil {
-		return nil, apiError(fmt.Errorf("set egress of sandbox %s: %w", rec.ID, err))
+		return registry.Sandbox{}, apiError(fmt.Errorf("set egress of sandbox %s: %w", rec.ID, err))
 	}
 	// The registry keeps the policy in force, so Get shows it and a
 	// recreate starts with it.
 	specJSON, _ := protojson.Marshal(&spec)
 	if err := s.store.SetSpec(ctx, rec.ID, string(specJSON)); err != nil {
-		return nil, apiError(err)
+		return registry.Sandbox{}, apiError(err)
 	}
 	rec.Spec = string(specJSON)
 	detail, _ := protojson.Marshal(spec.Egress)
 	if err := s.store.Lifecycle(ctx, rec.Tenant, rec.ID, registry.KindEgress, string(detail)); err != nil {
 		s.log.Error("audit", "err", err)
 	}
-	return connect.NewResponse(&runboxv1.SetEgressResponse{Sandbox: s.sandboxProto(rec)}), nil
+	return rec, nil
 }

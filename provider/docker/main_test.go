@@ -204,9 +204,12 @@ func countLive(ps []proc, marker string) int {
 // PID 1, so that is the container dying).
 func fixture(p *docker.Provider, cli *moby.Client) providertest.Fixture {
 	fx := providertest.Fixture{
-		Provider:    p,
-		Spec:        runbox.SandboxSpec{Image: testImage},
-		ToolsSpec:   &runbox.SandboxSpec{Image: toolsImage},
+		Provider:  p,
+		Spec:      runbox.SandboxSpec{Image: testImage},
+		ToolsSpec: &runbox.SandboxSpec{Image: toolsImage},
+		// The exec stream's docker exec of runboxd proxy (docker top
+		// sees this container's processes only).
+		DialMarker:  "runboxd proxy --socket",
 		PidsLimit:   true,
 		MemoryLimit: true,
 		CountProcesses: func(t testing.TB, sb runbox.Sandbox, marker string) int {

@@ -345,6 +345,9 @@ func fixture(p *kubernetes.Provider) providertest.Fixture {
 		ToolsSpec:    &runbox.SandboxSpec{Image: toolsImage},
 		ToolsMissing: toolsMissing,
 		MemoryLimit:  true,
+		// The pod exec of runboxd proxy each dial starts (the pod's
+		// cgroup holds this sandbox's processes only).
+		DialMarker: "runboxd proxy --socket",
 		CountProcesses: func(t testing.TB, sb runbox.Sandbox, marker string) int {
 			t.Helper()
 			n := 0
