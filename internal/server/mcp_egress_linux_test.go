@@ -1,10 +1,7 @@
 package server_test
 
 import (
-	"crypto/rand"
 	"fmt"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"strings"
@@ -29,15 +26,7 @@ func TestMCPNetworkSet(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
 	}
-	marker := rand.Text()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, marker) })}
-	go hs.Serve(ln)
-	defer hs.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	marker, port := markerServer(t)
 
 	operator := runbox.EgressPolicy{AllowCIDR: []string{"127.0.0.1/32"}, Resolve: map[string]string{"pkg.test": "127.0.0.1"}}
 	ts := startServer(t, onLocalProvider(t), func(c *serverConfig) {

@@ -30,15 +30,7 @@ func TestSetEgressThroughServe(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
 	}
-	marker := rand.Text()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, marker) })}
-	go hs.Serve(ln)
-	defer hs.Close()
-	port := ln.Addr().(*net.TCPAddr).Port
+	marker, port := markerServer(t)
 
 	ts := startServer(t, onLocalProvider(t), func(c *serverConfig) {
 		c.EgressCIDRs = []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}
@@ -107,4 +99,19 @@ func TestSetEgressThroughServe(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "network private") {
 		t.Errorf("a sandbox on network none: %v, want invalid_argument naming network private", err)
 	}
+}
+
+// markerServer serves a fresh random marker over HTTP on the host's
+// loopback until the test ends, and returns the marker and the port.
+func markerServer(t *testing.T) (marker string, port int) {
+	t.Helper()
+	marker = rand.Text()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, marker) })}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	return marker, ln.Addr().(*net.TCPAddr).Port
 }
