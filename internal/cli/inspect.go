@@ -17,7 +17,9 @@ func (a *app) inspectCmd() *cobra.Command {
 		Long: `Print a sandbox as JSON: its provider record and, when its runboxd answers,
 the daemon's state (version, cgroup mode, exec counts, goroutines, open files).
 A local sandbox's detail holds its limits: memory, tmp_size and disk in bytes,
-pids, cpus and cpu_shares.`,
+pids, cpus and cpu_shares. A paused sandbox has detail.paused "true" and
+daemon.paused true (a docker sandbox's runboxd is frozen with it: its daemon
+holds paused alone).`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			key := args[0]
@@ -37,6 +39,10 @@ pids, cpus and cpu_shares.`,
 				}
 				if err != nil {
 					return fail("inspect", key, "", err)
+				}
+				if info.Paused && out.Detail["paused"] == "" {
+					// As docker's record says it, for every provider.
+					out.Detail = withPaused(out.Detail)
 				}
 				out.Daemon = &daemonJSON{
 					Version:    info.Version,

@@ -21,7 +21,8 @@ func (a *app) lsCmd() *cobra.Command {
 		Long: `List every sandbox of every provider: host sandboxes recorded under
 $RUNBOX_HOME, and docker sandboxes (containers labelled by runbox) on the
 engine DOCKER_HOST names. STATUS is "up" when the sandbox's runboxd answered
-within a second, "lost" otherwise (remove a lost sandbox with runbox rm -f).
+within a second, "paused" when it did and the sandbox is paused (runbox
+pause), "lost" otherwise (remove a lost sandbox with runbox rm -f).
 A provider that cannot be reached here is noted on stderr and skipped, except
 a docker engine that was never started (its socket does not exist): it has
 no sandboxes to list. With a server (RUNBOX_HOST) only the server's sandboxes
@@ -37,6 +38,7 @@ alone, one a line (docker ps -q).`,
 			}
 			var all []runbox.Sandbox
 			for _, p := range a.allProviders() {
+				from := len(all)
 				sbs, err := p.List(c.Context())
 				if errors.Is(err, runbox.ErrProviderUnavailable) && srv == nil {
 					if neverStarted(err) {
@@ -49,6 +51,9 @@ alone, one a line (docker ps -q).`,
 					return fail("list", "", "", err)
 				}
 				all = append(all, sbs...)
+				if !quiet {
+					a.markPaused(c.Context(), p, all[from:])
+				}
 			}
 			if quiet {
 				for _, sb := range all {
@@ -84,11 +89,15 @@ func neverStarted(err error) bool {
 	return errors.Is(err, syscall.ENOENT)
 }
 
+// status is a sandbox's STATUS column: lost, paused or up.
 func status(sb runbox.Sandbox) string {
-	if sb.Alive {
-		return "up"
+	switch {
+	case !sb.Alive:
+		return "lost"
+	case sb.Detail["paused"] == "true":
+		return "paused"
 	}
-	return "lost"
+	return "up"
 }
 
 // sandboxJSON is a sandbox in ls --json and inspect.

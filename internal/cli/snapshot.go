@@ -29,7 +29,7 @@ unless --no-workspace. Prints the snapshot's name (NAME, or a generated one).
 
 local: an immutable layer under $RUNBOX_HOME/snapshots/NAME; docker: an image
 tagged runbox-snapshot/NAME (the engine's commit). Other providers cannot
-snapshot (exit 125, "not supported by this provider").`,
+snapshot (exit 125, "unsupported operation by this provider").`,
 		Args: func(c *cobra.Command, args []string) error {
 			if len(args) < 1 || len(args) > 2 {
 				return fmt.Errorf("%s: expected SANDBOX [NAME], got %d argument(s) (see '%s --help')", c.Name(), len(args), c.CommandPath())

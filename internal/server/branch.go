@@ -288,20 +288,9 @@ func (s *Server) createSnapshot(ctx context.Context, tenant registry.Tenant, key
 	defer s.snapshotDone(tenant.Name)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), snapshotTimeout)
 	defer cancel()
+	// A sandbox the tenant had paused stays paused: the provider resumes
+	// only what it paused itself to take the snapshot.
 	snap, err := sn.Snapshot(cctx, h.sb, "rb-"+randomHex(10), runbox.SnapshotOptions{NoWorkspace: noWorkspace})
-	if h.rec.Paused {
-		// The provider resumes what it paused to take the snapshot: a
-		// sandbox the tenant had paused stays paused.
-		if perr := branching.SetPaused(cctx, h.p, h.sb, true, func() (branching.Daemon, func()) {
-			up, err := s.upstreamFor(cctx, h.rec)
-			if err == nil && up == nil {
-				err = lostError(h.rec.ID, "its runboxd does not answer")
-			}
-			return upstreamDaemon{up: up, err: err}, func() {}
-		}); perr != nil {
-			s.log.Error("pause again after snapshot", "sandbox", h.rec.ID, "err", perr)
-		}
-	}
 	if err != nil {
 		return registry.Snapshot{}, branchError(fmt.Errorf("snapshot sandbox %s: %w", h.rec.ID, err))
 	}

@@ -59,10 +59,14 @@ func onDockerProvider(t *testing.T) serverOpt {
 // gives a sandbox with the parent's files; two forks write the same path
 // and each reads back its own, the parent unchanged; the forks' snapshot
 // cannot be deleted while they stand on it (failed_precondition, and it
-// stays listed), and can
-// once they are gone.
+// stays listed); deleting the parent keeps the forks working; after a
+// restart of serve (a new provider on the same registry) the snapshot is
+// listed and a sandbox is made from it; it can be deleted once its
+// sandboxes are gone. A snapshot and a fork of the paused sandbox leave
+// it paused (an exec is still ErrSandboxPaused) until resumed.
 func TestServeBranchDocker(t *testing.T) {
 	ts := startServer(t, onDockerProvider(t))
+	restarted := onDockerProvider(t) // a new provider, for the restart below
 	ctx := ctxT(t)
 	a := ts.tenant(t, "a")
 	t.Cleanup(func() {
@@ -99,6 +103,26 @@ func TestServeBranchDocker(t *testing.T) {
 	ecancel()
 	if !errors.Is(err, runbox.ErrSandboxPaused) {
 		t.Errorf("exec on a paused docker sandbox: %v, want ErrSandboxPaused", err)
+	}
+	// A snapshot and a fork of the paused sandbox leave it paused.
+	if _, err := a.Snapshot(ctx, parent, "whilepaused", runbox.SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pforks, _, err := a.Fork(ctx, parent.ID, 1, runbox.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Remove(ctx, pforks[0], true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Get(ctx, parent.ID); err != nil || got.Detail["paused"] != "true" {
+		t.Errorf("Get after a snapshot and a fork of the paused sandbox: %+v, %v; want paused", got, err)
+	}
+	ectx, ecancel = context.WithTimeout(ctx, 30*time.Second)
+	_, err = pc.Exec(ectx, "true")
+	ecancel()
+	if !errors.Is(err, runbox.ErrSandboxPaused) {
+		t.Errorf("exec after a snapshot and a fork of the paused sandbox: %v, want ErrSandboxPaused", err)
 	}
 	// Past the running exec's 2 s timeout on the wall clock; it has
 	// spent about none of it running.
@@ -158,7 +182,34 @@ func TestServeBranchDocker(t *testing.T) {
 	if err != nil || !slices.ContainsFunc(ss, func(s runbox.Snapshot) bool { return s.Name == fsn.Name }) {
 		t.Errorf("after the refused delete the snapshots are %+v, %v; want %s still listed", ss, err, fsn.Name)
 	}
-	for _, f := range forks {
+	// Deleting the parent keeps its forks working, each with its own.
+	if err := a.Remove(ctx, parent, false); err != nil {
+		t.Fatal(err)
+	}
+	for i, fc := range fcs {
+		if got := run(t, fc, "cat /etc/rbfork /etc/rbstate"); got != strconv.Itoa(i)+"\nparent\n" {
+			t.Errorf("fork %d after its parent was removed reads %q", i, got)
+		}
+	}
+	// A restart of serve (a new server and provider on the same registry)
+	// keeps the snapshot: listed, and a sandbox made from it has the
+	// parent's file.
+	ts.stop()
+	ts.start(t, restarted)
+	ss, err = a.Snapshots(ctx)
+	if err != nil || !slices.ContainsFunc(ss, func(s runbox.Snapshot) bool { return s.Name == fsn.Name }) {
+		t.Fatalf("after a restart of serve the snapshots are %+v, %v; want %s listed", ss, err, fsn.Name)
+	}
+	rsb, err := a.CreateSandbox(ctx, runbox.SandboxSpec{FromSnapshot: fsn.Name}, client.SandboxOptions{})
+	if err != nil {
+		t.Fatalf("a sandbox from the snapshot after a restart: %v", err)
+	}
+	rc := a.Sandbox(rsb.ID)
+	defer rc.Close()
+	if got := run(t, rc, "cat /etc/rbstate; test -e /etc/rbfork || echo no-fork-file"); got != "parent\nno-fork-file\n" {
+		t.Errorf("a sandbox from the snapshot after a restart reads %q", got)
+	}
+	for _, f := range append(forks, rsb) {
 		if err := a.Remove(ctx, f, true); err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,8 @@ func run(t *testing.T, cl *client.Client, cmd string) string {
 // TestServePauseLocal: through serve, pausing a local sandbox stops a busy
 // loop (its CPU time in /proc does not move), an exec on it is
 // ErrSandboxPaused at once, Get says paused, the idle reaper leaves it
-// alone however long it stays paused, and resume lets the loop run on.
+// alone however long it stays paused, a snapshot and a fork of it leave it
+// paused (the loop still uses no CPU), and resume lets the loop run on.
 // Another tenant cannot pause it.
 func TestServePauseLocal(t *testing.T) {
 	ts := startServer(t, onLocalProvider(t))
@@ -112,6 +113,22 @@ func TestServePauseLocal(t *testing.T) {
 	c0 := cpuTicks(t, pid)
 	if _, err := cl.Exec(ctx, "true"); !errors.Is(err, runbox.ErrSandboxPaused) {
 		t.Fatalf("exec on a paused sandbox: %v, want ErrSandboxPaused", err)
+	}
+	// A snapshot and a fork of the paused sandbox leave it paused (serve
+	// pauses nothing again: the provider resumes only what it paused).
+	if _, err := a.Snapshot(ctx, sb, "whilepaused", runbox.SnapshotOptions{NoWorkspace: true}); err != nil {
+		t.Fatal(err)
+	}
+	forks, _, err := a.Fork(ctx, sb.ID, 1, runbox.SnapshotOptions{NoWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Remove(ctx, forks[0], true) })
+	if got, _ := a.Get(ctx, sb.ID); got.Detail["paused"] != "true" {
+		t.Errorf("Get after a snapshot and a fork of the paused sandbox: %v, want paused", got.Detail)
+	}
+	if _, err := cl.Exec(ctx, "true"); !errors.Is(err, runbox.ErrSandboxPaused) {
+		t.Errorf("exec after a snapshot and a fork of the paused sandbox: %v, want ErrSandboxPaused", err)
 	}
 	// Past the idle TTL: still there; the loop still frozen.
 	time.Sleep(3 * time.Second)

@@ -299,7 +299,8 @@ func errPaused(containerID string) error {
 
 // Snapshot pauses sb, commits its container to the image SnapshotRepo/name
 // (the engine's commit: its filesystem changes as a layer over its image),
-// and resumes it. A docker sandbox has no workspace, so opts change
+// and resumes it; a sandbox that was paused already is committed as it is
+// and stays paused. A docker sandbox has no workspace, so opts change
 // nothing.
 func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
 	fail := func(err error) (runbox.Snapshot, error) {
@@ -334,14 +335,27 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 			}
 		}
 	}
-	if err := p.Pause(ctx, sb); err != nil {
-		return fail(err)
+	// A sandbox its user paused (by the engine, or its cgroup frozen by
+	// Pause) is committed as it is and stays paused: it is frozen, so its
+	// files are consistent.
+	wasPaused := false
+	if st := ir.Container.State; st != nil {
+		_, direct := frozenDirectly(sb.Detail["dir"], ir.Container.ID)
+		wasPaused = st.Paused || direct
+	}
+	if !wasPaused {
+		if err := p.Pause(ctx, sb); err != nil {
+			return fail(err)
+		}
 	}
 	_, cerr := cli.ContainerCommit(ctx, sb.Detail["container"], moby.ContainerCommitOptions{
 		Reference: ref, Changes: changes, NoPause: true,
 		Comment: "runbox snapshot of sandbox " + sb.ID,
 	})
-	rerr := p.Resume(context.WithoutCancel(ctx), sb)
+	var rerr error
+	if !wasPaused {
+		rerr = p.Resume(context.WithoutCancel(ctx), sb)
+	}
 	if cerr != nil {
 		return fail(fmt.Errorf("commit: %w", engineError(cli, cerr)))
 	}

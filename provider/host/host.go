@@ -109,6 +109,9 @@ func (p *Provider) Remove(ctx context.Context, sb runbox.Sandbox, force bool) er
 
 // checkSpec refuses what a host sandbox cannot do, instead of ignoring it.
 func checkSpec(spec runbox.SandboxSpec) error {
+	if spec.FromSnapshot != "" {
+		return fmt.Errorf("from snapshot %s: provider %s cannot snapshot: %w", spec.FromSnapshot, ProviderName, runbox.ErrUnsupported)
+	}
 	var bad []string
 	if spec.Image != "" {
 		bad = append(bad, "an image")

@@ -32,6 +32,10 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	fail := func(err error) (runbox.Sandbox, error) {
 		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: spec.Name, Err: err}
 	}
+	if spec.FromSnapshot != "" {
+		// Ignoring it would give a sandbox without the snapshot's files.
+		return fail(fmt.Errorf("from snapshot %s: provider %s cannot snapshot: %w", spec.FromSnapshot, ProviderName, runbox.ErrUnsupported))
+	}
 	tmpl, err := loadTemplate(p.podTemplatePath())
 	if err != nil {
 		return fail(err)

@@ -75,7 +75,8 @@ func (p *Provider) snapshotPath(name string) (string, error) {
 
 // Snapshot pauses sb (its runboxd freezes every command, so the files are
 // consistent), copies its upper layer and, unless opts say not, its
-// workspace (reflinks where the filesystem has them), and resumes it. The
+// workspace (reflinks where the filesystem has them), and resumes it. A
+// sandbox that was paused already is copied as it is and stays paused. The
 // copy is made under a temporary name and renamed into place, so a
 // snapshot is whole or absent.
 func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
@@ -111,8 +112,18 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 
 	cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
 	defer cl.Close()
-	if err := cl.Pause(ctx); err != nil {
-		return fail(err)
+	// A sandbox its user paused is frozen already, so its files are
+	// consistent: it is neither paused again nor resumed after the copy
+	// (it stays paused until its user resumes it).
+	info, err := cl.Info(ctx)
+	if err != nil {
+		return fail(fmt.Errorf("ask whether it is paused: %w", err))
+	}
+	wasPaused := info.Paused
+	if !wasPaused {
+		if err := cl.Pause(ctx); err != nil {
+			return fail(err)
+		}
 	}
 	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
 	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
@@ -131,11 +142,14 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		err = copyTree(sb.Detail["workdir"], filepath.Join(tmp, snapshotWorkspace), cloneFiles)
 		snap.Workspace = err == nil
 	}
-	// Resumed whether or not the copy worked; a context already done
-	// must not leave the sandbox paused.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	rerr := cl.Resume(rctx)
-	cancel()
+	// Resumed (when Snapshot paused it) whether or not the copy worked; a
+	// context already done must not leave the sandbox paused.
+	var rerr error
+	if !wasPaused {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		rerr = cl.Resume(rctx)
+		cancel()
+	}
 	if err != nil {
 		return fail(fmt.Errorf("copy: %w", err))
 	}

@@ -29,6 +29,10 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 		}
 		return runbox.Sandbox{}, &runbox.Error{Op: "create", Sandbox: id, Err: err}
 	}
+	if spec.FromSnapshot != "" {
+		// Ignoring it would give a sandbox without the snapshot's files.
+		return fail("", fmt.Errorf("from snapshot %s: provider %s cannot snapshot: %w", spec.FromSnapshot, ProviderName, runbox.ErrUnsupported))
+	}
 	target := p.Target
 	if target == "" {
 		target = os.Getenv(TargetEnv)
