@@ -7,8 +7,10 @@ import (
 	osexec "os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
 )
 
 // TestSnapshotKeepsAnInstalledPackage: a package installed with apt-get in
@@ -46,5 +48,63 @@ PKG`)
 	_, c2 := create(t, p, runbox.SandboxSpec{FromSnapshot: snap.Name, Network: "none", Workdir: t.TempDir()})
 	if got, want := run(t, c2, name+"; dpkg -s "+name+" | grep Status"), marker+"\nStatus: install ok installed\n"; got != want {
 		t.Errorf("a sandbox from the snapshot, network none: %q, want %q", got, want)
+	}
+}
+
+// TestSnapshotKeepsArchiveAndPipPackages: what an agent installs from
+// Debian's archive with apt-get (sl; RUNBOX_TEST_APT=1 makes it required,
+// CI sets it) and from a wheel with pip is in a sandbox made from the
+// snapshot on network none: installed as dpkg and pip say, and it runs.
+func TestSnapshotKeepsArchiveAndPipPackages(t *testing.T) {
+	needRootHost(t)
+	p := newProvider(t)
+	ctx := context.Background()
+	sb, c := create(t, p, runbox.SandboxSpec{Workdir: t.TempDir()})
+	apt := os.Getenv("RUNBOX_TEST_APT") == "1"
+	if _, err := os.Stat("/usr/games/sl"); apt && err == nil {
+		t.Log("sl is installed on this machine, whose root the sandbox sees: apt-get would install nothing, so the archive package is left out")
+		apt = false
+	}
+	if apt {
+		res := exec(t, c, "apt-get install -y -q sl >/tmp/apt.log 2>&1 || { tail -20 /tmp/apt.log; exit 1; }; test -x /usr/games/sl",
+			client.WithTimeout(5*time.Minute))
+		if res.ExitCode != 0 {
+			t.Fatalf("apt-get install sl from the archive: exit %d\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	} else {
+		t.Log("RUNBOX_TEST_APT=1 is not set: the archive package is left out (it needs Debian's archive reachable; .ci/run sets it)")
+	}
+	pip := exec(t, c, "python3 -m pip --version").ExitCode == 0
+	module := "rbsnap" + strings.ToLower(rand.Text()[:8])
+	if pip {
+		mk := strings.ReplaceAll(`import zipfile
+with zipfile.ZipFile("/workspace/MOD-1.0-py3-none-any.whl", "w") as z:
+    z.writestr("MOD.py", "VALUE = 42\n")
+    z.writestr("MOD-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: MOD\nVersion: 1.0\n")
+    z.writestr("MOD-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nGenerator: hand\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+    z.writestr("MOD-1.0.dist-info/RECORD", "")
+`, "MOD", module)
+		run(t, c, "python3 -c '"+mk+"'")
+		run(t, c, "python3 -m pip install -q --no-index --break-system-packages /workspace/"+module+"-1.0-py3-none-any.whl 2>&1 | grep -v WARNING || true")
+	} else {
+		t.Log("this machine's python3 has no pip (apt-get install python3-pip): the pip package is left out")
+	}
+	if !apt && !pip {
+		t.Skip("neither the archive (RUNBOX_TEST_APT=1) nor pip is available: nothing to install")
+	}
+	snap, err := p.Snapshot(ctx, sb, "", runbox.SnapshotOptions{NoWorkspace: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, c2 := create(t, p, runbox.SandboxSpec{FromSnapshot: snap.Name, Network: "none", Workdir: t.TempDir()})
+	if apt {
+		if got, want := run(t, c2, "dpkg -s sl | grep Status; test -x /usr/games/sl && echo runs"), "Status: install ok installed\nruns\n"; got != want {
+			t.Errorf("sl in a sandbox from the snapshot, network none: %q, want %q", got, want)
+		}
+	}
+	if pip {
+		if got := run(t, c2, "cd / && python3 -c 'import "+module+"; print("+module+".VALUE)'"); got != "42\n" {
+			t.Errorf("the pip package in a sandbox from the snapshot, network none: %q, want 42", got)
+		}
 	}
 }
