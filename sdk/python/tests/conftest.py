@@ -79,7 +79,8 @@ def bin_dir() -> str:
 class Server:
     """A runbox serve process with its home, database and log."""
 
-    def __init__(self, extra: Optional[List[str]] = None) -> None:
+    def __init__(self, extra: Optional[List[str]] = None, providers: str = "host") -> None:
+        self.providers = providers
         self.home = tempfile.mkdtemp(prefix="rbpy", dir="/tmp")
         self.db = os.path.join(self.home, "runbox.db")
         self.extra = extra or []
@@ -124,7 +125,7 @@ class Server:
         """Starts the server (again on the same address after the first
         time) and waits for its "serving" log line."""
         args = [
-            os.path.join(bin_dir(), "runbox"), "serve", "--providers", "host", "--allow-host-provider", "--listen", self.addr,
+            os.path.join(bin_dir(), "runbox"), "serve", "--providers", self.providers, "--allow-host-provider", "--listen", self.addr,
             "--db", self.db, "--reap-interval", "200ms", *self.extra,
         ]  # fmt: skip
         self.proc = subprocess.Popen(

@@ -2,11 +2,15 @@
 against a real runbox serve with the host provider: pause and resume go
 through the server (an exec on a paused sandbox raises SandboxPaused, the
 sandbox's info says paused); the host provider cannot snapshot or fork
-(Unsupported); unknown snapshots are InvalidSpec."""
+(Unsupported); unknown snapshots are InvalidSpec. As root, the same
+against serve with the local provider, which can: a snapshot and forks
+that each keep their own writes."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 
 import pytest
 from conftest import Server
@@ -55,3 +59,37 @@ def test_aio_branch(server: Server) -> None:
                     await c.delete_snapshot("nope")
 
     asyncio.run(main())
+
+
+def test_snapshot_fork_local_server() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("serve's local provider makes namespaces and a FUSE root: run as root (CI does)")
+    s = Server(providers="local")
+    s.start()
+    try:
+        c = s.client()
+        mark = secrets.token_hex(8)
+        with c.create(provider="local") as parent:
+            assert parent.run(f"mkdir -p /opt/{mark} && echo parent > /opt/{mark}/f").exit_code == 0
+            parent.pause()
+            snap = parent.snapshot("base")
+            assert parent.paused(), "a snapshot of a paused sandbox leaves it paused"
+            parent.resume()
+            assert snap.name == "base" and [x.name for x in c.snapshots()] == ["base"]
+            forks = parent.fork(2)
+            assert len(forks) == 2 and len({f.id for f in forks} | {parent.id}) == 3
+            try:
+                for i, f in enumerate(forks):
+                    assert f.run(f"echo fork{i} > /opt/{mark}/f").exit_code == 0
+                for i, f in enumerate(forks):
+                    assert f.run(f"cat /opt/{mark}/f").stdout == f"fork{i}\n"
+                assert parent.run(f"cat /opt/{mark}/f").stdout == "parent\n"
+                with c.create(from_snapshot="base") as child:
+                    assert child.run(f"cat /opt/{mark}/f").stdout == "parent\n"
+            finally:
+                for f in forks:
+                    f.remove(force=True)
+        c.delete_snapshot("base")
+        assert all(x.name != "base" for x in c.snapshots())
+    finally:
+        s.close()
