@@ -64,7 +64,7 @@ async function flow(client) {
   const { tools } = await client.listTools();
   const names = tools.map((t) => t.name).sort();
   const want = ['exec', 'exec_cancel', 'exec_list', 'exec_output', 'file_delete', 'file_edit', 'file_list',
-    'file_read', 'file_write', 'port_expose', 'sandbox_create', 'sandbox_fork', 'sandbox_list', 'sandbox_pause',
+    'file_read', 'file_write', 'network_set', 'port_expose', 'sandbox_create', 'sandbox_fork', 'sandbox_list', 'sandbox_pause',
     'sandbox_remove', 'sandbox_resume', 'sandbox_snapshot'];
   check(JSON.stringify(names) === JSON.stringify(want), 'tools', names);
   for (const t of tools) {
