@@ -32,12 +32,6 @@ type upstream struct {
 	fdForward *egress.FDForwarder
 }
 
-// fdPasser is a provider that says whether connected sockets travel to
-// and from a sandbox's runboxd (internal/fdpass).
-type fdPasser interface {
-	PassesFDs(runbox.Sandbox) bool
-}
-
 func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
 	dial := p.Dialer(sb)
 	var protocols http.Protocols
@@ -50,7 +44,7 @@ func newUpstream(p runbox.Provider, sb runbox.Sandbox) *upstream {
 	}
 	hc := &http.Client{Transport: t}
 	var fdForward *egress.FDForwarder
-	if fp, ok := p.(fdPasser); ok && fp.PassesFDs(sb) {
+	if egress.PassesFDs(p, sb) {
 		fdForward = &egress.FDForwarder{Dial: dial}
 	}
 	return &upstream{
