@@ -66,6 +66,23 @@ func hostSides(t testing.TB, id string) int {
 	return n
 }
 
+// outsideAddr is an IPv4 address of this machine that is not loopback, or
+// "" when it has none.
+func outsideAddr(t testing.TB) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			return n.IP.String()
+		}
+	}
+	t.Log("no outside address on this machine: the raw connect is tried on loopback only")
+	return ""
+}
+
 // waitHostSides waits (bounded) until sandbox id has want host sides here.
 func waitHostSides(t testing.TB, id string, want int, what string) {
 	t.Helper()
@@ -181,20 +198,26 @@ EOF`, port, port))
 		t.Errorf("CONNECT tunnel: %q, want %q", tunnel, want)
 	}
 	// A program ignoring the proxy variables: no route, to the allowed
-	// server neither (this machine's 127.0.0.2, the node's address).
-	targets := []string{"127.0.0.2", "1.1.1.1"}
-	for _, a := range pod.Status.HostIPs {
-		targets = append(targets, a.IP)
+	// server neither (this machine's 127.0.0.2 is the pod's own loopback
+	// there), nor to a server on this machine's own outside address.
+	type target struct {
+		host string
+		port int
 	}
-	for _, host := range targets {
+	targets := []target{{"127.0.0.2", port}, {"1.1.1.1", 80}}
+	if ip := outsideAddr(t); ip != "" {
+		op, _ := markerServer(t, net.JoinHostPort(ip, "0"))
+		targets = append(targets, target{ip, op})
+	}
+	for _, tg := range targets {
 		got := sh(fmt.Sprintf(`python3 -c '
 import socket
 try:
     socket.create_connection(("%s", %d), timeout=5); print("reached")
 except OSError as e:
-    print("refused", e)'`, host, port))
+    print("refused", e)'`, tg.host, tg.port))
 		if !strings.HasPrefix(got, "refused") {
-			t.Errorf("raw connect to %s:%d from inside: %q", host, port, got)
+			t.Errorf("raw connect to %s:%d from inside: %q", tg.host, tg.port, got)
 		}
 	}
 	if got := sh(`python3 -c '
