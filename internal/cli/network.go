@@ -43,7 +43,7 @@ func (f *egressFlags) policy() (runbox.EgressPolicy, error) {
 }
 
 // egressProvider is a provider whose sandboxes' egress policy can change
-// at runtime (local).
+// at runtime (local, docker, kubernetes).
 type egressProvider interface {
 	Egress(ctx context.Context, sb runbox.Sandbox) (runbox.EgressPolicy, error)
 	SetEgress(ctx context.Context, sb runbox.Sandbox, p runbox.EgressPolicy) error

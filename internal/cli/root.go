@@ -184,6 +184,7 @@ Sandbox records live under $RUNBOX_HOME (default ~/.runbox).`,
 		a.syncCmd(),
 		a.versionCmd(),
 		a.endpointCmd(),
+		a.egressHostCmd(),
 	)
 	if a.server.Make != nil {
 		root.AddCommand(a.server.Make(a)...)

@@ -106,7 +106,7 @@ func (f *upFlags) add(fs *pflag.FlagSet, def string) {
 	f.server.add(fs)
 	f.kube.add(fs)
 	fs.StringVar(&f.from, "from", "", "a snapshot (runbox snapshot) to start from: its filesystem under the sandbox's own writable layer, and, without --workdir, a copy of its workspace (local and docker)")
-	fs.StringVar(&f.network, "network", "", "network: none (loopback only), private (local, docker: loopback only, plus an egress proxy that reaches what --allow allows), or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
+	fs.StringVar(&f.network, "network", "", "network: none (loopback only), private (local, docker: loopback only; kubernetes: the pod's network, which a NetworkPolicy should close; plus an egress proxy that reaches what --allow allows), or host (the host's interfaces and ports, reachable both ways), or a named docker network (default: local and host: host; docker: none)")
 	f.egress.add(fs)
 }
 

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -35,6 +36,9 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	if spec.FromSnapshot != "" {
 		// Ignoring it would give a sandbox without the snapshot's files.
 		return fail(fmt.Errorf("from snapshot %s: provider %s cannot snapshot: %w", spec.FromSnapshot, ProviderName, runbox.ErrUnsupported))
+	}
+	if err := p.checkEgress(spec); err != nil {
+		return fail(err)
 	}
 	tmpl, err := loadTemplate(p.podTemplatePath())
 	if err != nil {
@@ -108,6 +112,12 @@ func (p *Provider) Create(ctx context.Context, spec runbox.SandboxSpec) (runbox.
 	}
 	sb := p.toSandboxAlive(running)
 	p.remember(localRecord{ID: id, Name: spec.Name, Namespace: api.namespace, Context: p.context(), Pod: running.Name, UID: string(running.UID)}, secret)
+	if spec.Network == NetworkPrivate {
+		if err := p.startEgress(id, spec.Egress); err != nil {
+			p.forget(id) // a host side that started sees it and exits
+			return cleanup(err)
+		}
+	}
 	return sb, nil
 }
 
@@ -119,7 +129,7 @@ func (p *Provider) toSandboxAlive(pod *corev1.Pod) runbox.Sandbox {
 			image = c.Image
 		}
 	}
-	return runbox.Sandbox{
+	sb := runbox.Sandbox{
 		ID:       pod.Labels[LabelSandbox],
 		Name:     pod.Labels[LabelName],
 		Provider: ProviderName,
@@ -130,6 +140,11 @@ func (p *Provider) toSandboxAlive(pod *corev1.Pod) runbox.Sandbox {
 			"phase": string(pod.Status.Phase), "stream": "exec", "image": image,
 		},
 	}
+	var rec podSpecRecord
+	if json.Unmarshal([]byte(pod.Annotations[AnnotationSpec]), &rec) == nil && rec.Network != "" {
+		sb.Detail["network"] = rec.Network
+	}
+	return sb
 }
 
 // newID returns a fresh sandbox id.

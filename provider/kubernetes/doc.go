@@ -25,11 +25,18 @@
 // persistent endpoint on this machine: one exec stream of `runboxd proxy
 // --mux`, a yamux stream per connection (StreamDialer, endpoint.go).
 //
+// A sandbox on --network private (NetworkPrivate, egress.go) has runboxd's
+// egress proxy on the pod's loopback and a host side on the machine that
+// created it (`runbox-full egress-host kubernetes ID`, ServeEgress), which
+// lives as long as its local record. What else the pod reaches is the pod
+// network's: the operator's NetworkPolicy closes it.
+//
 // Labels and the pod's UID are the registry, so any machine with the
 // kubeconfig finds a sandbox without local state:
 //
 //	runbox.dev/sandbox=<id>            the sandbox id (12 hex digits); the pod is runbox-<id>
 //	runbox.dev/name=<name>             its optional alias
+//	runbox.dev/network=private         on a private sandbox's pod
 //	app.kubernetes.io/managed-by=runbox
 //	annotation runbox.dev/spec         the spec it was created from (JSON)
 //	annotation runbox.dev/secret       the Secret holding the sandbox's secret (see auth.go)

@@ -149,6 +149,11 @@ type Provider struct {
 	// runbox front reaches it through its persistent endpoint (StreamDialer)
 	// without asking the cluster; "" keeps none.
 	Home string
+	// EgressHost is the runbox-full binary whose hidden `egress-host`
+	// command is a private sandbox's host side (egress.go); "" finds it
+	// as the runbox front does ($RUNBOX_FULL, beside this executable, on
+	// PATH).
+	EgressHost string
 
 	mu  sync.Mutex
 	api *kubeAPI

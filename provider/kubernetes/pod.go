@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/egress"
 )
 
 // podSpecRecord is the part of the spec a pod's AnnotationSpec keeps.
@@ -115,12 +118,19 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	if spec.Workdir != "" || spec.Rootfs != "" || spec.HostRoot {
 		return nil, fmt.Errorf("%w: a pod cannot mount a directory of this machine (--workdir, --rootfs, --host-root); copy files in with runbox cp or runbox sync", runbox.ErrInvalidSpec)
 	}
+	private := false
 	switch spec.Network {
 	case "", "none":
 	case "host":
 		ps.HostNetwork = true
+	case NetworkPrivate:
+		if ps.HostNetwork {
+			return nil, fmt.Errorf("%w: --network private with a template that sets hostNetwork", ErrTemplateConflict)
+		}
+		private = true
+		pod.Labels[LabelNetwork] = NetworkPrivate
 	default:
-		return nil, fmt.Errorf("%w: --network %q: the kubernetes provider takes none (the pod's network) or host", runbox.ErrInvalidSpec, spec.Network)
+		return nil, fmt.Errorf("%w: --network %q: the kubernetes provider takes none (the pod's network), host or private", runbox.ErrInvalidSpec, spec.Network)
 	}
 	for _, v := range ps.Volumes {
 		if v.Name == volumeName {
@@ -171,6 +181,22 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	w.VolumeMounts = append(w.VolumeMounts, corev1.VolumeMount{Name: volumeName, MountPath: podDir, ReadOnly: true})
 	w.Command = []string{podRunboxd}
 	w.Args = append([]string{"serve", "--socket", socketName(pp.id), "--auth-sha256", pp.authSum}, spec.DaemonArgs...)
+	if private {
+		// runboxd offers the egress proxy on the pod's loopback; its
+		// environment is its commands', so they find it (egress.Env, in
+		// place of a template's own proxy variables).
+		w.Args = append(w.Args, "--egress")
+		set := map[string]string{}
+		for _, kv := range egress.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			set[k] = v
+		}
+		w.Env = slices.DeleteFunc(w.Env, func(e corev1.EnvVar) bool { _, ok := set[e.Name]; return ok })
+		for _, kv := range egress.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			w.Env = append(w.Env, corev1.EnvVar{Name: k, Value: v})
+		}
+	}
 	w.Stdin, w.TTY = false, false
 	if w.SecurityContext == nil {
 		w.SecurityContext = &corev1.SecurityContext{}
