@@ -74,3 +74,73 @@ def test_egress_rules_reach_the_server(client: runbox.Client, sb: runbox.Sandbox
         sb.set_egress(allow=["pypi.org"])
     with pytest.raises(TypeError, match="list of strings"):
         client.create(provider="host", network="private", allow="pypi.org")  # type: ignore[arg-type]
+
+
+def test_set_egress_local_server() -> None:
+    """As root, against serve with the local provider: a private sandbox
+    fetches nothing until set_egress allows a name (pinned to a server on
+    this machine's loopback, within the operator's --allow-egress-cidr);
+    then the next fetch works, and after set_egress with no rule it is
+    refused again. The same through runbox.aio, whose expose returns the
+    route's URL."""
+    import asyncio
+    import http.server
+    import os
+    import secrets
+    import threading
+
+    import runbox.aio
+
+    if os.geteuid() != 0:
+        pytest.skip("serve's local provider makes namespaces and a network of its own: run as root (CI does)")
+    mark = secrets.token_hex(8)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = mark.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    name = f"pkg-{mark}.test"
+    fetch_cmd = (
+        "python3 -c 'import sys, urllib.request; "
+        f'print(urllib.request.urlopen("http://{name}:{port}/", timeout=20).read().decode())\''
+    )
+    s = Server(extra=["--allow-egress-cidr", "127.0.0.1/32"], providers="local")
+    s.start()
+    try:
+        c = s.client()
+        with c.create(provider="local", network="private") as sb:
+            before = sb.run(fetch_cmd)
+            assert before.exit_code != 0 and mark not in before.stdout, before
+            info = sb.set_egress(allow=[name], allow_cidr=["127.0.0.1/32"], resolve={name: "127.0.0.1"})
+            assert info.id == sb.id
+            after = sb.run(fetch_cmd)
+            assert after.exit_code == 0 and after.stdout == mark + "\n", after
+            sb.set_egress()
+            again = sb.run(fetch_cmd)
+            assert again.exit_code != 0 and mark not in again.stdout, again
+
+        async def main() -> None:
+            async with runbox.aio.AsyncClient(s.url, s.token()) as ac:
+                async with await ac.create(provider="local", network="private") as asb:
+                    assert (await asb.run(fetch_cmd)).exit_code != 0
+                    await asb.set_egress(allow=[name], allow_cidr=["127.0.0.1/32"], resolve={name: "127.0.0.1"})
+                    res = await asb.run(fetch_cmd)
+                    assert res.exit_code == 0 and res.stdout == mark + "\n", res
+                    exp = await asb.expose(8000, ttl=60)
+                    assert exp.url.endswith(f"/sandboxes/{asb.id}/ports/8000/") and exp.signed_url
+                    await asb.unexpose(8000)
+
+        asyncio.run(main())
+    finally:
+        s.close()
+        httpd.shutdown()

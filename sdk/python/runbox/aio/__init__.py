@@ -34,15 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, TypeVar, Union
+from typing import Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
 from .. import errors
 from .._follow import merge_buffer, transient
-from ..client import Client
+from ..client import Client, egress_policy
 from ..files import Files
 from ..local import Local
-from ..models import ExecInfo, FileInfo, Result, SandboxInfo, Snapshot
-from ..sandbox import Command, Sandbox, _signal_number
+from ..models import ExecInfo, ExposedPort, FileInfo, Result, SandboxInfo, Snapshot
+from ..sandbox import Command, Sandbox, _ms, _signal_number
 from ._process import AsyncProcess
 from ._transport import AsyncServerStream, AsyncTransport
 
@@ -341,9 +341,42 @@ class AsyncSandbox:
         out = await srv._call("ForkSandbox", req)
         return [srv._sandbox(SandboxInfo.from_json(s)) for s in out.get("sandboxes") or []]
 
+    async def set_egress(
+        self,
+        allow: Optional[Sequence[str]] = None,
+        allow_cidr: Optional[Sequence[str]] = None,
+        deny: Optional[Sequence[str]] = None,
+        resolve: Optional[Mapping[str, str]] = None,
+    ) -> SandboxInfo:
+        """Replaces the egress policy of a ``network="private"`` sandbox
+        (:meth:`runbox.Sandbox.set_egress`); connections opened from then on
+        get it. Returns the sandbox as the server now describes it."""
+        req = {"sandboxId": self.id, "egress": egress_policy(allow, allow_cidr, deny, resolve)}
+        out = await self._server()._call("SetEgress", req)
+        self._sync.info = SandboxInfo.from_json(out.get("sandbox") or {})
+        return self._sync.info
+
+    async def expose(self, port: int, ttl: Optional[float] = None) -> ExposedPort:
+        """Makes ``port`` on the sandbox's loopback reachable through the
+        server's route and returns its URLs (:meth:`runbox.Sandbox.expose`)."""
+        req: Dict[str, Any] = {"sandboxId": self.id, "port": int(port)}
+        if ttl is not None:
+            req["urlTtlMs"] = _ms(ttl)
+        out = await self._server()._call("ExposePort", req)
+        return ExposedPort(
+            port=int(port),
+            url=str(out.get("url", "")),
+            signed_url=str(out.get("signedUrl", "")),
+            expires_at=int(out.get("expiresAtUnixMs") or 0) / 1e3,
+        )
+
+    async def unexpose(self, port: int) -> None:
+        """Closes ``port``'s route (:meth:`runbox.Sandbox.unexpose`)."""
+        await self._server()._call("UnexposePort", {"sandboxId": self.id, "port": int(port)})
+
     def _server(self) -> AsyncClient:
         if not isinstance(self.owner, AsyncClient):
-            raise errors.Unsupported("snapshots and forks need runbox serve (runbox.aio.AsyncClient)")
+            raise errors.Unsupported("snapshots, forks, egress policies and exposed ports need runbox serve (runbox.aio.AsyncClient)")
         return self.owner
 
     async def _exec_call(self, method: str, req: Mapping[str, Any], timeout: Optional[float] = None) -> Dict[str, Any]:
