@@ -173,7 +173,8 @@ func TestNetworkPrivateIsolation(t *testing.T) {
 }
 
 // TestCLINetworkPrivate: runbox up --network private --allow ... through
-// the CLI; runbox network adds a rule the next connection gets; an
+// the CLI; runbox network adds a rule the next connection gets (--deny
+// wins over --allow); an
 // allowlist without --network private, and a malformed rule, are refused
 // with exit 125 before anything is made.
 func TestCLINetworkPrivate(t *testing.T) {
@@ -202,6 +203,13 @@ func TestCLINetworkPrivate(t *testing.T) {
 	}
 	if _, out := curl("pkg.test"); !strings.Contains(out, "pkg.test is not in the --allow list") {
 		t.Errorf("after --replace (pkg.test dropped, its --resolve too): %q", out)
+	}
+	// --deny wins over --allow: the name is refused by the deny rule.
+	if code, out, errs := rb("network", id, "--allow", "*.test", "--deny", "late.test"); code != 0 || !strings.Contains(out, `"late.test"`) {
+		t.Fatalf("runbox network --deny: exit %d, %q %q", code, out, errs)
+	}
+	if _, out := curl("late.test"); !strings.Contains(out, "late.test") || !strings.Contains(out, "deny") || !strings.HasSuffix(out, " 403") {
+		t.Errorf("after runbox network --deny late.test: %q", out)
 	}
 	for _, args := range [][]string{
 		{"up", "--workdir", t.TempDir(), "--allow", "pkg.test"},
