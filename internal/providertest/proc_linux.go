@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 )
 
 // This file looks at processes through this machine's /proc, for providers
@@ -143,4 +144,20 @@ func ProcRSS(pid int) (int64, error) {
 		return kb << 10, nil
 	}
 	return 0, fmt.Errorf("read rss of %d: no VmRSS line", pid)
+}
+
+// CPUTicks is the CPU time (utime + stime, in clock ticks) /proc says pid
+// has used: a frozen process's does not move.
+func CPUTicks(t testing.TB, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command's closing parenthesis; utime and stime
+	// are the 14th and 15th of the whole line.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	s, _ := strconv.ParseInt(f[12], 10, 64)
+	return u + s
 }

@@ -2,7 +2,6 @@ package docker_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,49 +14,6 @@ import (
 	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/docker"
 )
-
-// lsStatus is the STATUS runbox ls prints for the sandbox id.
-func lsStatus(t *testing.T, id string) string {
-	t.Helper()
-	code, out, errs := runCLI(t, "ls")
-	if code != 0 {
-		t.Fatalf("runbox ls: exit %d: %s", code, errs)
-	}
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != id {
-			continue
-		}
-		for _, w := range f[1:] {
-			if w == "up" || w == "paused" || w == "lost" {
-				return w
-			}
-		}
-		t.Fatalf("runbox ls line %q has no status", line)
-	}
-	t.Fatalf("runbox ls does not list %s:\n%s", id, out)
-	return ""
-}
-
-// inspectPaused is what runbox inspect says of the sandbox id being
-// paused: its detail's "paused" and its daemon's.
-func inspectPaused(t *testing.T, id string) (detail string, daemon bool) {
-	t.Helper()
-	code, out, errs := runCLI(t, "inspect", id)
-	if code != 0 {
-		t.Fatalf("runbox inspect: exit %d: %s", code, errs)
-	}
-	var v struct {
-		Detail map[string]string `json:"detail"`
-		Daemon *struct {
-			Paused bool `json:"paused"`
-		} `json:"daemon"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Daemon == nil {
-		t.Fatalf("runbox inspect printed %q (%v); want a daemon", out, err)
-	}
-	return v.Detail["paused"], v.Daemon.Paused
-}
 
 // TestSnapshotOfAPausedSandboxStaysPaused: on both streams (socket: the
 // provider freezes the container's cgroup itself, as root; exec: the
@@ -91,7 +47,7 @@ func TestSnapshotOfAPausedSandboxStaysPaused(t *testing.T) {
 			}
 			pid := waitPid(t, cli, sb, marker)
 
-			if st := lsStatus(t, sb.ID); st != "up" {
+			if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "up" {
 				t.Errorf("ls of a running sandbox says %q, want up", st)
 			}
 			running := "t" + strings.ToLower(sb.ID) + "-running"
@@ -102,19 +58,19 @@ func TestSnapshotOfAPausedSandboxStaysPaused(t *testing.T) {
 			if got, err := p.Get(ctx, sb.ID); err != nil || got.Detail["paused"] != "" {
 				t.Errorf("Get after a snapshot of a running sandbox: %v, %v; want it running", got.Detail, err)
 			}
-			c0 := cpuTicks(t, pid)
+			c0 := providertest.CPUTicks(t, pid)
 			deadline := time.Now().Add(30 * time.Second)
-			for cpuTicks(t, pid) == c0 && time.Now().Before(deadline) {
+			for providertest.CPUTicks(t, pid) == c0 && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			if cpuTicks(t, pid) == c0 {
+			if providertest.CPUTicks(t, pid) == c0 {
 				t.Error("the busy loop does not run after a snapshot of the running sandbox")
 			}
 
 			if err := p.Pause(ctx, sb); err != nil {
 				t.Fatal(err)
 			}
-			frozen := cpuTicks(t, pid)
+			frozen := providertest.CPUTicks(t, pid)
 			name := "t" + strings.ToLower(sb.ID) + "-paused"
 			if _, err := p.Snapshot(ctx, sb, name, runbox.SnapshotOptions{}); err != nil {
 				t.Fatalf("snapshot of a paused sandbox: %v", err)
@@ -139,18 +95,18 @@ func TestSnapshotOfAPausedSandboxStaysPaused(t *testing.T) {
 			}
 			fork := createFrom(t, p, runbox.SandboxSpec{FromSnapshot: name})
 			wantStdout(t, run(t, dial(t, p, fork), "echo fork-runs"), "fork-runs\n")
-			if st := lsStatus(t, sb.ID); st != "paused" {
+			if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "paused" {
 				t.Errorf("ls of the paused sandbox after snapshot and fork says %q, want paused", st)
 			}
-			if st := lsStatus(t, fork.ID); st != "up" {
+			if st := providertest.LSStatus(t, cliOf(t), fork.ID); st != "up" {
 				t.Errorf("ls of the fork says %q, want up", st)
 			}
-			if detail, daemon := inspectPaused(t, sb.ID); detail != "true" || !daemon {
+			if detail, daemon := providertest.InspectPaused(t, cliOf(t), sb.ID); detail != "true" || !daemon {
 				t.Errorf("inspect of the paused sandbox: detail.paused %q, daemon.paused %v; want both paused", detail, daemon)
 			}
 			// Long enough for a loop that runs to use CPU; it must not.
 			time.Sleep(300 * time.Millisecond)
-			if now := cpuTicks(t, pid); now != frozen {
+			if now := providertest.CPUTicks(t, pid); now != frozen {
 				t.Errorf("the busy loop used %d ticks of CPU across the snapshot and the fork of its paused sandbox", now-frozen)
 			}
 
@@ -158,16 +114,16 @@ func TestSnapshotOfAPausedSandboxStaysPaused(t *testing.T) {
 				t.Fatal(err)
 			}
 			deadline = time.Now().Add(30 * time.Second)
-			for cpuTicks(t, pid) == frozen && time.Now().Before(deadline) {
+			for providertest.CPUTicks(t, pid) == frozen && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
-			if cpuTicks(t, pid) == frozen {
+			if providertest.CPUTicks(t, pid) == frozen {
 				t.Error("the busy loop did not run again after Resume")
 			}
-			if st := lsStatus(t, sb.ID); st != "up" {
+			if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "up" {
 				t.Errorf("ls after resume says %q, want up", st)
 			}
-			if detail, daemon := inspectPaused(t, sb.ID); detail != "" || daemon {
+			if detail, daemon := providertest.InspectPaused(t, cliOf(t), sb.ID); detail != "" || daemon {
 				t.Errorf("inspect after resume: detail.paused %q, daemon.paused %v; want neither", detail, daemon)
 			}
 		})

@@ -19,6 +19,11 @@ import (
 	"github.com/runbox/runbox/provider/docker"
 )
 
+// cliOf is runCLI as a providertest.CLI, for the suite's CLI helpers.
+func cliOf(t *testing.T) providertest.CLI {
+	return func(args ...string) (int, string, string) { return runCLI(t, args...) }
+}
+
 // runCLI runs the runbox CLI in this process with home as RUNBOX_HOME and
 // returns its exit status and output.
 func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {

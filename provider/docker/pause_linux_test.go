@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/runbox/runbox"
 	rbclient "github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/docker"
 )
 
@@ -75,9 +75,9 @@ func TestPauseFreezesCgroupBehindEngine(t *testing.T) {
 		if err != nil || !listed {
 			t.Errorf("round %d: List: %v, %v; want the sandbox in it", round, ls, err)
 		}
-		before := cpuTicks(t, pid)
+		before := providertest.CPUTicks(t, pid)
 		time.Sleep(300 * time.Millisecond)
-		if after := cpuTicks(t, pid); after != before {
+		if after := providertest.CPUTicks(t, pid); after != before {
 			t.Errorf("round %d: the busy loop used %d ticks of CPU while paused", round, after-before)
 		}
 		for _, force := range []bool{false, true} {
@@ -96,12 +96,12 @@ func TestPauseFreezesCgroupBehindEngine(t *testing.T) {
 		if err := p.Resume(ctx, sb); err != nil {
 			t.Fatal(err)
 		}
-		before = cpuTicks(t, pid)
+		before = providertest.CPUTicks(t, pid)
 		deadline := time.Now().Add(30 * time.Second)
-		for cpuTicks(t, pid) == before && time.Now().Before(deadline) {
+		for providertest.CPUTicks(t, pid) == before && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if cpuTicks(t, pid) == before {
+		if providertest.CPUTicks(t, pid) == before {
 			t.Fatalf("round %d: the busy loop did not run again after Resume", round)
 		}
 		wantStdout(t, run(t, dial(t, p, sb), "echo back"), "back\n")
@@ -135,20 +135,4 @@ func waitPid(t *testing.T, cli *moby.Client, sb runbox.Sandbox, marker string) i
 	}
 	t.Fatalf("no process %s in the container", marker)
 	return 0
-}
-
-// cpuTicks is the CPU time (utime + stime, in clock ticks) /proc says pid
-// has used.
-func cpuTicks(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The fields after the command's closing parenthesis; utime and stime
-	// are the 14th and 15th of the whole line.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
 }

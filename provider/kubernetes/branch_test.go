@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,20 +15,6 @@ import (
 	"github.com/runbox/runbox/internal/endpoint"
 	"github.com/runbox/runbox/internal/providertest"
 )
-
-// cpuTicks is the CPU time (utime + stime, in clock ticks) /proc says pid
-// has used.
-func cpuTicks(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
-}
 
 // TestBranchingOnKubernetes: a pod cannot be snapshotted, so the provider
 // is no runbox.Snapshotter (branching.SnapshotterOf says
@@ -87,7 +71,7 @@ func TestBranchingOnKubernetes(t *testing.T) {
 	if code != 125 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "provider kubernetes cannot snapshot: unsupported operation by this provider") {
 		t.Errorf("up --from on kubernetes: status %d, stdout %q, stderr %q; want 125 and one line saying kubernetes cannot snapshot", code, out, errs)
 	}
-	if st := lsStatus(t, c, id); st != "up" {
+	if st := providertest.LSStatus(t, c.run, id); st != "up" {
 		t.Errorf("ls after the refusals says %q, want up", st)
 	}
 
@@ -105,8 +89,8 @@ func TestBranchingOnKubernetes(t *testing.T) {
 	if code, out, errs := c.run("pause", "kbranch"); code != 0 || out != id+"\n" {
 		t.Fatalf("pause: status %d, stdout %q: %s", code, out, errs)
 	}
-	frozen := cpuTicks(t, pid)
-	if st := lsStatus(t, c, id); st != "paused" {
+	frozen := providertest.CPUTicks(t, pid)
+	if st := providertest.LSStatus(t, c.run, id); st != "paused" {
 		t.Errorf("ls of the paused sandbox says %q, want paused", st)
 	}
 	code, out, errs = c.run("inspect", "kbranch")
@@ -124,42 +108,20 @@ func TestBranchingOnKubernetes(t *testing.T) {
 	}
 	// Long enough for a loop that runs to use CPU; it must not.
 	time.Sleep(300 * time.Millisecond)
-	if now := cpuTicks(t, pid); now != frozen {
+	if now := providertest.CPUTicks(t, pid); now != frozen {
 		t.Errorf("the busy loop used %d ticks while paused", now-frozen)
 	}
 	if code, _, errs := c.run("resume", "kbranch"); code != 0 {
 		t.Fatalf("resume: status %d: %s", code, errs)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for cpuTicks(t, pid) == frozen && time.Now().Before(deadline) {
+	for providertest.CPUTicks(t, pid) == frozen && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if cpuTicks(t, pid) == frozen {
+	if providertest.CPUTicks(t, pid) == frozen {
 		t.Error("the busy loop did not run again after resume")
 	}
-	if st := lsStatus(t, c, id); st != "up" {
+	if st := providertest.LSStatus(t, c.run, id); st != "up" {
 		t.Errorf("ls after resume says %q, want up", st)
 	}
-}
-
-// lsStatus is the STATUS runbox ls prints for the sandbox id.
-func lsStatus(t *testing.T, c *cliRun, id string) string {
-	t.Helper()
-	code, out, errs := c.run("ls")
-	if code != 0 {
-		t.Fatalf("runbox ls: status %d: %s", code, errs)
-	}
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != id {
-			continue
-		}
-		for _, w := range f[1:] {
-			if w == "up" || w == "paused" || w == "lost" {
-				return w
-			}
-		}
-	}
-	t.Fatalf("runbox ls does not list %s with a status:\n%s", id, out)
-	return ""
 }

@@ -2,7 +2,6 @@ package local_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/providertest"
 )
 
 // busyPid starts a busy loop (a process of its own, named by a unique
@@ -34,63 +34,6 @@ func busyPid(t *testing.T, c *client.Client) (pid int, execID string) {
 	return pid, proc.ID()
 }
 
-// cpuTicks is the CPU time (utime + stime, in clock ticks) /proc says pid
-// has used.
-func cpuTicks(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
-}
-
-// lsStatus is the STATUS runbox ls prints for the sandbox id.
-func lsStatus(t *testing.T, id string) string {
-	t.Helper()
-	code, out, errs := runCLI(t, "ls")
-	if code != 0 {
-		t.Fatalf("runbox ls: exit %d: %s", code, errs)
-	}
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != id {
-			continue
-		}
-		for _, w := range f[1:] {
-			if w == "up" || w == "paused" || w == "lost" {
-				return w
-			}
-		}
-		t.Fatalf("runbox ls line %q has no status", line)
-	}
-	t.Fatalf("runbox ls does not list %s:\n%s", id, out)
-	return ""
-}
-
-// inspectPaused is what runbox inspect says of the sandbox id being
-// paused: its detail's "paused" and its daemon's.
-func inspectPaused(t *testing.T, id string) (detail string, daemon bool) {
-	t.Helper()
-	code, out, errs := runCLI(t, "inspect", id)
-	if code != 0 {
-		t.Fatalf("runbox inspect: exit %d: %s", code, errs)
-	}
-	var v struct {
-		Detail map[string]string `json:"detail"`
-		Daemon *struct {
-			Paused bool `json:"paused"`
-		} `json:"daemon"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Daemon == nil {
-		t.Fatalf("runbox inspect printed %q (%v); want a daemon", out, err)
-	}
-	return v.Detail["paused"], v.Daemon.Paused
-}
-
 // TestSnapshotOfAPausedSandboxKeepsItPaused: a snapshot and a fork of a
 // sandbox its user paused leave it paused: its busy loop uses no CPU
 // (counted from /proc) across runbox snapshot and runbox fork until runbox
@@ -110,7 +53,7 @@ func TestSnapshotOfAPausedSandboxKeepsItPaused(t *testing.T) {
 	defer c.Cancel(context.Background(), execID, runbox.NoGrace)
 
 	// Running: a snapshot leaves it running.
-	if st := lsStatus(t, sb.ID); st != "up" {
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "up" {
 		t.Errorf("ls of a running sandbox says %q, want up", st)
 	}
 	if code, _, errs := runCLI(t, "snapshot", sb.ID, "running"); code != 0 {
@@ -119,15 +62,15 @@ func TestSnapshotOfAPausedSandboxKeepsItPaused(t *testing.T) {
 	if info, err := c.Info(ctx); err != nil || info.Paused {
 		t.Errorf("Info after a snapshot of a running sandbox: %+v, %v; want it running", info, err)
 	}
-	c0 := cpuTicks(t, pid)
-	if !poll(30*time.Second, func() bool { return cpuTicks(t, pid) > c0 }) {
+	c0 := providertest.CPUTicks(t, pid)
+	if !poll(30*time.Second, func() bool { return providertest.CPUTicks(t, pid) > c0 }) {
 		t.Error("the busy loop does not run after a snapshot of the running sandbox")
 	}
 
 	if code, _, errs := runCLI(t, "pause", sb.ID); code != 0 {
 		t.Fatalf("runbox pause: exit %d: %s", code, errs)
 	}
-	frozen := cpuTicks(t, pid)
+	frozen := providertest.CPUTicks(t, pid)
 	if code, out, errs := runCLI(t, "snapshot", sb.ID, "paused"); code != 0 || out != "paused\n" {
 		t.Fatalf("runbox snapshot of a paused sandbox: exit %d, stdout %q: %s", code, out, errs)
 	}
@@ -152,31 +95,31 @@ func TestSnapshotOfAPausedSandboxKeepsItPaused(t *testing.T) {
 	if got := run(t, fc, "echo fork-runs"); got != "fork-runs\n" {
 		t.Errorf("the fork says %q", got)
 	}
-	if st := lsStatus(t, sb.ID); st != "paused" {
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "paused" {
 		t.Errorf("ls of the paused sandbox after snapshot and fork says %q, want paused", st)
 	}
-	if st := lsStatus(t, fid); st != "up" {
+	if st := providertest.LSStatus(t, cliOf(t), fid); st != "up" {
 		t.Errorf("ls of its fork says %q, want up", st)
 	}
-	if detail, daemon := inspectPaused(t, sb.ID); detail != "true" || !daemon {
+	if detail, daemon := providertest.InspectPaused(t, cliOf(t), sb.ID); detail != "true" || !daemon {
 		t.Errorf("inspect of the paused sandbox: detail.paused %q, daemon.paused %v; want both paused", detail, daemon)
 	}
 	// Long enough for a loop that runs to use CPU; it must not.
 	time.Sleep(300 * time.Millisecond)
-	if now := cpuTicks(t, pid); now != frozen {
+	if now := providertest.CPUTicks(t, pid); now != frozen {
 		t.Errorf("the busy loop used %d ticks of CPU across the snapshot and the fork of its paused sandbox", now-frozen)
 	}
 
 	if code, _, errs := runCLI(t, "resume", sb.ID); code != 0 {
 		t.Fatalf("runbox resume: exit %d: %s", code, errs)
 	}
-	if !poll(30*time.Second, func() bool { return cpuTicks(t, pid) > frozen }) {
+	if !poll(30*time.Second, func() bool { return providertest.CPUTicks(t, pid) > frozen }) {
 		t.Error("the busy loop did not run again after resume")
 	}
-	if st := lsStatus(t, sb.ID); st != "up" {
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "up" {
 		t.Errorf("ls after resume says %q, want up", st)
 	}
-	if detail, daemon := inspectPaused(t, sb.ID); detail != "" || daemon {
+	if detail, daemon := providertest.InspectPaused(t, cliOf(t), sb.ID); detail != "" || daemon {
 		t.Errorf("inspect after resume: detail.paused %q, daemon.paused %v; want neither", detail, daemon)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/cli"
+	"github.com/runbox/runbox/internal/providertest"
 	"github.com/runbox/runbox/provider/local"
 )
 
@@ -23,6 +24,11 @@ func cliEnv(t *testing.T, p *local.Provider) {
 	t.Setenv("RUNBOX_RUNBOXD", p.Runboxd)
 	t.Setenv("RUNBOX_PROVIDER", "")
 	t.Setenv("DOCKER_HOST", "unix://"+p.Home+"/no-docker-engine.sock")
+}
+
+// cliOf is runCLI as a providertest.CLI, for the suite's CLI helpers.
+func cliOf(t *testing.T) providertest.CLI {
+	return func(args ...string) (int, string, string) { return runCLI(t, args...) }
 }
 
 // cli runs the whole CLI and returns its exit status, stdout and stderr.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/branching"
+	"github.com/runbox/runbox/internal/providertest"
 )
 
 // busyTicks is the CPU time (utime + stime, in clock ticks) of the one
@@ -83,7 +84,7 @@ func TestBranchingOnSSH(t *testing.T) {
 	if code != 125 || out != "" || strings.Count(errs, "\n") != 1 || !strings.Contains(errs, "provider ssh cannot snapshot: unsupported operation by this provider") {
 		t.Errorf("up --from on ssh: status %d, stdout %q, stderr %q; want 125 and one line saying ssh cannot snapshot", code, out, errs)
 	}
-	if st := lsStatus(t, c, id); st != "up" {
+	if st := providertest.LSStatus(t, c.cli(t), id); st != "up" {
 		t.Errorf("ls after the refusals says %q, want up", st)
 	}
 
@@ -102,7 +103,7 @@ func TestBranchingOnSSH(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no busy loop on the host")
 	}
-	if st := lsStatus(t, c, id); st != "paused" {
+	if st := providertest.LSStatus(t, c.cli(t), id); st != "paused" {
 		t.Errorf("ls of the paused sandbox says %q, want paused", st)
 	}
 	code, out, errs = c.run(t, "inspect", "remote")
@@ -133,29 +134,7 @@ func TestBranchingOnSSH(t *testing.T) {
 	if _, now := busyTicks(t, marker); now == frozen {
 		t.Error("the busy loop did not run again after resume")
 	}
-	if st := lsStatus(t, c, id); st != "up" {
+	if st := providertest.LSStatus(t, c.cli(t), id); st != "up" {
 		t.Errorf("ls after resume says %q, want up", st)
 	}
-}
-
-// lsStatus is the STATUS runbox ls prints for the sandbox id.
-func lsStatus(t *testing.T, c *cliEnv, id string) string {
-	t.Helper()
-	code, out, errs := c.run(t, "ls")
-	if code != 0 {
-		t.Fatalf("runbox ls: status %d: %s", code, errs)
-	}
-	for line := range strings.Lines(out) {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != id {
-			continue
-		}
-		for _, w := range f[1:] {
-			if w == "up" || w == "paused" || w == "lost" {
-				return w
-			}
-		}
-	}
-	t.Fatalf("runbox ls does not list %s with a status:\n%s", id, out)
-	return ""
 }

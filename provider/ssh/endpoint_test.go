@@ -62,6 +62,11 @@ func (c *cliEnv) cmd(args ...string) *exec.Cmd {
 	return cmd
 }
 
+// cli is c.run as a providertest.CLI, for the suite's CLI helpers.
+func (c *cliEnv) cli(t testing.TB) providertest.CLI {
+	return func(args ...string) (int, string, string) { return c.run(t, args...) }
+}
+
 // run runs runbox with args and returns its status, stdout and stderr.
 func (c *cliEnv) run(t testing.TB, args ...string) (int, string, string) {
 	t.Helper()
