@@ -12,9 +12,9 @@ import (
 	"github.com/runbox/runbox/internal/egress"
 )
 
-// EgressSetter is a Sandboxes whose private-network sandboxes' egress
-// policy can be read and changed at runtime (local and docker sandboxes;
-// serve's SetEgress).
+// EgressSetter is a Sandboxes, or a provider, whose private-network
+// sandboxes' egress policy can be read and changed at runtime (local,
+// docker and kubernetes sandboxes; serve's SetEgress).
 type EgressSetter interface {
 	// Egress returns the policy in force in sb.
 	Egress(ctx context.Context, sb runbox.Sandbox) (runbox.EgressPolicy, error)
@@ -95,13 +95,6 @@ func (s *Server) networkSet(ctx context.Context, st *session, _ *mcp.CallToolReq
 	return textResult(fmt.Sprintf("sandbox %s may now reach %s through its proxy (new connections)", ref.sb.ID, text)), out, nil
 }
 
-// egressProvider is a provider whose private sandboxes' egress policy can
-// change at runtime (local, docker).
-type egressProvider interface {
-	Egress(ctx context.Context, sb runbox.Sandbox) (runbox.EgressPolicy, error)
-	SetEgress(ctx context.Context, sb runbox.Sandbox, p runbox.EgressPolicy) error
-}
-
 var _ EgressSetter = (*Providers)(nil)
 
 // Egress implements EgressSetter with the sandbox's provider.
@@ -122,12 +115,14 @@ func (p *Providers) SetEgress(ctx context.Context, sb runbox.Sandbox, pol runbox
 	return ep.SetEgress(ctx, sb, pol)
 }
 
-func (p *Providers) egressProvider(sb runbox.Sandbox) (egressProvider, error) {
+// egressProvider is sb's provider where it can change a private
+// sandbox's egress policy at runtime (local, docker, kubernetes).
+func (p *Providers) egressProvider(sb runbox.Sandbox) (EgressSetter, error) {
 	pr, err := p.provider(sb.Provider)
 	if err != nil {
 		return nil, err
 	}
-	ep, ok := pr.(egressProvider)
+	ep, ok := pr.(EgressSetter)
 	if !ok {
 		return nil, fmt.Errorf("%w: the %s provider cannot change a sandbox's egress policy", runbox.ErrUnsupported, pr.Name())
 	}
