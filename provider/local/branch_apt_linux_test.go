@@ -90,7 +90,7 @@ with zipfile.ZipFile("/workspace/MOD-1.0-py3-none-any.whl", "w") as z:
 		t.Log("this machine's python3 has no pip (apt-get install python3-pip): the pip package is left out")
 	}
 	if !apt && !pip {
-		t.Skip("neither the archive (RUNBOX_TEST_APT=1) nor pip is available: nothing to install")
+		t.Skip("nothing to install: run `apt-get update` and set RUNBOX_TEST_APT=1 (Debian's archive reachable; .ci/run sets it), or `apt-get install python3-pip`, then run this test again")
 	}
 	snap, err := p.Snapshot(ctx, sb, "", runbox.SnapshotOptions{NoWorkspace: true})
 	if err != nil {

@@ -25,7 +25,7 @@ import (
 func TestCgoRunboxdRefusedClearly(t *testing.T) {
 	needLocal(t)
 	if _, err := osexec.LookPath("gcc"); err != nil {
-		t.Skip("no gcc in PATH, so no runboxd built with cgo can be made to show its refusal: install a C compiler (apt-get install gcc) to run this case")
+		t.Skip("no gcc in PATH, so no runboxd built with cgo can be made: run `apt-get install gcc libc6-dev` (.ci/run installs both), then this test again")
 	}
 	for _, c := range []struct {
 		name    string
