@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 )
 
 func sumRefused(rs []Refused, rule string) (n int64) {
@@ -109,5 +111,57 @@ func TestRefusalLogRunWritesAtEnd(t *testing.T) {
 	}
 	if n := sumRefused(got, ""); n != 2 {
 		t.Errorf("after Run ended: %+v, want 2 refusals", got)
+	}
+}
+
+// TestRefusalLogConcurrent: connections are refused on goroutines of
+// their own while Run writes and serve takes the file (under -race): every
+// refusal is counted exactly once, whatever the interleaving.
+func TestRefusalLogConcurrent(t *testing.T) {
+	path := filepath.Join(t.TempDir(), RefusalsFile)
+	l := NewRefusalLog(path, nil)
+	l.gap = time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); l.Run(ctx) }()
+	const workers, each = 8, 2000
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				l.Record(&Refusal{Host: fmt.Sprintf("w%d-%d.test", w, i%50), Port: 443, Rule: "not allowed"}, "connect")
+			}
+		}()
+	}
+	var taken int64
+	takerDone := make(chan struct{})
+	go func() {
+		defer close(takerDone)
+		for {
+			rs, err := TakeRefusals(path)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			taken += sumRefused(rs, "")
+			select {
+			case <-done:
+				return
+			default:
+			}
+		}
+	}()
+	wg.Wait()
+	cancel()
+	<-done
+	<-takerDone
+	rs, err := TakeRefusals(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if taken += sumRefused(rs, ""); taken != workers*each {
+		t.Errorf("counted %d refusals, want %d", taken, workers*each)
 	}
 }
