@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,9 +37,20 @@ type daemonFile struct {
 	Cgroup     string `json:"cgroup,omitempty"`
 }
 
-// validMark is what runboxd's marker looks like (random hex), so that a
-// damaged value never matches more than it should.
-var validMark = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
+// validMark reports whether mark looks like runboxd's marker (16 to 64
+// lower-case hex digits, random), so that a damaged value never matches
+// more than it should.
+func validMark(mark string) bool {
+	if len(mark) < 16 || len(mark) > 64 {
+		return false
+	}
+	for i := 0; i < len(mark); i++ {
+		if c := mark[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // recordDaemonFile moves where runboxd's commands live from the file it
 // wrote before serving (no command had run yet) into rec, saved in sbDir.
@@ -56,7 +66,7 @@ func recordDaemonFile(path, sbDir string, rec *Record) error {
 	if err := json.Unmarshal(b, &df); err != nil {
 		return fmt.Errorf("runboxd's daemon file %s: %w", path, err)
 	}
-	if df.Pid != rec.Pid || !validMark.MatchString(df.DaemonMark) || df.Cgroup != "" && !filepath.IsAbs(df.Cgroup) {
+	if df.Pid != rec.Pid || !validMark(df.DaemonMark) || df.Cgroup != "" && !filepath.IsAbs(df.Cgroup) {
 		return fmt.Errorf("runboxd's daemon file %s: pid %d, marker %q, cgroup %q: want runboxd's pid %d, a hex marker, an absolute cgroup directory",
 			path, df.Pid, df.DaemonMark, df.Cgroup, rec.Pid)
 	}
@@ -89,7 +99,7 @@ func killLeftovers(ctx context.Context, rec Record) (int, error) {
 			return killed, fmt.Errorf("kill what runboxd (pid %d) left in cgroup %s: %w", rec.Pid, rec.Cgroup, err)
 		}
 	}
-	if validMark.MatchString(rec.DaemonMark) {
+	if validMark(rec.DaemonMark) {
 		n, err := killMarked(ctx, rec.DaemonMark, rec.StartTime)
 		killed += n
 		if err != nil {

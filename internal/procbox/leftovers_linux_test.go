@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,26 @@ func TestLeftoverKillIsNarrow(t *testing.T) {
 	_, lateStart, _ := processrecord.ProcStat(late.Process.Pid)
 	if n, err := killMarked(ctx, mark, lateStart+1); err != nil || n != 0 {
 		t.Errorf("killMarked of a daemon started after the process: %d killed, %v; want none", n, err)
+	}
+}
+
+// TestValidMark: runboxd's marker is 16 to 64 lower-case hex digits and
+// nothing else.
+func TestValidMark(t *testing.T) {
+	for mark, want := range map[string]bool{
+		"0123456789abcdef":       true,
+		strings.Repeat("f", 64):  true,
+		strings.Repeat("0", 15):  false,
+		strings.Repeat("a", 65):  false,
+		"0123456789ABCDEF":       false,
+		"0123456789abcdeg":       false,
+		"0123456789abcdef\n":     false,
+		"../0123456789abcdef":    false,
+		"":                       false,
+		"0123456789abcdef 01234": false,
+	} {
+		if got := validMark(mark); got != want {
+			t.Errorf("validMark(%q) = %v, want %v", mark, got, want)
+		}
 	}
 }

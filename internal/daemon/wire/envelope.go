@@ -8,14 +8,17 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/runbox/runbox"
-	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
 )
 
-// The field numbers of ExecEvent.output and Output.data, from the
-// generated descriptors.
-var (
-	outputField = (&runboxv1.ExecEvent{}).ProtoReflect().Descriptor().Fields().ByName("output").Number()
-	dataField   = (&runboxv1.Output{}).ProtoReflect().Descriptor().Fields().ByName("data").Number()
+// The field numbers of ExecEvent.output and Output.data in
+// proto/runbox/v1/runbox.proto. They are constants, not read from the
+// generated descriptors, because reading a descriptor's fields at init
+// unpacks the whole file's descriptors in every program that links this
+// package (runbox-full's start-up); TestOutputFieldNumbersMatchTheSchema
+// holds them to the descriptors, and TestOutputEnvelope to proto.Marshal.
+const (
+	outputField protowire.Number = 2
+	dataField   protowire.Number = 3
 )
 
 // AppendOutputEnvelope appends c as one Connect stream envelope (flags,

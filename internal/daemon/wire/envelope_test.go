@@ -60,3 +60,14 @@ func TestOutputEnvelope(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputFieldNumbersMatchTheSchema: the field numbers the envelope
+// writes are the generated descriptors' own.
+func TestOutputFieldNumbersMatchTheSchema(t *testing.T) {
+	if got := (&runboxv1.ExecEvent{}).ProtoReflect().Descriptor().Fields().ByName("output").Number(); got != outputField {
+		t.Errorf("ExecEvent.output is field %d in the schema, the envelope writes %d", got, outputField)
+	}
+	if got := (&runboxv1.Output{}).ProtoReflect().Descriptor().Fields().ByName("data").Number(); got != dataField {
+		t.Errorf("Output.data is field %d in the schema, the envelope writes %d", got, dataField)
+	}
+}
