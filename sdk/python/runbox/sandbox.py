@@ -409,10 +409,14 @@ class Sandbox:
         out = self._exec_call("Signal", {"id": exec_id, "signal": _signal_number(sig)})
         return int(out.get("signalled", 0))
 
-    def execs(self) -> List[ExecInfo]:
+    def execs(self, omit_output: bool = False) -> List[ExecInfo]:
         """The execs the sandbox's runboxd keeps: running, and recently
-        exited."""
-        out = self._exec_call("List", {})
+        exited. With ``omit_output`` each exited exec's result comes
+        without its stdout and stderr (both empty; the byte counts and
+        everything else still come): the kept results' output can add up
+        to tens of MiB, which a caller that reads only states and exit
+        codes need not fetch."""
+        out = self._exec_call("List", {"omitOutput": True} if omit_output else {})
         return [ExecInfo.from_json(e) for e in out.get("execs") or []]
 
     def delete_session(self, name: str) -> None:

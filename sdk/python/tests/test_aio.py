@@ -36,6 +36,19 @@ def test_run_exit_codes_and_streams(server: Server) -> None:
     arun(main)
 
 
+def test_execs_without_output(server: Server) -> None:
+    async def main() -> None:
+        async with aclient(server) as c, await c.create(provider="host") as sb:
+            res = await sb.run("echo out; echo err >&2; exit 3", timeout=30)
+            full = next(e for e in await sb.execs() if e.id == res.id)
+            assert full.result is not None and (full.result.stdout, full.result.stderr) == ("out\n", "err\n")
+            bare = next(e for e in await sb.execs(omit_output=True) if e.id == res.id)
+            assert bare.result is not None and (bare.result.stdout, bare.result.stderr) == ("", "")
+            assert (bare.result.exit_code, bare.result.stdout_bytes, bare.result.stderr_bytes) == (3, 4, 4)
+
+    arun(main)
+
+
 def test_timeout_kills_the_tree_and_the_next_command_works(server: Server) -> None:
     m = marker()
 

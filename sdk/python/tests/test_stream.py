@@ -173,3 +173,15 @@ def test_gap_when_the_ring_moved_on(sb: runbox.Sandbox) -> None:
     assert r.result is not None and r.result.stream_lost == sum(g.bytes for g in r.gaps) > 0
     assert sum(len(c.data) for c in replay) + r.result.stream_lost == total == r.result.stdout_bytes
     assert [c.seq for c in replay] == [c.seq for c in rest]
+
+
+def test_execs_without_output(sb: runbox.Sandbox) -> None:
+    """execs(omit_output=True) leaves each result's stdout and stderr out
+    and keeps everything else; the default keeps them."""
+    r = sb.run("printf 'out %s' $RANDOM; printf err-text >&2; exit 3")
+    full = next(e for e in sb.execs() if e.id == r.id)
+    assert full.result is not None and full.result.stdout == r.stdout and full.result.stderr == "err-text"
+    bare = next(e for e in sb.execs(omit_output=True) if e.id == r.id)
+    assert bare.result is not None and bare.result.stdout == "" and bare.result.stderr == ""
+    assert bare.result.exit_code == 3 == full.result.exit_code
+    assert bare.result.stdout_bytes == len(r.stdout) and bare.result.stderr_bytes == len("err-text")

@@ -327,9 +327,19 @@ export class Sandbox implements AsyncDisposable {
     return out.signalled;
   }
 
-  /** The execs the sandbox's runboxd keeps: running, and recently exited. */
-  async execs(opts: CallOptions = {}): Promise<ExecInfo[]> {
-    const out = await this.client.call((signal) => this.client.execs.list({}, this.callOptions(signal)), opts.signal, true);
+  /**
+   * The execs the sandbox's runboxd keeps: running, and recently exited.
+   * With `omitOutput` each exited exec's result comes without its stdout
+   * and stderr (both empty; the byte counts and everything else still
+   * come): the kept results' output can add up to tens of MiB, which a
+   * caller that reads only states and exit codes need not fetch.
+   */
+  async execs(opts: CallOptions & { omitOutput?: boolean } = {}): Promise<ExecInfo[]> {
+    const out = await this.client.call(
+      (signal) => this.client.execs.list({ omitOutput: opts.omitOutput ?? false }, this.callOptions(signal)),
+      opts.signal,
+      true,
+    );
     return out.execs.map(execInfoOf);
   }
 

@@ -29,6 +29,19 @@ test("exit codes and stdout/stderr apart", { skip }, async () => {
   assert.ok(ok.ok);
 });
 
+test("execs({ omitOutput }) leaves the results' output out, and only that", { skip }, async () => {
+  const r = await sb.run("echo out; echo err >&2; exit 3");
+  const full = (await sb.execs()).find((e) => e.id === r.id);
+  assert.equal(full.result.stdout, "out\n");
+  assert.equal(full.result.stderr, "err\n");
+  const bare = (await sb.execs({ omitOutput: true })).find((e) => e.id === r.id);
+  assert.equal(bare.result.stdout, "");
+  assert.equal(bare.result.stderr, "");
+  assert.equal(bare.result.exitCode, 3);
+  assert.equal(bare.result.stdoutBytes, 4);
+  assert.equal(bare.result.stderrBytes, 4);
+});
+
 test("a timeout is a field, and the next command works", { skip }, async () => {
   const r = await sb.run("echo before; sleep 60", { timeoutMs: 300, graceMs: 200 });
   assert.equal(r.timedOut, true);

@@ -296,9 +296,11 @@ class AsyncSandbox:
         out = await self._exec_call("Signal", {"id": exec_id, "signal": _signal_number(sig)})
         return int(out.get("signalled", 0))
 
-    async def execs(self) -> List[ExecInfo]:
-        """The execs the sandbox's runboxd keeps."""
-        return [ExecInfo.from_json(e) for e in (await self._exec_call("List", {})).get("execs") or []]
+    async def execs(self, omit_output: bool = False) -> List[ExecInfo]:
+        """The execs the sandbox's runboxd keeps (``omit_output``: as
+        :meth:`runbox.Sandbox.execs`)."""
+        req = {"omitOutput": True} if omit_output else {}
+        return [ExecInfo.from_json(e) for e in (await self._exec_call("List", req)).get("execs") or []]
 
     async def delete_session(self, name: str) -> None:
         """Forgets a shell session."""
