@@ -47,6 +47,66 @@ type Host struct {
 	// Refusals, when not nil, records every refusal (coalesced and
 	// bounded: RefusalLog) for runbox serve's audit log.
 	Refusals *RefusalLog
+	// MaxConns and MaxPending bound the sandbox's connections this host
+	// side carries and decides (resolves, dials) at once, counted here
+	// whatever runboxd counts (a taken-over runboxd offers as many as it
+	// likes); one past a bound is refused at once with
+	// RuleTooManyConnections. Zero means the package's MaxConns and
+	// MaxPending.
+	MaxConns, MaxPending int
+
+	carried, deciding gate
+}
+
+func (h *Host) maxConns() int {
+	if h.MaxConns > 0 {
+		return h.MaxConns
+	}
+	return MaxConns
+}
+
+func (h *Host) maxPending() int {
+	if h.MaxPending > 0 {
+		return h.MaxPending
+	}
+	return MaxPending
+}
+
+// admit counts an offered connection in (carried, and deciding until
+// decided: the caller calls h.deciding.leave() once open returned, and
+// h.carried.leave() once the connection ended), or returns the refusal
+// of one past a bound.
+func (h *Host) admit(msg *runboxv1.EgressListenResponse) *Refusal {
+	r := &Refusal{Host: msg.GetHost(), Port: int(msg.GetPort())}
+	if !h.carried.enter(h.maxConns()) {
+		r.Rule = tooManyCarried(h.maxConns())
+		return r
+	}
+	if !h.deciding.enter(h.maxPending()) {
+		h.carried.leave()
+		r.Rule = tooManyPending(h.maxPending())
+		return r
+	}
+	return nil
+}
+
+// refuseCarry refuses, over Carry, a connection runboxd holds (one past a
+// bound): runboxd answers the command. It is bounded in time, as it runs
+// in the loop that takes runboxd's offers.
+func (h *Host) refuseCarry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse, r *Refusal) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	stream := c.Carry(ctx)
+	defer stream.CloseResponse()
+	if err := stream.Send(&runboxv1.EgressCarryRequest{Id: msg.GetId(), Refusal: r.Error()}); err != nil {
+		return
+	}
+	stream.CloseRequest()
+	for {
+		if _, err := stream.Receive(); err != nil {
+			return
+		}
+	}
 }
 
 // refused logs a refusal and records it, before the command is told: by
@@ -102,9 +162,15 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 			}
 			continue
 		}
+		if r := h.admit(msg); r != nil {
+			h.refused(h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia()), r, msg.GetVia())
+			h.refuseCarry(ctx, c, msg, r)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer h.carried.leave()
 			h.carry(ctx, c, msg)
 		}()
 	}
@@ -114,10 +180,12 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 	return ctx.Err()
 }
 
-// carry decides on one connection and, allowed, splices it.
+// carry decides on one connection admitted (admit) and, allowed, splices
+// it.
 func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse) {
 	log := h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia())
 	remote, pol, r := h.open(ctx, msg)
+	h.deciding.leave()
 	refusal := ""
 	if r != nil {
 		h.refused(log, r, msg.GetVia())
