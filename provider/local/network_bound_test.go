@@ -157,6 +157,12 @@ func TestNetworkPrivateConnectionsBounded(t *testing.T) {
 	if got := run(t, c, fmt.Sprintf("curl -sS -p --max-time 20 http://%s/first", target)); got != "host says "+target+"/first" {
 		t.Fatalf("first connection: %q", got)
 	}
+	// That tunnel has ended on the host side too (it holds its connection
+	// to runboxd, and nothing else), so that all MaxConns are free.
+	hostIdle := settleCount(func() int { _, s := countFDs(t, host); return s }, 1)
+	if hostIdle > 1 {
+		t.Fatalf("the host side holds %d sockets after the first tunnel ended, want 1 (its connection to runboxd)", hostIdle)
+	}
 	daemonBefore, daemonSockets := countFDs(t, daemon)
 	hostBefore, hostSockets := countFDs(t, host)
 	t.Logf("before: runboxd %s, host side %s", fdCount(daemonBefore, daemonSockets, daemon), fdCount(hostBefore, hostSockets, host))
