@@ -161,9 +161,7 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 		switch {
 		case m.Kind == "refused" && f == nil: // runboxd's count of the ones it refused past a bound
 			r := &Refusal{Rule: fmt.Sprintf("%s: runboxd refused them before offering them (the sandbox had %d connections undecided or %d open)", RuleTooManyConnections, MaxPending, MaxConns)}
-			n := max(m.Count, 1)
-			log.Warn("egress refused by runboxd", "rule", r.Rule, "count", n)
-			h.Refusals.RecordN(r, "runboxd", n)
+			h.refusedBound(log, r, "runboxd", max(m.Count, 1))
 		case m.Kind != "offer":
 			if f != nil {
 				f.Close()
@@ -172,7 +170,7 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 			return fmt.Errorf("egress fd passing: %w: a %q frame (descriptor: %v)", fdpass.ErrHostileFD, m.Kind, f != nil)
 		case f == nil && m.Via == "http": // one rewritten request: carried over Carry
 			if r := h.admit(msg); r != nil {
-				h.refused(log, r, m.Via)
+				h.refusedBound(log, r, m.Via, 1)
 				h.refuseCarry(ctx, c, msg, r)
 				continue
 			}
@@ -191,7 +189,7 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 				continue
 			}
 			if r := h.admit(msg); r != nil {
-				h.refused(log, r, m.Via)
+				h.refusedBound(log, r, m.Via, 1)
 				answerNow(cmd, m.Via, r.Rule)
 				continue
 			}

@@ -56,6 +56,17 @@ type Host struct {
 	MaxConns, MaxPending int
 
 	carried, deciding gate
+	boundLog          sparseLog // refusals past a bound: a line a second
+}
+
+// refusedBound records a refusal past a bound (as refused does) and logs
+// such refusals at most once a second, with their count: a command
+// opening thousands a second costs the log a line a second.
+func (h *Host) refusedBound(log *slog.Logger, r *Refusal, via string, n int64) {
+	if c := h.boundLog.note(n); c > 0 {
+		log.Warn("egress refused", "rule", r.Error(), "count", c)
+	}
+	h.Refusals.RecordN(r, via, n)
 }
 
 func (h *Host) maxConns() int {
@@ -163,7 +174,7 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 			continue
 		}
 		if r := h.admit(msg); r != nil {
-			h.refused(h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia()), r, msg.GetVia())
+			h.refusedBound(h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia()), r, msg.GetVia(), 1)
 			h.refuseCarry(ctx, c, msg, r)
 			continue
 		}

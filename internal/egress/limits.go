@@ -88,6 +88,28 @@ func (g *gate) count() int {
 	return g.n
 }
 
+// sparseLog lets a flood of like events cost a counter each and a log
+// line at most once a refusalLogGap, with the count since the last line.
+type sparseLog struct {
+	mu   sync.Mutex
+	last time.Time
+	n    int64
+}
+
+// note counts n events and returns how many to log now (0: none yet).
+func (s *sparseLog) note(n int64) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n += n
+	now := time.Now()
+	if now.Sub(s.last) < refusalLogGap {
+		return 0
+	}
+	out := s.n
+	s.n, s.last = 0, now
+	return out
+}
+
 // tooManyCarried and tooManyPending are the rules of refusals past
 // MaxConns and MaxPending (max: the bound in force).
 func tooManyCarried(max int) string {

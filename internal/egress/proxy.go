@@ -74,12 +74,10 @@ type Proxy struct {
 	maxPending, maxConns int
 	pending, held        gate
 	// Connections refused past a bound, not yet reported to a host side
-	// (refusedWake) and not yet in the log (lastRefusalLog).
-	refused        atomic.Int64
-	refusedWake    chan struct{}
-	refusalLogMu   sync.Mutex
-	lastRefusalLog time.Time
-	unlogged       int64
+	// (refusedWake), and their log lines.
+	refused     atomic.Int64
+	refusedWake chan struct{}
+	refusedLog  sparseLog
 
 	closeOnce sync.Once
 	closed    chan struct{} // Close was called
@@ -178,17 +176,7 @@ func (p *Proxy) refuseEarly(conn net.Conn, via, rule string) {
 	case p.refusedWake <- struct{}{}:
 	default:
 	}
-	p.refusalLogMu.Lock()
-	p.unlogged++
-	n := p.unlogged
-	now := time.Now()
-	if now.Sub(p.lastRefusalLog) < refusalLogGap {
-		n = 0
-	} else {
-		p.unlogged, p.lastRefusalLog = 0, now
-	}
-	p.refusalLogMu.Unlock()
-	if n > 0 {
+	if n := p.refusedLog.note(1); n > 0 {
 		p.log.Warn("egress refused", "rule", rule, "via", via, "count", n)
 	}
 }
