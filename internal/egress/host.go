@@ -56,7 +56,8 @@ type Host struct {
 	MaxConns, MaxPending int
 
 	carried, deciding gate
-	boundLog          sparseLog // refusals past a bound: a line a second
+	boundLog          sparseLog     // refusals past a bound: a line a second
+	lookupWait        time.Duration // lookupTimeout; tests set a shorter one
 }
 
 // refusedBound records a refusal past a bound (as refused does) and logs
@@ -286,7 +287,13 @@ func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (ne
 	if err != nil {
 		return nil, p, refuse("no policy could be read, so every connection is refused: " + err.Error())
 	}
-	addrs, err := p.Decide(ctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
+	wait := h.lookupWait
+	if wait <= 0 {
+		wait = lookupTimeout
+	}
+	lctx, cancel := context.WithTimeout(ctx, wait)
+	addrs, err := p.Decide(lctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
+	cancel()
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {

@@ -45,6 +45,10 @@ const (
 	// request (CONNECT line, HTTP head, SOCKS5 greeting and request): a
 	// silent client holds one of MaxPending slots for at most this long.
 	requestTimeout = 10 * time.Second
+	// lookupTimeout bounds the host side's lookup of a name, so a name
+	// whose DNS answer does not come holds one of MaxPending slots that
+	// long at most (Go's resolver alone may retry for longer).
+	lookupTimeout = 10 * time.Second
 	// refuseWriteTimeout bounds the write of a refusal's answer done by
 	// the loop that accepts (runboxd) or receives (the host side)
 	// connections: a fresh socket's buffer takes it at once, and one that

@@ -339,6 +339,27 @@ func testHostDecisionsBounded(t *testing.T, fds bool) {
 	}
 }
 
+// TestLookupBounded: a name whose DNS answer never comes is refused once
+// the host side's lookup deadline passes, and its slot is free again.
+func TestLookupBounded(t *testing.T) { bothModes(t, testLookupBounded) }
+
+func testLookupBounded(t *testing.T, fds bool) {
+	res := &blockingResolver{testResolver: testNames, release: make(chan struct{})}
+	defer close(res.release)
+	r := newRigWith(t, res, fds, func(p *Proxy, h *Host) { h.lookupWait = time.Millisecond })
+	r.policy.Store(&Policy{Allow: []string{"slow.test"}})
+	status, body, conn := connectAnswer(t, r.httpProxy, "slow.test:443")
+	if conn != nil {
+		conn.Close()
+	}
+	if status != http.StatusForbidden || !strings.Contains(body, "cannot resolve slow.test on the host") {
+		t.Fatalf("a lookup that never answers: %d %q, want 403 saying it cannot be resolved", status, body)
+	}
+	if n := settle(func() int { return r.host.deciding.count() + r.host.carried.count() }, 0); n != 0 {
+		t.Fatalf("%d slots held after the refusal", n)
+	}
+}
+
 // settleUp waits for f to come up to want and returns its last value.
 func settleUp(f func() int, want int) int {
 	n := f()
