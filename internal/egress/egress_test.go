@@ -35,6 +35,7 @@ type rig struct {
 	policy           atomic.Pointer[Policy]
 	logs             *syncBuf
 	proxy            *Proxy
+	host             *Host
 	dial             func(context.Context) (net.Conn, error) // to the "daemon" serving EgressService and ForwardService
 	served           chan struct{}                           // closed once Host.Serve returned
 }
@@ -63,21 +64,17 @@ func bothModes(t *testing.T, f func(t *testing.T, fds bool)) {
 // "daemon" divert fd-passing connections as runboxd's does.
 func newRig(t testing.TB, resolver Resolver, fds bool) *rig {
 	t.Helper()
+	return newRigWith(t, resolver, fds, nil)
+}
+
+// newRigWith is newRig with setup called on its proxy and host side
+// before they serve.
+func newRigWith(t testing.TB, resolver Resolver, fds bool, setup func(*Proxy, *Host)) *rig {
+	t.Helper()
 	r := &rig{logs: &syncBuf{}}
 	r.policy.Store(&Policy{})
 	p := NewProxy(nil)
 	r.proxy = p
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	socksLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.httpProxy, r.socks = httpLn.Addr().String(), socksLn.Addr().String()
-	go p.ServeHTTPProxy(httpLn)
-	go p.ServeSOCKS(socksLn)
 
 	sock := filepath.Join(t.TempDir(), "d.sock")
 	dln, err := net.Listen("unix", sock)
@@ -111,6 +108,21 @@ func newRig(t testing.TB, resolver Resolver, fds bool) *rig {
 		Log:      slog.New(slog.NewTextHandler(r.logs, nil)),
 		PassFDs:  fds,
 	}
+	if setup != nil {
+		setup(p, h)
+	}
+	r.host = h
+	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	socksLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.httpProxy, r.socks = httpLn.Addr().String(), socksLn.Addr().String()
+	go p.ServeHTTPProxy(httpLn)
+	go p.ServeSOCKS(socksLn)
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan struct{})
 	served := make(chan struct{})

@@ -33,7 +33,8 @@ type fdMsg struct {
 	// Error), "offer" (a command's connection: with its socket for a
 	// tunnel, without for a plain HTTP request), "forward" (the port to
 	// forward to), "forwarded" (runboxd's answer: the socket it connected
-	// there, or Error).
+	// there, or Error), "refused" (runboxd refused Count connections past
+	// a bound, for the refusal log).
 	Kind  string `json:"kind"`
 	ID    uint64 `json:"id,omitempty"`
 	Host  string `json:"host,omitempty"`
@@ -42,6 +43,9 @@ type fdMsg struct {
 	Error string `json:"error,omitempty"`
 	// Data are the command's bytes runboxd read past its proxy request.
 	Data []byte `json:"data,omitempty"`
+	// Count is, in a "refused" frame, how many connections runboxd
+	// refused past a bound (MaxPending, MaxConns) before offering them.
+	Count int64 `json:"count,omitempty"`
 }
 
 func jsonMsg(m fdMsg) ([]byte, error) { return json.Marshal(m) }

@@ -25,6 +25,7 @@ func (p *Proxy) take(id uint64) *pending {
 	p.mu.Unlock()
 	if pc != nil {
 		close(pc.taken)
+		p.pending.leave() // decided now: the host side has it
 	}
 	return pc
 }
@@ -65,6 +66,13 @@ func (p *Proxy) serveFD(fc *fdpass.Conn) {
 			if !p.offerFD(fc, pc) {
 				return
 			}
+		case <-p.refusedWake:
+			if n := p.takeRefused(); n > 0 {
+				if err := sendMsg(fc, fdMsg{Kind: "refused", Count: n}, nil); err != nil {
+					p.refused.Add(n) // for the next host side
+					return
+				}
+			}
 		}
 	}
 }
@@ -80,6 +88,7 @@ func (p *Proxy) offerFD(fc *fdpass.Conn, pc *pending) bool {
 	if p.take(pc.id) == nil {
 		return true // it timed out meanwhile, and was answered
 	}
+	defer p.held.leave()
 	m.Data = pc.buffered()
 	if err := sendMsg(fc, m, tc); err != nil {
 		p.refuse(pc, http.StatusServiceUnavailable, "runbox egress: the host side's connection failed: "+err.Error())
@@ -150,6 +159,9 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 		msg := &runboxv1.EgressListenResponse{Id: m.ID, Host: m.Host, Port: uint32(m.Port), Via: m.Via}
 		log := h.log().With("host", m.Host, "port", m.Port, "via", m.Via)
 		switch {
+		case m.Kind == "refused" && f == nil: // runboxd's count of the ones it refused past a bound
+			r := &Refusal{Rule: fmt.Sprintf("%s: runboxd refused them before offering them (the sandbox had %d connections undecided or %d open)", RuleTooManyConnections, MaxPending, MaxConns)}
+			h.refusedBound(log, r, "runboxd", max(m.Count, 1))
 		case m.Kind != "offer":
 			if f != nil {
 				f.Close()
@@ -157,9 +169,15 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 			log.Warn("egress: runboxd sent an unexpected frame; its connection is closed", "kind", m.Kind, "fd", f != nil)
 			return fmt.Errorf("egress fd passing: %w: a %q frame (descriptor: %v)", fdpass.ErrHostileFD, m.Kind, f != nil)
 		case f == nil && m.Via == "http": // one rewritten request: carried over Carry
+			if r := h.admit(msg); r != nil {
+				h.refusedBound(log, r, m.Via, 1)
+				h.refuseCarry(ctx, c, msg, r)
+				continue
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
+				defer h.carried.leave()
 				h.carry(ctx, c, msg)
 			}()
 		case f == nil:
@@ -170,9 +188,17 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 				h.refused(log, &Refusal{Host: m.Host, Port: m.Port, Rule: "runboxd's hand-over: " + err.Error()}, m.Via)
 				continue
 			}
+			if r := h.admit(msg); r != nil {
+				h.refusedBound(log, r, m.Via, 1)
+				answerNow(cmd, m.Via, r.Rule)
+				continue
+			}
 			// Not waited for: a passed connection is the host side's
 			// and ends with ctx, not with this connection to runboxd.
-			go h.decideFD(ctx, log, msg, cmd, m.Data)
+			go func() {
+				defer h.carried.leave()
+				h.decideFD(ctx, log, msg, cmd, m.Data)
+			}()
 		}
 	}
 }
@@ -181,6 +207,7 @@ func (h *Host) serveFD(ctx context.Context, ready func()) error {
 // the command as runboxd would have, and splices the allowed ones.
 func (h *Host) decideFD(ctx context.Context, log *slog.Logger, msg *runboxv1.EgressListenResponse, cmd *net.TCPConn, early []byte) {
 	remote, pol, r := h.open(ctx, msg)
+	h.deciding.leave()
 	cmd.SetWriteDeadline(time.Now().Add(headerTimeout))
 	if r != nil {
 		h.refused(log, r, msg.GetVia())

@@ -47,6 +47,78 @@ type Host struct {
 	// Refusals, when not nil, records every refusal (coalesced and
 	// bounded: RefusalLog) for runbox serve's audit log.
 	Refusals *RefusalLog
+	// MaxConns and MaxPending bound the sandbox's connections this host
+	// side carries and decides (resolves, dials) at once, counted here
+	// whatever runboxd counts (a taken-over runboxd offers as many as it
+	// likes); one past a bound is refused at once with
+	// RuleTooManyConnections. Zero means the package's MaxConns and
+	// MaxPending.
+	MaxConns, MaxPending int
+
+	carried, deciding gate
+	boundLog          sparseLog     // refusals past a bound: a line a second
+	lookupWait        time.Duration // lookupTimeout; tests set a shorter one
+}
+
+// refusedBound records a refusal past a bound (as refused does) and logs
+// such refusals at most once a second, with their count: a command
+// opening thousands a second costs the log a line a second.
+func (h *Host) refusedBound(log *slog.Logger, r *Refusal, via string, n int64) {
+	if c := h.boundLog.note(n); c > 0 {
+		log.Warn("egress refused", "rule", r.Error(), "count", c)
+	}
+	h.Refusals.RecordN(r, via, n)
+}
+
+func (h *Host) maxConns() int {
+	if h.MaxConns > 0 {
+		return h.MaxConns
+	}
+	return MaxConns
+}
+
+func (h *Host) maxPending() int {
+	if h.MaxPending > 0 {
+		return h.MaxPending
+	}
+	return MaxPending
+}
+
+// admit counts an offered connection in (carried, and deciding until
+// decided: the caller calls h.deciding.leave() once open returned, and
+// h.carried.leave() once the connection ended), or returns the refusal
+// of one past a bound.
+func (h *Host) admit(msg *runboxv1.EgressListenResponse) *Refusal {
+	r := &Refusal{Host: msg.GetHost(), Port: int(msg.GetPort())}
+	if !h.carried.enter(h.maxConns()) {
+		r.Rule = tooManyCarried(h.maxConns())
+		return r
+	}
+	if !h.deciding.enter(h.maxPending()) {
+		h.carried.leave()
+		r.Rule = tooManyPending(h.maxPending())
+		return r
+	}
+	return nil
+}
+
+// refuseCarry refuses, over Carry, a connection runboxd holds (one past a
+// bound): runboxd answers the command. It is bounded in time, as it runs
+// in the loop that takes runboxd's offers.
+func (h *Host) refuseCarry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse, r *Refusal) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	stream := c.Carry(ctx)
+	defer stream.CloseResponse()
+	if err := stream.Send(&runboxv1.EgressCarryRequest{Id: msg.GetId(), Refusal: r.Error()}); err != nil {
+		return
+	}
+	stream.CloseRequest()
+	for {
+		if _, err := stream.Receive(); err != nil {
+			return
+		}
+	}
 }
 
 // refused logs a refusal and records it, before the command is told: by
@@ -102,9 +174,15 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 			}
 			continue
 		}
+		if r := h.admit(msg); r != nil {
+			h.refusedBound(h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia()), r, msg.GetVia(), 1)
+			h.refuseCarry(ctx, c, msg, r)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer h.carried.leave()
 			h.carry(ctx, c, msg)
 		}()
 	}
@@ -114,10 +192,12 @@ func (h *Host) Serve(ctx context.Context, ready func()) error {
 	return ctx.Err()
 }
 
-// carry decides on one connection and, allowed, splices it.
+// carry decides on one connection admitted (admit) and, allowed, splices
+// it.
 func (h *Host) carry(ctx context.Context, c runboxv1connect.EgressServiceClient, msg *runboxv1.EgressListenResponse) {
 	log := h.log().With("host", msg.GetHost(), "port", msg.GetPort(), "via", msg.GetVia())
 	remote, pol, r := h.open(ctx, msg)
+	h.deciding.leave()
 	refusal := ""
 	if r != nil {
 		h.refused(log, r, msg.GetVia())
@@ -207,7 +287,13 @@ func (h *Host) open(ctx context.Context, msg *runboxv1.EgressListenResponse) (ne
 	if err != nil {
 		return nil, p, refuse("no policy could be read, so every connection is refused: " + err.Error())
 	}
-	addrs, err := p.Decide(ctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
+	wait := h.lookupWait
+	if wait <= 0 {
+		wait = lookupTimeout
+	}
+	lctx, cancel := context.WithTimeout(ctx, wait)
+	addrs, err := p.Decide(lctx, h.resolver(), msg.GetHost(), int(msg.GetPort()))
+	cancel()
 	if err != nil {
 		var r *Refusal
 		if errors.As(err, &r) {

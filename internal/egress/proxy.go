@@ -43,8 +43,9 @@ var Env = []string{
 
 // Timing knobs of the inside proxy.
 const (
-	// headerTimeout bounds how long a command may take to send its proxy
-	// request (CONNECT line, HTTP head, SOCKS5 greeting).
+	// headerTimeout bounds the writes of answers to a command and the
+	// host side's wait for runboxd's hello. (A command's proxy request
+	// has requestTimeout.)
 	headerTimeout = 30 * time.Second
 	// hostSideWait is how long a connection waits for the host side to
 	// take it before the command is told no host side is connected.
@@ -65,6 +66,18 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	waiting map[uint64]*pending // offered, not yet carried
+
+	// The bounds (MaxPending, MaxConns; tests set smaller ones) and the
+	// connections in: undecided (from accept until the host side takes
+	// or refuses it), and held (from accept until this process closes
+	// its socket or hands it over).
+	maxPending, maxConns int
+	pending, held        gate
+	// Connections refused past a bound, not yet reported to a host side
+	// (refusedWake), and their log lines.
+	refused     atomic.Int64
+	refusedWake chan struct{}
+	refusedLog  sparseLog
 
 	closeOnce sync.Once
 	closed    chan struct{} // Close was called
@@ -96,7 +109,8 @@ func NewProxy(log *slog.Logger) *Proxy {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Proxy{log: log, hostWait: hostSideWait, offered: make(chan *pending), waiting: map[uint64]*pending{}, closed: make(chan struct{})}
+	return &Proxy{log: log, hostWait: hostSideWait, offered: make(chan *pending), waiting: map[uint64]*pending{}, closed: make(chan struct{}),
+		maxPending: MaxPending, maxConns: MaxConns, refusedWake: make(chan struct{}, 1)}
 }
 
 // Handler returns the EgressService's path and handler.
@@ -106,12 +120,15 @@ func (p *Proxy) Handler(opts ...connect.HandlerOption) (string, http.Handler) {
 
 // ServeHTTPProxy accepts HTTP proxy connections (CONNECT and plain HTTP)
 // on ln until it is closed.
-func (p *Proxy) ServeHTTPProxy(ln net.Listener) error { return p.accept(ln, p.httpRequest) }
+func (p *Proxy) ServeHTTPProxy(ln net.Listener) error { return p.accept(ln, "http", p.httpRequest) }
 
 // ServeSOCKS accepts SOCKS5 connections on ln until it is closed.
-func (p *Proxy) ServeSOCKS(ln net.Listener) error { return p.accept(ln, p.socksRequest) }
+func (p *Proxy) ServeSOCKS(ln net.Listener) error { return p.accept(ln, "socks5", p.socksRequest) }
 
-func (p *Proxy) accept(ln net.Listener, parse func(*pending) error) error {
+// accept accepts connections on ln, each parsed (its proxy request) by
+// parse. A connection past MaxPending undecided or MaxConns held is
+// answered and closed here, before a goroutine or a buffer is spent on it.
+func (p *Proxy) accept(ln net.Listener, via string, parse func(*pending) error) error {
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -124,17 +141,59 @@ func (p *Proxy) accept(ln net.Listener, parse func(*pending) error) error {
 			}
 			return err
 		}
+		if rule := p.admit(); rule != "" {
+			p.refuseEarly(conn, via, rule)
+			continue
+		}
 		go p.handle(conn, parse)
 	}
 }
+
+// admit counts a new connection in, or returns the rule that refuses it.
+func (p *Proxy) admit() string {
+	if !p.pending.enter(p.maxPending) {
+		return tooManyPending(p.maxPending)
+	}
+	if !p.held.enter(p.maxConns) {
+		p.pending.leave()
+		return tooManyCarried(p.maxConns)
+	}
+	return ""
+}
+
+// refuseEarly answers a connection refused past a bound before its proxy
+// request was read (a SOCKS5 client gets "no authentication" and then
+// the refusal, as it reads them in turn), counts it for the host side's
+// refusal log and closes it.
+func (p *Proxy) refuseEarly(conn net.Conn, via, rule string) {
+	if via == "socks5" {
+		conn.SetWriteDeadline(time.Now().Add(refuseWriteTimeout))
+		conn.Write([]byte{socksVersion, socksNoAuth})
+	}
+	answerNow(conn, via, rule)
+	p.refused.Add(1)
+	select {
+	case p.refusedWake <- struct{}{}:
+	default:
+	}
+	if n := p.refusedLog.note(1); n > 0 {
+		p.log.Warn("egress refused", "rule", rule, "via", via, "count", n)
+	}
+}
+
+// takeRefused returns the count of connections refused past a bound since
+// the last call.
+func (p *Proxy) takeRefused() int64 { return p.refused.Swap(0) }
 
 // handle reads the command's request, offers the connection to the host
 // side, and answers the command itself when no host side takes it.
 func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 	br := bufio.NewReader(conn)
 	pc := &pending{conn: conn, br: br, raw: br, taken: make(chan struct{})}
-	conn.SetDeadline(time.Now().Add(headerTimeout))
+	conn.SetDeadline(time.Now().Add(requestTimeout))
 	if err := parse(pc); err != nil {
+		p.pending.leave()
+		p.held.leave()
 		if r := (*Refusal)(nil); errors.As(err, &r) {
 			p.log.Warn("egress refused", "host", r.Host, "port", r.Port, "rule", r.Rule)
 		} else {
@@ -164,7 +223,9 @@ func (p *Proxy) handle(conn net.Conn, parse func(*pending) error) {
 	delete(p.waiting, pc.id)
 	p.mu.Unlock()
 	if still {
+		p.pending.leave()
 		p.refuse(pc, http.StatusServiceUnavailable, "runbox egress: no host side is carrying this sandbox's connections")
+		p.held.leave()
 		return
 	}
 	<-pc.taken // Carry took it just now
@@ -407,6 +468,7 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 	if pc == nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("egress connection %d: none waiting (it timed out or was carried)", first.GetId()))
 	}
+	defer p.held.leave()
 	defer pc.conn.Close()
 	carried := make(chan struct{})
 	defer close(carried)
@@ -421,7 +483,7 @@ func (p *Proxy) Carry(ctx context.Context, stream *connect.BidiStream[runboxv1.E
 		pc.conn.Close()
 	}()
 	if r := first.GetRefusal(); r != "" {
-		p.refuse(pc, http.StatusForbidden, r)
+		p.refuse(pc, refusalStatus(r), r)
 		return nil
 	}
 	switch pc.via {

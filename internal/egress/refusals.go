@@ -110,8 +110,11 @@ func clip(s string) string {
 
 // Record counts one refusal for the next write. It never blocks on the
 // file: a storm of refusals costs a map update each.
-func (l *RefusalLog) Record(r *Refusal, via string) {
-	if l == nil || r == nil {
+func (l *RefusalLog) Record(r *Refusal, via string) { l.RecordN(r, via, 1) }
+
+// RecordN counts n refusals of one destination by one rule, as n Records.
+func (l *RefusalLog) RecordN(r *Refusal, via string, n int64) {
+	if l == nil || r == nil || n <= 0 {
 		return
 	}
 	now := time.Now()
@@ -130,7 +133,7 @@ func (l *RefusalLog) Record(r *Refusal, via string) {
 		}
 		e = l.other
 	}
-	e.Count++
+	e.Count += n
 	e.Last = now
 	l.mu.Unlock()
 	select {
