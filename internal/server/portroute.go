@@ -65,7 +65,7 @@ func (s *Server) portRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), tenantKey{}, registry.Tenant{Name: rec.Tenant})
-	exposed, err := s.store.PortExposed(ctx, rec.ID, port)
+	_, exposed, err := s.store.PortExposure(ctx, rec.ID, port)
 	if err != nil {
 		http.Error(w, "cannot check the port now: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -172,8 +172,15 @@ func (s *Server) portAuth(r *http.Request, key string, port int) (rec registry.S
 	if errors.Is(err, registry.ErrNotFound) {
 		// The same answer as a wrong signature: a URL tells nothing
 		// about sandboxes it does not sign.
-		return registry.Sandbox{}, "", http.StatusForbidden, &signedURLError{msg: "the signed URL's signature does not match this sandbox and port (altered, or for another): ask ExposePort for a fresh URL"}
+		return registry.Sandbox{}, "", http.StatusForbidden, errSignatureMismatch
 	}
+	if err != nil {
+		return registry.Sandbox{}, "", http.StatusServiceUnavailable, err
+	}
+	// The signature is bound to the port's exposure in force: one made
+	// before an UnexposePort matches nothing, whether or not the port was
+	// exposed again since.
+	nonce, _, err := s.store.PortExposure(r.Context(), rec.ID, port)
 	if err != nil {
 		return registry.Sandbox{}, "", http.StatusServiceUnavailable, err
 	}
@@ -181,7 +188,7 @@ func (s *Server) portAuth(r *http.Request, key string, port int) (rec registry.S
 	if err != nil {
 		return registry.Sandbox{}, "", http.StatusServiceUnavailable, err
 	}
-	if err := checkPortSignature(k, rec.Tenant, rec.ID, port, exp, sig, time.Now()); err != nil {
+	if err := checkPortSignature(k, rec.Tenant, rec.ID, port, nonce, exp, sig, time.Now()); err != nil {
 		return registry.Sandbox{}, "", http.StatusForbidden, err
 	}
 	if !fromCookie {

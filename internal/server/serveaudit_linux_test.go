@@ -1,0 +1,169 @@
+package server_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
+)
+
+// startMarkerServer starts, in tenant srv's sandbox sb, a web server on a
+// random loopback port serving a fresh random marker at /m.txt, and
+// returns the marker and the port once the route reaches it with tok.
+func startMarkerServer(t *testing.T, ts *testServer, srv *client.Server, tok string, sb runbox.Sandbox) (string, int) {
+	t.Helper()
+	ctx := ctxT(t)
+	marker := rand.Text()
+	port := 20000 + mrand.IntN(20000)
+	dir := "site-" + rand.Text()[:8]
+	res, _, err := srv.Run(ctx, sb.ID, runbox.ExecSpec{Command: fmt.Sprintf(
+		`mkdir -p %s && echo %s > %s/m.txt && (cd %s && nohup python3 -m http.server %d --bind 127.0.0.1 >/dev/null 2>&1 &)`,
+		dir, marker, dir, dir, port)})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("start the web server: %+v %v", res, err)
+	}
+	t.Cleanup(func() {
+		srv.Run(context.Background(), sb.ID, runbox.ExecSpec{Command: fmt.Sprintf("pkill -f 'http.server %d' || true", port)})
+	})
+	exp, err := srv.ExposePort(ctx, sb.ID, uint16(port), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		code, body, _ := get(t, exp.URL+"m.txt", "Authorization", "Bearer "+tok)
+		if code == 200 && strings.TrimSpace(body) == marker {
+			break
+		}
+		if i == 150 {
+			t.Fatalf("the web server in %s never answered through the route: %d %q", sb.ID, code, body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return marker, port
+}
+
+// TestSignedURLRevokedByUnexpose: UnexposePort revokes every signed URL
+// handed out for the port, for good: exposing the port again hands out a
+// new URL and brings none of the old ones back (a URL leaked, then
+// revoked by unexposing, must stay dead). Moved to another tenant's
+// sandbox with the same port, to a removed sandbox's id, or with its
+// expiry changed (past, far future), a signed URL is refused; the URL
+// handed out last (the control) reaches the marker.
+func TestSignedURLRevokedByUnexpose(t *testing.T) {
+	ts := startServer(t)
+	ctx := ctxT(t)
+	tokA, tokB := ts.token(t, "a"), ts.token(t, "b")
+	a, err := client.NewServer(ts.url, tokA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := client.NewServer(ts.url, tokB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sbA, err := a.Create(ctx, runbox.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Remove(context.Background(), sbA, true)
+	marker, port := startMarkerServer(t, ts, a, tokA, sbA)
+
+	first, err := a.ExposePort(ctx, sbA.ID, uint16(port), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := get(t, withPath(t, first.SignedURL, "m.txt")); code != 200 || strings.TrimSpace(body) != marker {
+		t.Fatalf("the first signed URL (control): %d %q", code, body)
+	}
+	if err := a.UnexposePort(ctx, sbA.ID, uint16(port)); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := get(t, withPath(t, first.SignedURL, "m.txt")); code != 403 {
+		t.Fatalf("the first signed URL after unexpose: %d %q, want 403", code, body)
+	}
+	second, err := a.ExposePort(ctx, sbA.ID, uint16(port), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := get(t, withPath(t, second.SignedURL, "m.txt")); code != 200 || strings.TrimSpace(body) != marker {
+		t.Fatalf("the signed URL of the second exposure (control): %d %q", code, body)
+	}
+	code, body, hdr := get(t, withPath(t, first.SignedURL, "m.txt"))
+	if code != 403 || strings.Contains(body, marker) {
+		t.Errorf("a signed URL revoked by unexpose, after the port was exposed again: %d %q, want 403", code, body)
+	}
+	if c := hdr.Get("Set-Cookie"); c != "" {
+		t.Errorf("a revoked signed URL set a cookie: %q", c)
+	}
+	// Exposing an exposed port again keeps the URLs already handed out.
+	third, err := a.ExposePort(ctx, sbA.ID, uint16(port), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{second.SignedURL, third.SignedURL} {
+		if code, body, _ := get(t, withPath(t, u, "m.txt")); code != 200 || strings.TrimSpace(body) != marker {
+			t.Errorf("a signed URL of the exposure in force: %d %q", code, body)
+		}
+	}
+	// The cookie a revoked URL set is revoked with it.
+	_, _, hdr = get(t, withPath(t, second.SignedURL, "m.txt"))
+	name, val, _ := strings.Cut(strings.Split(hdr.Get("Set-Cookie"), ";")[0], "=")
+	if err := a.UnexposePort(ctx, sbA.ID, uint16(port)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ExposePort(ctx, sbA.ID, uint16(port), 0); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := get(t, second.URL+"m.txt", "Cookie", name+"="+val); code != 403 || strings.Contains(body, marker) {
+		t.Errorf("the cookie of a revoked signed URL, after the port was exposed again: %d %q, want 403", code, body)
+	}
+
+	// Tenant b exposes the same port number of its own sandbox: neither
+	// tenant's signature opens the other's sandbox.
+	sbB, err := b.Create(ctx, runbox.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Remove(context.Background(), sbB, true)
+	expB, err := b.ExposePort(ctx, sbB.ID, uint16(port), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := a.ExposePort(ctx, sbA.ID, uint16(port), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	movedToA := strings.Replace(expB.SignedURL, "/sandboxes/"+sbB.ID+"/", "/sandboxes/"+sbA.ID+"/", 1)
+	if code, body, _ := get(t, withPath(t, movedToA, "m.txt")); code != 403 || strings.Contains(body, marker) {
+		t.Errorf("b's signed URL moved to a's sandbox: %d %q, want 403", code, body)
+	}
+	if code, body, _ := get(t, fresh.URL+"m.txt", "Authorization", "Bearer "+tokB); code != 404 || strings.Contains(body, marker) {
+		t.Errorf("b's token on a's route: %d %q, want 404", code, body)
+	}
+	for what, exp := range map[string]int64{"past": time.Now().Add(-time.Hour).Unix(), "far future": time.Now().Add(100 * 365 * 24 * time.Hour).Unix(), "negative": -1} {
+		u, _ := url.Parse(withPath(t, fresh.SignedURL, "m.txt"))
+		q := u.Query()
+		q.Set("runbox_expires", fmt.Sprint(exp))
+		u.RawQuery = q.Encode()
+		if code, body, _ := get(t, u.String()); code != 403 || strings.Contains(body, marker) {
+			t.Errorf("a signed URL with its expiry moved to the %s: %d %q, want 403", what, code, body)
+		}
+	}
+	// The sandbox removed: its URL opens nothing, whatever sandbox
+	// listens on that port next.
+	if err := a.Remove(ctx, sbA, true); err != nil {
+		t.Fatal(err)
+	}
+	if code, body, _ := get(t, withPath(t, fresh.SignedURL, "m.txt")); code != 403 || strings.Contains(body, marker) {
+		t.Errorf("a removed sandbox's signed URL: %d %q, want 403", code, body)
+	}
+}
