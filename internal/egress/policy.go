@@ -67,16 +67,38 @@ func (p Policy) Check() error {
 
 func isAddr(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
 
-// parsePrefix parses a CIDR, or a single address as its /32 or /128.
-func parsePrefix(s string) (netip.Prefix, error) {
+// parsePrefix is ParsePrefix.
+func parsePrefix(s string) (netip.Prefix, error) { return ParsePrefix(s) }
+
+// ParsePrefix parses a CIDR, or a single address as its /32 or /128, in
+// the form the host side enforces it (CanonicalPrefix). Whoever checks a
+// range against another (serve, against its operator's
+// --allow-egress-cidr) parses it here, so what is checked is what is
+// dialled.
+func ParsePrefix(s string) (netip.Prefix, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
-		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+		if a.Zone() != "" {
+			return netip.Prefix{}, errors.New("want an address range such as 10.1.0.0/16 or an address, without a zone")
+		}
+		return CanonicalPrefix(netip.PrefixFrom(a, a.BitLen())), nil
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
 		return netip.Prefix{}, errors.New("want an address range such as 10.1.0.0/16 or an address")
 	}
-	return p.Masked(), nil
+	return CanonicalPrefix(p), nil
+}
+
+// CanonicalPrefix is p masked, with an IPv4-mapped IPv6 range that lies
+// within ::ffff:0:0/96 written as the IPv4 range it is (::ffff:10.0.0.0/104
+// is 10.0.0.0/8): the host side compares every address it dials unmapped,
+// so a mapped range is an IPv4 range, never an IPv6 one that an IPv6
+// ceiling (::/0) would cover.
+func CanonicalPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
 }
 
 // checkPattern accepts a name, "*.name" or "*".

@@ -3,9 +3,12 @@ package server_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -165,5 +168,47 @@ func TestSignedURLRevokedByUnexpose(t *testing.T) {
 	}
 	if code, body, _ := get(t, withPath(t, fresh.SignedURL, "m.txt")); code != 403 || strings.Contains(body, marker) {
 		t.Errorf("a removed sandbox's signed URL: %d %q, want 403", code, body)
+	}
+}
+
+// TestEgressCIDRCheckedAsEnforced: a tenant's allow_cidr is checked
+// against the operator's --allow-egress-cidr in the form the host side
+// enforces it. The operator opens every IPv6 range (::/0) and no IPv4 one;
+// the tenant asks for its host's IPv4 loopback written as an IPv4-mapped
+// IPv6 address (::ffff:127.0.0.1, which the host side dials as
+// 127.0.0.1): refused, and a server on the host's loopback serving a
+// fresh random marker stays out of reach. An IPv6 range within the
+// operator's (the control) is taken, and an IPv4-mapped range the operator
+// allows as IPv4 is the same range.
+func TestEgressCIDRCheckedAsEnforced(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
+	}
+	marker, port := markerServer(t)
+	ts := startServer(t, onLocalProvider(t), func(c *serverConfig) {
+		c.EgressCIDRs = []netip.Prefix{netip.MustParsePrefix("::/0"), netip.MustParsePrefix("192.0.2.0/24")}
+	})
+	ctx := ctxT(t)
+	srv := ts.tenant(t, "a")
+	sb, err := srv.Create(ctx, runbox.SandboxSpec{Network: "private"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Remove(context.Background(), sb, true)
+	fetch := fmt.Sprintf(`python3 -c "import urllib.request; print(urllib.request.urlopen('http://pkg.test:%d/', timeout=20).read().decode())"`, port)
+	for _, cidr := range []string{"::ffff:127.0.0.1", "::ffff:127.0.0.0/104", "::ffff:7f00:1/128", "::ffff:0:0/96"} {
+		_, err := srv.SetEgress(ctx, sb.ID, runbox.EgressPolicy{Allow: []string{"pkg.test"}, AllowCIDR: []string{cidr}, Resolve: map[string]string{"pkg.test": "127.0.0.1"}})
+		if !errors.Is(err, runbox.ErrInvalidSpec) {
+			t.Errorf("allow_cidr %s under --allow-egress-cidr ::/0: %v, want ErrInvalidSpec", cidr, err)
+		}
+		res, _, err := srv.Run(ctx, sb.ID, runbox.ExecSpec{Command: fetch})
+		if err != nil || res.ExitCode == 0 || strings.Contains(string(res.Stdout), marker) {
+			t.Errorf("allow_cidr %s reached the host's loopback: %+v %v", cidr, res, err)
+		}
+	}
+	for _, cidr := range []string{"fd00::/8", "2001:db8::1", "192.0.2.7", "::ffff:192.0.2.0/120"} {
+		if _, err := srv.SetEgress(ctx, sb.ID, runbox.EgressPolicy{Allow: []string{"pkg.test"}, AllowCIDR: []string{cidr}}); err != nil {
+			t.Errorf("allow_cidr %s within the operator's ranges: %v", cidr, err)
+		}
 	}
 }
