@@ -212,3 +212,125 @@ func TestEgressCIDRCheckedAsEnforced(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotsAcrossTenants: tenant a plants a fresh random secret at a
+// random path of its workspace and snapshots the sandbox under a random
+// name. Tenant b naming that snapshot (create from it, delete it) gets
+// exactly the answer for a name that never existed, lists none of a's,
+// and touches a's sandbox by id, name or id prefix with none of pause,
+// resume, snapshot, fork, expose, unexpose or set egress (not found).
+// b's own snapshot under the same name (its own namespace) holds b's
+// files, not a's secret; a's sandbox made from a's snapshot (the
+// control) reads the secret, and keeps reading it after a deletes the
+// snapshot. Names with "..", "/", NUL, look-alike unicode, a leading
+// punctuation mark or over 63 bytes are invalid_argument.
+func TestSnapshotsAcrossTenants(t *testing.T) {
+	ts := startServer(t, onLocalProvider(t))
+	ctx := ctxT(t)
+	a, b := ts.tenant(t, "a"), ts.tenant(t, "b")
+	t.Cleanup(func() {
+		for _, c := range []*client.Server{a, b} {
+			sbs, _ := c.List(context.Background())
+			for _, sb := range sbs {
+				c.Remove(context.Background(), sb, true)
+			}
+		}
+	})
+	name := "sa-" + strings.ToLower(rand.Text()[:10])
+	sbA, err := a.Create(ctx, runbox.SandboxSpec{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, path := rand.Text(), "d"+rand.Text()[:6]+"/"+rand.Text()[:8]
+	res, _, err := a.Run(ctx, sbA.ID, runbox.ExecSpec{Command: fmt.Sprintf("mkdir -p $(dirname %s) && echo %s > %s", path, secret, path)})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("plant the secret: %+v %v", res, err)
+	}
+	snap := "s-" + strings.ToLower(rand.Text()[:10])
+	if _, err := a.Snapshot(ctx, sbA, snap, runbox.SnapshotOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	never := "s-" + strings.ToLower(rand.Text()[:10])
+	same := func(what string, err1 error, err2 error) {
+		t.Helper()
+		m1, m2 := fmt.Sprint(err1), fmt.Sprint(err2)
+		if err1 == nil || !errors.Is(err1, runbox.ErrInvalidSpec) || strings.ReplaceAll(m1, snap, "N") != strings.ReplaceAll(m2, never, "N") {
+			t.Errorf("%s: b naming a's snapshot: %v; naming one that never existed: %v; want the same invalid_argument", what, err1, err2)
+		}
+	}
+	_, e1 := b.CreateSandbox(ctx, runbox.SandboxSpec{FromSnapshot: snap}, client.SandboxOptions{})
+	_, e2 := b.CreateSandbox(ctx, runbox.SandboxSpec{FromSnapshot: never}, client.SandboxOptions{})
+	same("create from", e1, e2)
+	same("delete", b.RemoveSnapshot(ctx, snap), b.RemoveSnapshot(ctx, never))
+	if ss, err := b.Snapshots(ctx); err != nil || len(ss) != 0 {
+		t.Errorf("b lists snapshots %v %v", ss, err)
+	}
+	for _, key := range []string{sbA.ID, name, sbA.ID[:7]} {
+		ref := runbox.Sandbox{ID: key}
+		for what, err := range map[string]error{
+			"pause":    b.Pause(ctx, ref),
+			"resume":   b.Resume(ctx, ref),
+			"unexpose": b.UnexposePort(ctx, key, 8000),
+		} {
+			if !errors.Is(err, runbox.ErrSandboxNotFound) {
+				t.Errorf("b: %s of a's sandbox by %s: %v, want not found", what, key, err)
+			}
+		}
+		if _, err := b.Snapshot(ctx, ref, "", runbox.SnapshotOptions{}); !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Errorf("b: snapshot of a's sandbox by %s: %v, want not found", key, err)
+		}
+		if _, _, err := b.Fork(ctx, key, 1, runbox.SnapshotOptions{}); !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Errorf("b: fork of a's sandbox by %s: %v, want not found", key, err)
+		}
+		if _, err := b.ExposePort(ctx, key, 8000, 0); !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Errorf("b: expose a port of a's sandbox by %s: %v, want not found", key, err)
+		}
+		if _, err := b.SetEgress(ctx, key, runbox.EgressPolicy{Allow: []string{"*"}}); !errors.Is(err, runbox.ErrSandboxNotFound) {
+			t.Errorf("b: set the egress of a's sandbox by %s: %v, want not found", key, err)
+		}
+	}
+	if got, err := a.Get(ctx, sbA.ID); err != nil || got.Detail["paused"] != "" || got.Detail["exposed_ports"] != "" {
+		t.Errorf("a's sandbox after b's attempts: %v %v", got.Detail, err)
+	}
+	// b's own snapshot of the same name is b's.
+	sbB, err := b.Create(ctx, runbox.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Snapshot(ctx, sbB, snap, runbox.SnapshotOptions{}); err != nil {
+		t.Fatalf("b's own snapshot named as a's: %v", err)
+	}
+	fromB, err := b.CreateSandbox(ctx, runbox.SandboxSpec{FromSnapshot: snap}, client.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, _, err = b.Run(ctx, fromB.ID, runbox.ExecSpec{Command: "cat " + path + "; grep -rsl " + secret + " . /root /tmp /var/tmp | head -1"})
+	if err != nil || strings.Contains(string(res.Stdout), secret) || strings.TrimSpace(string(res.Stdout)) != "" {
+		t.Errorf("b's sandbox from its own snapshot %s reads a's secret: %+v %v", snap, res, err)
+	}
+	// The control: a's sandbox from a's snapshot reads it, also once the
+	// snapshot is deleted.
+	fromA, err := a.CreateSandbox(ctx, runbox.SandboxSpec{FromSnapshot: snap}, client.SandboxOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, when := range []string{"before", "after"} {
+		res, _, err = a.Run(ctx, fromA.ID, runbox.ExecSpec{Command: "cat " + path})
+		if err != nil || strings.TrimSpace(string(res.Stdout)) != secret {
+			t.Fatalf("a's sandbox from a's snapshot, %s deleting it: %+v %v", when, res, err)
+		}
+		if when == "before" {
+			if err := a.RemoveSnapshot(ctx, snap); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if ss, err := b.Snapshots(ctx); err != nil || len(ss) != 1 || ss[0].Name != snap || ss[0].Sandbox != sbB.ID {
+		t.Errorf("b's snapshots after a deleted its own of the same name: %v %v", ss, err)
+	}
+	for _, bad := range []string{"..", "../" + snap, "a/b", "a\x00b", "ｓｎａｐ", "snap\u0430", "-x", ".x", strings.Repeat("x", 64), "x\n"} {
+		if _, err := a.Snapshot(ctx, sbA, bad, runbox.SnapshotOptions{}); !errors.Is(err, runbox.ErrInvalidSpec) {
+			t.Errorf("snapshot name %q: %v, want invalid_argument", bad, err)
+		}
+	}
+}
