@@ -152,6 +152,29 @@ func TestSignedURLRevokedByUnexpose(t *testing.T) {
 	if code, body, _ := get(t, fresh.URL+"m.txt", "Authorization", "Bearer "+tokB); code != 404 || strings.Contains(body, marker) {
 		t.Errorf("b's token on a's route: %d %q, want 404", code, body)
 	}
+	// b's own server, exposed: a's signed URL carried onto b's route, by
+	// its query or by a path that climbs out of a's route, opens nothing
+	// of b's; nor does a Host header naming something else.
+	markerB, portB := startMarkerServer(t, ts, b, tokB, sbB)
+	expB2, err := b.ExposePort(ctx, sbB.ID, uint16(portB), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fu, _ := url.Parse(fresh.SignedURL)
+	climb := fmt.Sprintf("%s/sandboxes/%s/ports/%d/../../../%s/ports/%d/m.txt?%s", ts.url, sbA.ID, port, sbB.ID, portB, fu.RawQuery)
+	onB := strings.TrimSuffix(expB2.URL, "/") + "/m.txt?" + fu.RawQuery
+	encoded := fmt.Sprintf("%s/sandboxes/%s%%2Fports%%2F%d%%2F..%%2F..%%2F..%%2F%s/ports/%d/m.txt?%s", ts.url, sbA.ID, port, sbB.ID, portB, fu.RawQuery)
+	for what, u := range map[string]string{"climbing out of its route": climb, "on b's route": onB, "with encoded slashes": encoded} {
+		if code, body, _ := get(t, u); code < 400 || strings.Contains(body, markerB) || strings.Contains(body, marker) {
+			t.Errorf("a's signed URL %s: %d %q, want it refused", what, code, body)
+		}
+		if code, body, _ := get(t, u, "Host", "localhost:"+fmt.Sprint(portB)); code < 400 || strings.Contains(body, markerB) {
+			t.Errorf("a's signed URL %s with a Host header: %d %q, want it refused", what, code, body)
+		}
+	}
+	if code, body, _ := get(t, withPath(t, fresh.SignedURL, "m.txt"), "Host", "evil.example"); code != 200 || strings.TrimSpace(body) != marker {
+		t.Errorf("a's signed URL with another Host header (the control: the route ignores it): %d %q", code, body)
+	}
 	for what, exp := range map[string]int64{"past": time.Now().Add(-time.Hour).Unix(), "far future": time.Now().Add(100 * 365 * 24 * time.Hour).Unix(), "negative": -1} {
 		u, _ := url.Parse(withPath(t, fresh.SignedURL, "m.txt"))
 		q := u.Query()
