@@ -101,16 +101,40 @@ func CanonicalPrefix(p netip.Prefix) netip.Prefix {
 	return p.Masked()
 }
 
-// checkPattern accepts a name, "*.name" or "*".
+// checkPattern accepts a name, "*.name" or "*", where a name is a DNS
+// name as a resolver takes it: dot-separated labels of 1 to 63 ASCII
+// letters, digits, '-' and '_', at most 253 bytes in all (an
+// internationalised name in its xn-- form). Anything else (a NUL, a
+// newline, '#', '/', ':', a space, a full stop other than '.', a second
+// '*') would match no connection a resolver can make, and must not reach
+// the policy, its audit rows or an operator's listing.
 func checkPattern(p string) error {
 	if p == "*" {
 		return nil
 	}
-	name := strings.TrimPrefix(p, "*.")
-	if name == "" || strings.ContainsAny(name, "*/: ") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
-		return errors.New("want a domain name, *.domain or *")
+	if !dnsName(strings.TrimPrefix(p, "*.")) {
+		return errors.New("want a domain name (ASCII letters, digits, '-', '_' in dot-separated labels; xn-- for others), *.domain or *")
 	}
 	return nil
+}
+
+// dnsName reports whether s is a DNS name checkPattern accepts.
+func dnsName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // matchName reports whether pattern matches the (lower-case) name.
