@@ -27,9 +27,12 @@ func portPath(p string) (sandbox string, port int, rest string, err error) {
 	if len(parts) < 3 || parts[0] == "" || parts[1] != "ports" {
 		return "", 0, "", fmt.Errorf("want %s{sandbox}/ports/{port}/{path}", portRoutePrefix)
 	}
+	// Decimal digits only, as the route's URLs write it: a sign, a
+	// leading zero or another spelling would be a second name for the
+	// same port (and path) that cookies and prefixes do not know.
 	port, err = strconv.Atoi(parts[2])
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, "", fmt.Errorf("port %q: want 1 to 65535", parts[2])
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != parts[2] {
+		return "", 0, "", fmt.Errorf("port %q: want 1 to 65535 in decimal digits", parts[2])
 	}
 	if len(parts) == 4 {
 		rest = "/" + parts[3]

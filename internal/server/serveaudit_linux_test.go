@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/server"
 )
 
 // startMarkerServer starts, in tenant srv's sandbox sb, a web server on a
@@ -355,5 +356,48 @@ func TestSnapshotsAcrossTenants(t *testing.T) {
 		if _, err := a.Snapshot(ctx, sbA, bad, runbox.SnapshotOptions{}); !errors.Is(err, runbox.ErrInvalidSpec) {
 			t.Errorf("snapshot name %q: %v, want invalid_argument", bad, err)
 		}
+	}
+}
+
+// TestExposePortBounds: a port a tenant or a model names is 1 to 65535:
+// 0, 65536, 2^32-1 and -1 (JSON) are invalid_argument from ExposePort and
+// UnexposePort, the route answers 404 for them and for a port spelled
+// otherwise than in decimal digits, and nothing is exposed; port_expose
+// refuses them too. Port 1 (the control) is exposed.
+func TestExposePortBounds(t *testing.T) {
+	ts := startServer(t, withMCP(server.MCPConfig{}))
+	ctx := ctxT(t)
+	tok := ts.token(t, "a")
+	a := ts.tenant(t, "a")
+	sb, err := a.Create(ctx, runbox.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Remove(context.Background(), sb, true)
+	for _, body := range []string{`{"sandboxId":"%s","port":0}`, `{"sandboxId":"%s","port":65536}`, `{"sandboxId":"%s","port":4294967295}`, `{"sandboxId":"%s","port":-1}`, `{"sandboxId":"%s","port":"80x"}`} {
+		for _, proc := range []string{"ExposePort", "UnexposePort"} {
+			code, out := post(t, ts.url, tok, "/runbox.v1.SandboxService/"+proc, "", []byte(fmt.Sprintf(body, sb.ID)))
+			if code != 400 || out["code"] != "invalid_argument" {
+				t.Errorf("%s %s: %d %v, want invalid_argument", proc, fmt.Sprintf(body, sb.ID), code, out)
+			}
+		}
+	}
+	for _, p := range []string{"0", "65536", "-1", "4294967297", "0x50", "%2B80", "080", "1e3"} {
+		if code, body, _ := get(t, ts.url+"/sandboxes/"+sb.ID+"/ports/"+p+"/", "Authorization", "Bearer "+tok); code != 404 {
+			t.Errorf("the route to port %s: %d %q, want 404", p, code, body)
+		}
+	}
+	cs := ts.mustMCP(t, tok)
+	for _, p := range []int{0, 65536, -1} {
+		if msg := toolFails(t, cs, "port_expose", map[string]any{"port": p}); !strings.Contains(msg, "65535") {
+			t.Errorf("port_expose %d: %q", p, msg)
+		}
+	}
+	got, err := a.Get(ctx, sb.ID)
+	if err != nil || got.Detail["exposed_ports"] != "" {
+		t.Errorf("after the refused calls: %v %v", got.Detail, err)
+	}
+	if _, err := a.ExposePort(ctx, sb.ID, 1, 0); err != nil {
+		t.Errorf("port 1: %v", err)
 	}
 }
