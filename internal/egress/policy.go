@@ -67,28 +67,74 @@ func (p Policy) Check() error {
 
 func isAddr(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
 
-// parsePrefix parses a CIDR, or a single address as its /32 or /128.
-func parsePrefix(s string) (netip.Prefix, error) {
+// parsePrefix is ParsePrefix.
+func parsePrefix(s string) (netip.Prefix, error) { return ParsePrefix(s) }
+
+// ParsePrefix parses a CIDR, or a single address as its /32 or /128, in
+// the form the host side enforces it (CanonicalPrefix). Whoever checks a
+// range against another (serve, against its operator's
+// --allow-egress-cidr) parses it here, so what is checked is what is
+// dialled.
+func ParsePrefix(s string) (netip.Prefix, error) {
 	if a, err := netip.ParseAddr(s); err == nil {
-		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), nil
+		if a.Zone() != "" {
+			return netip.Prefix{}, errors.New("want an address range such as 10.1.0.0/16 or an address, without a zone")
+		}
+		return CanonicalPrefix(netip.PrefixFrom(a, a.BitLen())), nil
 	}
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
 		return netip.Prefix{}, errors.New("want an address range such as 10.1.0.0/16 or an address")
 	}
-	return p.Masked(), nil
+	return CanonicalPrefix(p), nil
 }
 
-// checkPattern accepts a name, "*.name" or "*".
+// CanonicalPrefix is p masked, with an IPv4-mapped IPv6 range that lies
+// within ::ffff:0:0/96 written as the IPv4 range it is (::ffff:10.0.0.0/104
+// is 10.0.0.0/8): the host side compares every address it dials unmapped,
+// so a mapped range is an IPv4 range, never an IPv6 one that an IPv6
+// ceiling (::/0) would cover.
+func CanonicalPrefix(p netip.Prefix) netip.Prefix {
+	if a := p.Addr(); a.Is4In6() && p.Bits() >= 96 {
+		return netip.PrefixFrom(a.Unmap(), p.Bits()-96).Masked()
+	}
+	return p.Masked()
+}
+
+// checkPattern accepts a name, "*.name" or "*", where a name is a DNS
+// name as a resolver takes it: dot-separated labels of 1 to 63 ASCII
+// letters, digits, '-' and '_', at most 253 bytes in all (an
+// internationalised name in its xn-- form). Anything else (a NUL, a
+// newline, '#', '/', ':', a space, a full stop other than '.', a second
+// '*') would match no connection a resolver can make, and must not reach
+// the policy, its audit rows or an operator's listing.
 func checkPattern(p string) error {
 	if p == "*" {
 		return nil
 	}
-	name := strings.TrimPrefix(p, "*.")
-	if name == "" || strings.ContainsAny(name, "*/: ") || strings.HasPrefix(name, ".") || strings.HasSuffix(name, ".") {
-		return errors.New("want a domain name, *.domain or *")
+	if !dnsName(strings.TrimPrefix(p, "*.")) {
+		return errors.New("want a domain name (ASCII letters, digits, '-', '_' in dot-separated labels; xn-- for others), *.domain or *")
 	}
 	return nil
+}
+
+// dnsName reports whether s is a DNS name checkPattern accepts.
+func dnsName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 {
+			return false
+		}
+		for i := 0; i < len(label); i++ {
+			c := label[i]
+			if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // matchName reports whether pattern matches the (lower-case) name.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -79,9 +80,7 @@ func NewHTTPHandler(resolve TokenResolver, cfg Config, o HTTPOptions) *HTTPHandl
 				// The client ends its session: stop what its calls run now
 				// rather than when they time out (the SDK closes a session
 				// only once its calls in progress return).
-				if s := h.existing(r); s != nil {
-					s.endSessionByID(r.Header.Get("Mcp-Session-Id"))
-				}
+				h.endSession(r)
 			}
 			streamable.ServeHTTP(w, r)
 		}))
@@ -95,51 +94,85 @@ const placeKey = "runbox.sandboxes"
 func (h *HTTPHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.handler.ServeHTTP(w, r) }
 
 // serverFor returns the Server of the request's tenant, made on its first
-// session; nil (the SDK answers 400) once the handler is closed.
+// session; nil (the SDK answers 400) once the handler is closed, or when
+// the request binds the session (SandboxHeader) to something that is not
+// one of the tenant's sandboxes: the handler keeps one Server per tenant
+// and bound sandbox, keyed by the sandbox's id, so what a tenant can make
+// it keep is bounded by the sandboxes it has, never by the header values
+// it sends, and another tenant's sandbox is refused exactly like one that
+// does not exist.
 func (h *HTTPHandler) serverFor(r *http.Request) *mcp.Server {
 	ti := auth.TokenInfoFromContext(r.Context())
 	if ti == nil {
 		return nil
 	}
 	place, _ := ti.Extra[placeKey].(Sandboxes)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed || place == nil {
+	if place == nil {
 		return nil
 	}
-	key := serverKey(ti.UserID, r)
+	bound := r.Header.Get(SandboxHeader)
+	if bound != "" {
+		if len(bound) > maxSandboxKey {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), boundLookupTimeout)
+		sb, err := place.Get(ctx, bound)
+		cancel()
+		if err != nil {
+			h.cfg.Logger.Info("mcp: session bound to no sandbox of the tenant", "tenant", ti.UserID, "error", err)
+			return nil
+		}
+		bound = sb.ID
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	key := ti.UserID + "\x00" + bound
 	s, ok := h.servers[key]
 	if !ok {
 		cfg := h.cfg
-		if bound := r.Header.Get(SandboxHeader); bound != "" {
-			cfg.Sandbox = bound
-		}
+		cfg.Sandbox = bound
 		s = New(place, cfg)
 		h.servers[key] = s
 	}
 	return s.mcp
 }
 
+// maxSandboxKey bounds a SandboxHeader's value: far more than any id or
+// name (at most 63 bytes).
+const maxSandboxKey = 256
+
+// boundLookupTimeout bounds the look-up of a session's bound sandbox.
+const boundLookupTimeout = 30 * time.Second
+
 // SandboxHeader, on a request to the HTTP endpoint, binds the session to
 // that existing sandbox of the tenant (as runbox mcp --sandbox does):
 // without it a session sees only the sandboxes it made.
 const SandboxHeader = "Runbox-Sandbox"
 
-// serverKey keys a tenant's Server by the sandbox its sessions are bound
-// to, if any.
-func serverKey(tenant string, r *http.Request) string {
-	return tenant + "\x00" + r.Header.Get(SandboxHeader)
-}
-
-// existing returns the request's tenant's Server, if it has one.
-func (h *HTTPHandler) existing(r *http.Request) *Server {
+// endSession ends the request's session (Mcp-Session-Id) among the
+// Servers of the request's tenant, whatever sandbox they are bound to.
+func (h *HTTPHandler) endSession(r *http.Request) {
 	ti := auth.TokenInfoFromContext(r.Context())
-	if ti == nil {
-		return nil
+	id := r.Header.Get("Mcp-Session-Id")
+	if ti == nil || id == "" {
+		return
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.servers[serverKey(ti.UserID, r)]
+	var mine []*Server
+	for key, s := range h.servers {
+		if strings.HasPrefix(key, ti.UserID+"\x00") {
+			mine = append(mine, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range mine {
+		if s.endSessionByID(id) {
+			return
+		}
+	}
 }
 
 // Close ends every session of every tenant, as Server.Close does, and

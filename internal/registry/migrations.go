@@ -100,6 +100,11 @@ var migrations = []string{
 		PRIMARY KEY (tenant, name),
 		UNIQUE (provider, provider_name)
 	);`,
+	// 5: each exposure of a port holds a random nonce that its signed URLs
+	// are bound to: unexposing the port drops it, so exposing the port
+	// again never brings back a URL handed out before (rows from before
+	// get one at their next exposure).
+	`ALTER TABLE exposed_ports ADD COLUMN nonce TEXT NOT NULL DEFAULT '';`,
 }
 
 // SchemaVersion is the schema version this build writes.

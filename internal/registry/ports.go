@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -51,16 +52,27 @@ func (s *Store) SetSpec(ctx context.Context, id, spec string) error {
 }
 
 // ExposePort records that port of sandbox may be reached through the
-// server's route (again: no change).
-func (s *Store) ExposePort(ctx context.Context, sandbox string, port int) error {
-	if _, err := s.db.ExecContext(ctx, `INSERT INTO exposed_ports (sandbox, port, created_ms) VALUES (?, ?, ?)
-		ON CONFLICT (sandbox, port) DO NOTHING`, sandbox, port, time.Now().UnixMilli()); err != nil {
-		return fmt.Errorf("expose port %d of sandbox %s: %w", port, sandbox, err)
+// server's route, and returns the exposure's nonce, which the port's
+// signed URLs are bound to: a fresh random one for a port not exposed, the
+// one in force for a port exposed already (the URLs handed out for it stay
+// good until UnexposePort).
+func (s *Store) ExposePort(ctx context.Context, sandbox string, port int) (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("expose port %d of sandbox %s: %w", port, sandbox, err)
 	}
-	return nil
+	fresh := hex.EncodeToString(b[:])
+	var nonce string
+	if err := s.db.QueryRowContext(ctx, `INSERT INTO exposed_ports (sandbox, port, created_ms, nonce) VALUES (?, ?, ?, ?)
+		ON CONFLICT (sandbox, port) DO UPDATE SET nonce = CASE WHEN nonce = '' THEN excluded.nonce ELSE nonce END
+		RETURNING nonce`, sandbox, port, time.Now().UnixMilli(), fresh).Scan(&nonce); err != nil {
+		return "", fmt.Errorf("expose port %d of sandbox %s: %w", port, sandbox, err)
+	}
+	return nonce, nil
 }
 
-// UnexposePort forgets that port of sandbox was exposed; it reports
+// UnexposePort forgets that port of sandbox was exposed, and with it the
+// exposure's nonce (every signed URL handed out for it); it reports
 // whether it was.
 func (s *Store) UnexposePort(ctx context.Context, sandbox string, port int) (bool, error) {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM exposed_ports WHERE sandbox = ? AND port = ?`, sandbox, port)
@@ -71,13 +83,18 @@ func (s *Store) UnexposePort(ctx context.Context, sandbox string, port int) (boo
 	return n > 0, nil
 }
 
-// PortExposed reports whether port of sandbox is exposed.
-func (s *Store) PortExposed(ctx context.Context, sandbox string, port int) (bool, error) {
-	var n int
-	if err := s.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM exposed_ports WHERE sandbox = ? AND port = ?`, sandbox, port).Scan(&n); err != nil {
-		return false, fmt.Errorf("port %d of sandbox %s: %w", port, sandbox, err)
+// PortExposure reports whether port of sandbox is exposed, and the
+// exposure's nonce ("" for a row from before nonces, which no signed URL
+// matches).
+func (s *Store) PortExposure(ctx context.Context, sandbox string, port int) (nonce string, exposed bool, err error) {
+	err = s.db.QueryRowContext(ctx, `SELECT nonce FROM exposed_ports WHERE sandbox = ? AND port = ?`, sandbox, port).Scan(&nonce)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
 	}
-	return n > 0, nil
+	if err != nil {
+		return "", false, fmt.Errorf("port %d of sandbox %s: %w", port, sandbox, err)
+	}
+	return nonce, true, nil
 }
 
 // ExposedPorts returns the exposed ports of sandbox, ascending.

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/mcpserver"
 	"github.com/runbox/runbox/internal/server"
 )
@@ -88,5 +90,47 @@ func TestMCPNetworkSet(t *testing.T) {
 	}
 	if fetched(cs) {
 		t.Error("after network_set allowed nothing the fetch must be refused again")
+	}
+}
+
+// TestMCPNetworkSetCannotWiden: a model's network_set names are held to
+// the operator's --mcp-allow (*.test) whatever their spelling: another
+// domain in upper case, with a trailing dot, as a wildcard ("*",
+// "*.example", "**.test", "x*.test", "*.*.test"), an IP literal (IPv4,
+// IPv6, IPv4-mapped), the domain smuggled before ".test" behind NUL, "/",
+// ":", "#", a space or a newline, an ideographic full stop, or over a
+// thousand bytes: each is a tool error and the policy in force (a name
+// within the operator's list set first, the control) is unchanged.
+func TestMCPNetworkSetCannotWiden(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the local provider's private network needs root here (a network namespace of its own)")
+	}
+	ts := startServer(t, onLocalProvider(t), withMCP(server.MCPConfig{Server: mcpserver.Config{
+		Limits: mcpserver.Limits{Network: "private", Networks: []string{"private"}, Allow: []string{"*.test"}},
+	}}))
+	tok := ts.token(t, "a")
+	cs := ts.mustMCP(t, tok)
+	control := "ok-" + strings.ToLower(rand.Text()[:8]) + ".test"
+	out := toolOK(t, cs, "network_set", map[string]any{"allow": []string{control}})
+	sbID, _ := out["sandbox"].(string)
+	for _, name := range []string{
+		"EVIL.EXAMPLE", "evil.example.", "*", "*.example", "**.test", "x*.test", "*.*.test", "test", ".test",
+		"127.0.0.1", "::1", "::ffff:127.0.0.1", "[::1]", "169.254.169.254",
+		"evil.example\x00.test", "evil.example/.test", "evil.example:80.test", "evil.example#.test",
+		"evil.example .test", "evil.example\n.test", "evil.example\u3002test", strings.Repeat("a", 1100) + ".test.evil",
+	} {
+		res := tool(t, cs, "network_set", map[string]any{"allow": []string{control, name}})
+		if !res.IsError {
+			t.Errorf("network_set %q under --mcp-allow *.test: accepted", name)
+		}
+	}
+	api, err := client.NewServer(ts.url, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	got, err := api.Get(ctxT(t), sbID)
+	if err != nil || got.Detail["egress_allow"] != control {
+		t.Errorf("the policy after the refused calls: %v %v, want allow %s", got.Detail, err, control)
 	}
 }

@@ -27,9 +27,12 @@ func portPath(p string) (sandbox string, port int, rest string, err error) {
 	if len(parts) < 3 || parts[0] == "" || parts[1] != "ports" {
 		return "", 0, "", fmt.Errorf("want %s{sandbox}/ports/{port}/{path}", portRoutePrefix)
 	}
+	// Decimal digits only, as the route's URLs write it: a sign, a
+	// leading zero or another spelling would be a second name for the
+	// same port (and path) that cookies and prefixes do not know.
 	port, err = strconv.Atoi(parts[2])
-	if err != nil || port < 1 || port > 65535 {
-		return "", 0, "", fmt.Errorf("port %q: want 1 to 65535", parts[2])
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != parts[2] {
+		return "", 0, "", fmt.Errorf("port %q: want 1 to 65535 in decimal digits", parts[2])
 	}
 	if len(parts) == 4 {
 		rest = "/" + parts[3]
@@ -65,7 +68,7 @@ func (s *Server) portRoute(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), tenantKey{}, registry.Tenant{Name: rec.Tenant})
-	exposed, err := s.store.PortExposed(ctx, rec.ID, port)
+	_, exposed, err := s.store.PortExposure(ctx, rec.ID, port)
 	if err != nil {
 		http.Error(w, "cannot check the port now: "+err.Error(), http.StatusServiceUnavailable)
 		return
@@ -172,8 +175,15 @@ func (s *Server) portAuth(r *http.Request, key string, port int) (rec registry.S
 	if errors.Is(err, registry.ErrNotFound) {
 		// The same answer as a wrong signature: a URL tells nothing
 		// about sandboxes it does not sign.
-		return registry.Sandbox{}, "", http.StatusForbidden, &signedURLError{msg: "the signed URL's signature does not match this sandbox and port (altered, or for another): ask ExposePort for a fresh URL"}
+		return registry.Sandbox{}, "", http.StatusForbidden, errSignatureMismatch
 	}
+	if err != nil {
+		return registry.Sandbox{}, "", http.StatusServiceUnavailable, err
+	}
+	// The signature is bound to the port's exposure in force: one made
+	// before an UnexposePort matches nothing, whether or not the port was
+	// exposed again since.
+	nonce, _, err := s.store.PortExposure(r.Context(), rec.ID, port)
 	if err != nil {
 		return registry.Sandbox{}, "", http.StatusServiceUnavailable, err
 	}
@@ -181,7 +191,7 @@ func (s *Server) portAuth(r *http.Request, key string, port int) (rec registry.S
 	if err != nil {
 		return registry.Sandbox{}, "", http.StatusServiceUnavailable, err
 	}
-	if err := checkPortSignature(k, rec.Tenant, rec.ID, port, exp, sig, time.Now()); err != nil {
+	if err := checkPortSignature(k, rec.Tenant, rec.ID, port, nonce, exp, sig, time.Now()); err != nil {
 		return registry.Sandbox{}, "", http.StatusForbidden, err
 	}
 	if !fromCookie {

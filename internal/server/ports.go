@@ -102,7 +102,8 @@ func (s *Server) exposePort(ctx context.Context, tenant registry.Tenant, m *runb
 		return nil, apiError(err)
 	}
 	port := int(m.GetPort())
-	if err := s.store.ExposePort(ctx, rec.ID, port); err != nil {
+	nonce, err := s.store.ExposePort(ctx, rec.ID, port)
+	if err != nil {
 		return nil, apiError(err)
 	}
 	if err := s.store.Lifecycle(ctx, rec.Tenant, rec.ID, registry.KindExpose, fmt.Sprintf("port %d", port)); err != nil {
@@ -111,7 +112,7 @@ func (s *Server) exposePort(ctx context.Context, tenant registry.Tenant, m *runb
 	// The expiry is in whole seconds, rounded up.
 	expires := time.Now().Add(ttl + time.Second - 1).Unix()
 	u := base + portRoutePrefix + url.PathEscape(rec.ID) + "/ports/" + strconv.Itoa(port) + "/"
-	q := url.Values{expiresParam: {strconv.FormatInt(expires, 10)}, signatureParam: {portSignature(key, rec.Tenant, rec.ID, port, expires)}}
+	q := url.Values{expiresParam: {strconv.FormatInt(expires, 10)}, signatureParam: {portSignature(key, rec.Tenant, rec.ID, port, nonce, expires)}}
 	return &runboxv1.ExposePortResponse{Url: u, SignedUrl: u + "?" + q.Encode(), ExpiresAtUnixMs: expires * 1000}, nil
 }
 

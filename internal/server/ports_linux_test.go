@@ -36,8 +36,8 @@ func bearerInterceptor(tok string) connect.UnaryInterceptorFunc {
 	}
 }
 
-// get fetches u with the headers given (pairs), and returns the status and
-// body.
+// get fetches u with the headers given (pairs; "Host" sets the request's
+// host), and returns the status, body and headers.
 func get(t *testing.T, u string, hdr ...string) (int, string, http.Header) {
 	t.Helper()
 	req, err := http.NewRequest("GET", u, nil)
@@ -45,6 +45,10 @@ func get(t *testing.T, u string, hdr ...string) (int, string, http.Header) {
 		t.Fatal(err)
 	}
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i] == "Host" { // the client sends req.Host, not a Host header
+			req.Host = hdr[i+1]
+			continue
+		}
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -220,15 +220,17 @@ func (s *Server) checkEgress(spec *runboxv1.SandboxSpec) error {
 		return invalid("spec.egress", "%v", err)
 	}
 	for _, c := range eg.AllowCIDR {
-		p, err := netip.ParsePrefix(c)
+		// Both sides in the form the host side enforces (an IPv4-mapped
+		// address is the IPv4 address it dials), so a range is checked as
+		// what it opens.
+		p, err := egress.ParsePrefix(c)
 		if err != nil {
-			a, aerr := netip.ParseAddr(c)
-			if aerr != nil {
-				return invalid("spec.egress.allow_cidr", "%q: %v", c, err)
-			}
-			p = netip.PrefixFrom(a, a.BitLen())
+			return invalid("spec.egress.allow_cidr", "%q: %v", c, err)
 		}
-		if !slices.ContainsFunc(s.cfg.EgressCIDRs, func(o netip.Prefix) bool { return o.Bits() <= p.Bits() && o.Contains(p.Addr()) }) {
+		if !slices.ContainsFunc(s.cfg.EgressCIDRs, func(o netip.Prefix) bool {
+			o = egress.CanonicalPrefix(o)
+			return o.Bits() <= p.Bits() && o.Contains(p.Addr())
+		}) {
 			return invalid("spec.egress.allow_cidr", "%q is not within a range this server allows (--allow-egress-cidr)", c)
 		}
 	}

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -74,8 +77,11 @@ no end.
 				if what == "" {
 					what = r.Detail
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Started.UTC().Format(time.RFC3339), r.Tenant,
-					r.Sandbox, r.Kind, dash(r.ExecID), exit, outcome, dur, oneLine(what))
+				cells := []string{r.Started.UTC().Format(time.RFC3339), r.Tenant, r.Sandbox, r.Kind, dash(r.ExecID), exit, outcome, dur, oneLine(what)}
+				for i, c := range cells {
+					cells[i] = printable(c)
+				}
+				fmt.Fprintln(tw, strings.Join(cells, "\t"))
 			}
 			return tw.Flush()
 		},
@@ -121,6 +127,50 @@ func auditSandboxIDs(ctx context.Context, store *registry.Store, tenant, s strin
 			s, registry.ErrNotFound)
 	}
 	return ids, nil
+}
+
+// printable is an audit table cell as a terminal may show it: every
+// control character (C0 with tab, DEL, C1), formatting character (bidi
+// overrides, zero-width marks), line or paragraph separator and invalid
+// byte written as a Go escape (\x1b, \u202e, \xff). The log keeps what a
+// tenant sent (commands, exec ids, host names), but its table is read on
+// an operator's terminal, where those would rewrite the screen, start a
+// line that looks like another tenant's row, or split the columns
+// (tabwriter takes a tab as a cell and a form feed as a line). Every cell
+// goes through it, whoever filled the column.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if !safeRune(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		case !safeRune(r):
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		default:
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
+}
+
+// safeRune reports whether r shows as itself on a terminal, moving the
+// cursor only forward on its line.
+func safeRune(r rune) bool {
+	return r != utf8.RuneError && !unicode.IsControl(r) && !unicode.Is(unicode.Cf, r) &&
+		!unicode.Is(unicode.Zl, r) && !unicode.Is(unicode.Zp, r)
 }
 
 func dash(s string) string {
