@@ -41,13 +41,13 @@ func (p Policy) Check() error {
 		}
 	}
 	for _, c := range p.AllowCIDR {
-		if _, err := parsePrefix(c); err != nil {
+		if _, err := ParsePrefix(c); err != nil {
 			return fmt.Errorf("--allow-cidr %q: %w", c, err)
 		}
 	}
 	for _, d := range p.Deny {
 		if strings.Contains(d, "/") || isAddr(d) {
-			if _, err := parsePrefix(d); err != nil {
+			if _, err := ParsePrefix(d); err != nil {
 				return fmt.Errorf("--deny %q: %w", d, err)
 			}
 		} else if err := checkPattern(d); err != nil {
@@ -66,9 +66,6 @@ func (p Policy) Check() error {
 }
 
 func isAddr(s string) bool { _, err := netip.ParseAddr(s); return err == nil }
-
-// parsePrefix is ParsePrefix.
-func parsePrefix(s string) (netip.Prefix, error) { return ParsePrefix(s) }
 
 // ParsePrefix parses a CIDR, or a single address as its /32 or /128, in
 // the form the host side enforces it (CanonicalPrefix). Whoever checks a
@@ -204,7 +201,7 @@ func (p Policy) Decide(ctx context.Context, r Resolver, host string, port int) (
 	name := strings.ToLower(strings.TrimSuffix(strings.Trim(host, "[]"), "."))
 	allowCIDR, denyCIDR := prefixes(p.AllowCIDR), []netip.Prefix{}
 	for _, d := range p.Deny {
-		if pf, err := parsePrefix(d); err == nil && isRange(d) {
+		if pf, err := ParsePrefix(d); err == nil && isRange(d) {
 			denyCIDR = append(denyCIDR, pf)
 		}
 	}
@@ -287,7 +284,7 @@ func (p Policy) resolved(name string) (netip.Addr, bool) {
 func prefixes(ss []string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, s := range ss {
-		if p, err := parsePrefix(s); err == nil {
+		if p, err := ParsePrefix(s); err == nil {
 			out = append(out, p)
 		}
 	}
