@@ -73,12 +73,14 @@ func (p *Provider) snapshotPath(name string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// Snapshot pauses sb (its runboxd freezes every command, so the files are
-// consistent), copies its upper layer and, unless opts say not, its
-// workspace (reflinks where the filesystem has them), and resumes it. A
-// sandbox that was paused already is copied as it is and stays paused. The
-// copy is made under a temporary name and renamed into place, so a
-// snapshot is whole or absent.
+// Snapshot holds sb frozen (its runboxd freezes every command, so the
+// files are consistent: client.Hold), copies its upper layer and, unless
+// opts say not, its workspace (reflinks where the filesystem has them),
+// and releases the hold. The hold is not the user's pause: a sandbox
+// paused before, or during the copy, stays paused after it, and one
+// resumed during the copy thaws when the copy ends. The copy is made under
+// a temporary name and renamed into place, so a snapshot is whole or
+// absent.
 func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
 	fail := func(err error) (runbox.Snapshot, error) {
 		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
@@ -112,19 +114,16 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 
 	cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
 	defer cl.Close()
-	// A sandbox its user paused is frozen already, so its files are
-	// consistent: it is neither paused again nor resumed after the copy
-	// (it stays paused until its user resumes it).
-	info, err := cl.Info(ctx)
+	// A hold, not a pause: the user's pause and resume meanwhile change
+	// only the user's flag, so neither thaws the copy (a resume takes
+	// effect when the hold ends) nor is undone by it (a pause stands after
+	// it), other snapshots hold on their own, and a snapshotter that dies
+	// releases its hold with its connection.
+	hold, err := cl.Hold(ctx, "snapshot "+name)
 	if err != nil {
-		return fail(fmt.Errorf("ask whether it is paused: %w", err))
+		return fail(fmt.Errorf("freeze it for the copy: %w", err))
 	}
-	wasPaused := info.Paused
-	if !wasPaused {
-		if err := cl.Pause(ctx); err != nil {
-			return fail(err)
-		}
-	}
+	defer hold.Release()
 	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
 	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
 	// A sandbox made from a snapshot sees that snapshot's layers under its
@@ -142,19 +141,15 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		err = copyTree(sb.Detail["workdir"], filepath.Join(tmp, snapshotWorkspace), cloneFiles)
 		snap.Workspace = err == nil
 	}
-	// Resumed (when Snapshot paused it) whether or not the copy worked; a
-	// context already done must not leave the sandbox paused.
-	var rerr error
-	if !wasPaused {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		rerr = cl.Resume(rctx)
-		cancel()
-	}
+	// Released whether or not the copy worked. A hold that did not stand
+	// to the end of the copy (its stream broke) may have let the commands
+	// run during it: no snapshot then.
+	herr := hold.Release()
 	if err != nil {
 		return fail(fmt.Errorf("copy: %w", err))
 	}
-	if rerr != nil {
-		return fail(fmt.Errorf("resume after the copy: %w", rerr))
+	if herr != nil {
+		return fail(fmt.Errorf("the sandbox was not held frozen for the whole copy: %w", herr))
 	}
 	snap.Bytes = diskUsage(tmp)
 	snap.Detail = map[string]string{"dir": dst}

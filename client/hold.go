@@ -1,0 +1,100 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"connectrpc.com/connect"
+
+	"github.com/runbox/runbox"
+	runboxv1 "github.com/runbox/runbox/gen/runbox/v1"
+)
+
+// errReleased is the cause a Hold's stream is cancelled with by Release.
+var errReleased = errors.New("hold released")
+
+// Hold is a hold on a sandbox's commands (Client.Hold): they stay frozen
+// until Release, whatever the sandbox's user pauses or resumes meanwhile.
+// It is tied to a stream to runboxd, so a holder that dies (or closes its
+// Client) releases it with its connection.
+type Hold struct {
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed once the stream has ended
+	err    error         // why the hold ended before Release; set before done closes
+	paused bool
+	once   sync.Once
+}
+
+// Hold freezes every process of the sandbox's execs, as Pause does, and
+// returns once they are frozen; they stay frozen until Release (or until
+// the hold is lost: Lost). Unlike Pause it is not the user's pause: a
+// Resume meanwhile does not thaw them, and a Pause meanwhile keeps them
+// frozen after Release. ctx bounds getting the hold, not how long it
+// lasts; reason is logged by runboxd. New execs are refused with
+// runbox.ErrSandboxPaused while it stands.
+func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(c.base, func() { cancel(context.Cause(c.base)) })
+	h := &Hold{cancel: func(cause error) { stop(); cancel(cause) }, done: make(chan struct{})}
+	stream, err := c.rpc.Hold(sctx, connect.NewRequest(&runboxv1.HoldRequest{Reason: reason}))
+	if err != nil {
+		h.cancel(err)
+		return nil, c.opError("hold", "", ctx, err)
+	}
+	got := make(chan bool, 1)
+	go func() { got <- stream.Receive() }()
+	select {
+	case ok := <-got:
+		if !ok {
+			err := stream.Err()
+			if err == nil {
+				err = fmt.Errorf("%w: runboxd ended the hold before holding", errStreamEnded)
+			}
+			stream.Close()
+			h.cancel(err)
+			return nil, c.opError("hold", "", ctx, err)
+		}
+	case <-ctx.Done():
+		h.cancel(context.Cause(ctx))
+		<-got
+		stream.Close()
+		return nil, c.opError("hold", "", ctx, context.Cause(ctx))
+	}
+	h.paused = stream.Msg().GetPaused()
+	go func() {
+		defer close(h.done)
+		for stream.Receive() {
+		}
+		err := stream.Err()
+		stream.Close()
+		if errors.Is(context.Cause(sctx), errReleased) && connect.CodeOf(err) == connect.CodeCanceled {
+			return
+		}
+		if err == nil {
+			err = errors.New("runboxd ended it (stopping)")
+		}
+		h.err = &runbox.Error{Op: "hold", Sandbox: c.sandbox, Err: fmt.Errorf("%w: the hold was lost: %w", runbox.ErrSandboxLost, err)}
+	}()
+	return h, nil
+}
+
+// Paused reports whether the sandbox's user had paused it when the hold
+// began (it then stays paused after Release).
+func (h *Hold) Paused() bool { return h.paused }
+
+// Lost is closed when the hold has ended: after Release, or before it when
+// the stream to runboxd broke (the sandbox may then have been thawed).
+func (h *Hold) Lost() <-chan struct{} { return h.done }
+
+// Release ends the hold (the commands thaw unless the user's pause or
+// another hold stands) and waits for its stream to end. It returns nil
+// when the hold stood until Release, or the error that ended it before,
+// so a caller that copied the sandbox under it learns the copy may not be
+// consistent. It is idempotent.
+func (h *Hold) Release() error {
+	h.once.Do(func() { h.cancel(errReleased) })
+	<-h.done
+	return h.err
+}
