@@ -52,6 +52,12 @@ const (
 	workspacesSuffix = "-workspaces"
 )
 
+// snapshotCopying, set by tests only, is called with the snapshot's name
+// once the sandbox is frozen for the copy and before the copy starts: the
+// moment a user's pause or resume, another snapshot or the snapshotter's
+// death are to land in.
+var snapshotCopying func(name string)
+
 func (p *Provider) snapshotsPath() (string, error) {
 	home, err := p.store().HomeDir()
 	if err != nil {
@@ -124,6 +130,9 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		return fail(fmt.Errorf("freeze it for the copy: %w", err))
 	}
 	defer hold.Release()
+	if snapshotCopying != nil {
+		snapshotCopying(name)
+	}
 	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
 	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
 	// A sandbox made from a snapshot sees that snapshot's layers under its
