@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -20,11 +21,14 @@ var errReleased = errors.New("hold released")
 // It is tied to a stream to runboxd, so a holder that dies (or closes its
 // Client) releases it with its connection.
 type Hold struct {
+	c      *Client
+	id     string
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed once the stream has ended
-	err    error         // why the hold ended before Release; set before done closes
+	err    error         // why the stream ended; set before done closes
 	paused bool
 	once   sync.Once
+	relErr error // Release's answer
 }
 
 // Hold freezes every process of the sandbox's execs, as Pause does, and
@@ -37,7 +41,7 @@ type Hold struct {
 func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(c.base, func() { cancel(context.Cause(c.base)) })
-	h := &Hold{cancel: func(cause error) { stop(); cancel(cause) }, done: make(chan struct{})}
+	h := &Hold{c: c, cancel: func(cause error) { stop(); cancel(cause) }, done: make(chan struct{})}
 	stream, err := c.rpc.Hold(sctx, connect.NewRequest(&runboxv1.HoldRequest{Reason: reason}))
 	if err != nil {
 		h.cancel(err)
@@ -62,20 +66,17 @@ func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 		stream.Close()
 		return nil, c.opError("hold", "", ctx, context.Cause(ctx))
 	}
-	h.paused = stream.Msg().GetPaused()
+	h.paused, h.id = stream.Msg().GetPaused(), stream.Msg().GetId()
 	go func() {
 		defer close(h.done)
 		for stream.Receive() {
 		}
 		err := stream.Err()
 		stream.Close()
-		if errors.Is(context.Cause(sctx), errReleased) && connect.CodeOf(err) == connect.CodeCanceled {
-			return
-		}
 		if err == nil {
-			err = errors.New("runboxd ended it (stopping)")
+			err = errors.New("runboxd ended it")
 		}
-		h.err = &runbox.Error{Op: "hold", Sandbox: c.sandbox, Err: fmt.Errorf("%w: the hold was lost: %w", runbox.ErrSandboxLost, err)}
+		h.err = err
 	}()
 	return h, nil
 }
@@ -84,17 +85,35 @@ func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 // began (it then stays paused after Release).
 func (h *Hold) Paused() bool { return h.paused }
 
-// Lost is closed when the hold has ended: after Release, or before it when
-// the stream to runboxd broke (the sandbox may then have been thawed).
+// Lost is closed when the hold's stream has ended: after Release, or
+// before it when the stream to runboxd broke (the sandbox may then have
+// been thawed; Release then says so).
 func (h *Hold) Lost() <-chan struct{} { return h.done }
 
-// Release ends the hold (the commands thaw unless the user's pause or
-// another hold stands) and waits for its stream to end. It returns nil
-// when the hold stood until Release, or the error that ended it before,
-// so a caller that copied the sandbox under it learns the copy may not be
-// consistent. It is idempotent.
+// releaseBound bounds Release's call to runboxd: a thaw is a write per
+// exec's cgroup (or a signal per process), and runboxd answers it at once.
+const releaseBound = 30 * time.Second
+
+// Release ends the hold and returns once runboxd has thawed the commands
+// (unless the user's pause or another hold stands: then they stay
+// frozen). It returns nil when the hold stood until Release, or an error
+// wrapping runbox.ErrSandboxLost when it had ended before (its stream
+// broke: the commands may have run meanwhile), so a caller that copied
+// the sandbox under it learns whether the copy is consistent. It is
+// idempotent.
 func (h *Hold) Release() error {
-	h.once.Do(func() { h.cancel(errReleased) })
-	<-h.done
-	return h.err
+	h.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), releaseBound)
+		defer cancel()
+		resp, err := h.c.rpc.ReleaseHold(ctx, connect.NewRequest(&runboxv1.ReleaseHoldRequest{Id: h.id}))
+		h.cancel(errReleased)
+		<-h.done
+		switch {
+		case err != nil:
+			h.relErr = h.c.opError("release hold", "", ctx, err)
+		case !resp.Msg.GetHeld():
+			h.relErr = &runbox.Error{Op: "hold", Sandbox: h.c.sandbox, Err: fmt.Errorf("%w: the hold ended before its release: %v", runbox.ErrSandboxLost, h.err)}
+		}
+	})
+	return h.relErr
 }

@@ -277,6 +277,13 @@ func (p *execProxy) Hold(ctx context.Context, req *connect.Request[runboxv1.Hold
 	})
 }
 
+// ReleaseHold is forwarded to the sandbox's runboxd, which knows the hold.
+func (p *execProxy) ReleaseHold(ctx context.Context, req *connect.Request[runboxv1.ReleaseHoldRequest]) (*connect.Response[runboxv1.ReleaseHoldResponse], error) {
+	return forwardUnary(p.s, ctx, req, func(u *upstream) func(context.Context, *connect.Request[runboxv1.ReleaseHoldRequest]) (*connect.Response[runboxv1.ReleaseHoldResponse], error) {
+		return u.rpc.ReleaseHold
+	})
+}
+
 // Shutdown is not forwarded: ending a sandbox's runboxd behind the
 // registry's back would leave it lost. SandboxService.Delete removes a
 // sandbox.

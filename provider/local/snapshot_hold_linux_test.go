@@ -256,6 +256,10 @@ func TestSnapshotterKilledDuringTheCopy(t *testing.T) {
 		}
 		_ = cmd.Wait()
 		if pausedBefore {
+			// runboxd learns of the death when it reads its socket's end.
+			if !poll(20*time.Second, func() bool { info, err := c.Info(context.Background()); return err == nil && info.Holds == 0 }) {
+				t.Fatalf("%s: the killed snapshotter's hold stands", what)
+			}
 			wantDaemon(t, c, what+", snapshotter killed", true)
 			if !frozenFor(t, pid) {
 				t.Errorf("%s: the user's pause did not outlast the killed snapshotter", what)

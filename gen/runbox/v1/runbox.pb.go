@@ -2564,7 +2564,9 @@ type HoldEvent struct {
 	// frozen is true: the hold stands from now until the stream ends.
 	Frozen bool `protobuf:"varint,1,opt,name=frozen,proto3" json:"frozen,omitempty"`
 	// paused says whether the user's pause stood too when the hold began.
-	Paused        bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	Paused bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	// id names the hold for ReleaseHold.
+	Id            string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2609,6 +2611,104 @@ func (x *HoldEvent) GetFrozen() bool {
 func (x *HoldEvent) GetPaused() bool {
 	if x != nil {
 		return x.Paused
+	}
+	return false
+}
+
+func (x *HoldEvent) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ReleaseHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldRequest) Reset() {
+	*x = ReleaseHoldRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldRequest) ProtoMessage() {}
+
+func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReleaseHoldRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ReleaseHoldResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// held says the hold stood until this release; false means it had
+	// ended before (its stream broke, or the daemon is stopping), so the
+	// commands may have run meanwhile.
+	Held          bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldResponse) Reset() {
+	*x = ReleaseHoldResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldResponse) ProtoMessage() {}
+
+func (x *ReleaseHoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReleaseHoldResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
 	}
 	return false
 }
@@ -2788,10 +2888,15 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\rResumeRequest\"\x10\n" +
 	"\x0eResumeResponse\"%\n" +
 	"\vHoldRequest\x12\x16\n" +
-	"\x06reason\x18\x01 \x01(\tR\x06reason\";\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"K\n" +
 	"\tHoldEvent\x12\x16\n" +
 	"\x06frozen\x18\x01 \x01(\bR\x06frozen\x12\x16\n" +
-	"\x06paused\x18\x02 \x01(\bR\x06paused*F\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"$\n" +
+	"\x12ReleaseHoldRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\")\n" +
+	"\x13ReleaseHoldResponse\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
@@ -2807,7 +2912,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x13EXEC_STATE_STARTING\x10\x01\x12\x16\n" +
 	"\x12EXEC_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13EXEC_STATE_STOPPING\x10\x03\x12\x15\n" +
-	"\x11EXEC_STATE_EXITED\x10\x042\xe3\a\n" +
+	"\x11EXEC_STATE_EXITED\x10\x042\xb1\b\n" +
 	"\rRunboxService\x124\n" +
 	"\x03Run\x12\x15.runbox.v1.RunRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12:\n" +
 	"\x06Attach\x12\x18.runbox.v1.AttachRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12=\n" +
@@ -2825,7 +2930,8 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\rDeleteSession\x12\x1f.runbox.v1.DeleteSessionRequest\x1a .runbox.v1.DeleteSessionResponse\x12:\n" +
 	"\x05Pause\x12\x17.runbox.v1.PauseRequest\x1a\x18.runbox.v1.PauseResponse\x12=\n" +
 	"\x06Resume\x12\x18.runbox.v1.ResumeRequest\x1a\x19.runbox.v1.ResumeResponse\x126\n" +
-	"\x04Hold\x12\x16.runbox.v1.HoldRequest\x1a\x14.runbox.v1.HoldEvent0\x01B1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\x04Hold\x12\x16.runbox.v1.HoldRequest\x1a\x14.runbox.v1.HoldEvent0\x01\x12L\n" +
+	"\vReleaseHold\x12\x1d.runbox.v1.ReleaseHoldRequest\x1a\x1e.runbox.v1.ReleaseHoldResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_runbox_proto_rawDescOnce sync.Once
@@ -2840,7 +2946,7 @@ func file_runbox_v1_runbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
+var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_runbox_v1_runbox_proto_goTypes = []any{
 	(Stream)(0),                   // 0: runbox.v1.Stream
 	(SpillMode)(0),                // 1: runbox.v1.SpillMode
@@ -2884,10 +2990,12 @@ var file_runbox_v1_runbox_proto_goTypes = []any{
 	(*ResumeResponse)(nil),        // 39: runbox.v1.ResumeResponse
 	(*HoldRequest)(nil),           // 40: runbox.v1.HoldRequest
 	(*HoldEvent)(nil),             // 41: runbox.v1.HoldEvent
-	nil,                           // 42: runbox.v1.ExecSpec.EnvEntry
+	(*ReleaseHoldRequest)(nil),    // 42: runbox.v1.ReleaseHoldRequest
+	(*ReleaseHoldResponse)(nil),   // 43: runbox.v1.ReleaseHoldResponse
+	nil,                           // 44: runbox.v1.ExecSpec.EnvEntry
 }
 var file_runbox_v1_runbox_proto_depIdxs = []int32{
-	42, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
+	44, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
 	1,  // 1: runbox.v1.ExecSpec.spill:type_name -> runbox.v1.SpillMode
 	5,  // 2: runbox.v1.ExecSpec.pty:type_name -> runbox.v1.PtySize
 	4,  // 3: runbox.v1.ExecSpec.env_raw:type_name -> runbox.v1.EnvVar
@@ -2917,23 +3025,25 @@ var file_runbox_v1_runbox_proto_depIdxs = []int32{
 	36, // 27: runbox.v1.RunboxService.Pause:input_type -> runbox.v1.PauseRequest
 	38, // 28: runbox.v1.RunboxService.Resume:input_type -> runbox.v1.ResumeRequest
 	40, // 29: runbox.v1.RunboxService.Hold:input_type -> runbox.v1.HoldRequest
-	8,  // 30: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
-	8,  // 31: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
-	15, // 32: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
-	17, // 33: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
-	19, // 34: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
-	21, // 35: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
-	23, // 36: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
-	25, // 37: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
-	28, // 38: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
-	30, // 39: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
-	33, // 40: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
-	35, // 41: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
-	37, // 42: runbox.v1.RunboxService.Pause:output_type -> runbox.v1.PauseResponse
-	39, // 43: runbox.v1.RunboxService.Resume:output_type -> runbox.v1.ResumeResponse
-	41, // 44: runbox.v1.RunboxService.Hold:output_type -> runbox.v1.HoldEvent
-	30, // [30:45] is the sub-list for method output_type
-	15, // [15:30] is the sub-list for method input_type
+	42, // 30: runbox.v1.RunboxService.ReleaseHold:input_type -> runbox.v1.ReleaseHoldRequest
+	8,  // 31: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
+	8,  // 32: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
+	15, // 33: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
+	17, // 34: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
+	19, // 35: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
+	21, // 36: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
+	23, // 37: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
+	25, // 38: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
+	28, // 39: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
+	30, // 40: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
+	33, // 41: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
+	35, // 42: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
+	37, // 43: runbox.v1.RunboxService.Pause:output_type -> runbox.v1.PauseResponse
+	39, // 44: runbox.v1.RunboxService.Resume:output_type -> runbox.v1.ResumeResponse
+	41, // 45: runbox.v1.RunboxService.Hold:output_type -> runbox.v1.HoldEvent
+	43, // 46: runbox.v1.RunboxService.ReleaseHold:output_type -> runbox.v1.ReleaseHoldResponse
+	31, // [31:47] is the sub-list for method output_type
+	15, // [15:31] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2956,7 +3066,7 @@ func file_runbox_v1_runbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_runbox_proto_rawDesc), len(file_runbox_v1_runbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   40,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -70,6 +70,9 @@ const (
 	RunboxServiceResumeProcedure = "/runbox.v1.RunboxService/Resume"
 	// RunboxServiceHoldProcedure is the fully-qualified name of the RunboxService's Hold RPC.
 	RunboxServiceHoldProcedure = "/runbox.v1.RunboxService/Hold"
+	// RunboxServiceReleaseHoldProcedure is the fully-qualified name of the RunboxService's ReleaseHold
+	// RPC.
+	RunboxServiceReleaseHoldProcedure = "/runbox.v1.RunboxService/ReleaseHold"
 )
 
 // RunboxServiceClient is a client for the runbox.v1.RunboxService service.
@@ -115,6 +118,10 @@ type RunboxServiceClient interface {
 	// frozen). The sandbox is frozen while the user's pause stands or any
 	// hold does; Pause and Resume change only the user's pause.
 	Hold(context.Context, *connect.Request[v1.HoldRequest]) (*connect.ServerStreamForClient[v1.HoldEvent], error)
+	// ReleaseHold ends the hold a Hold stream's event named, at once: it
+	// answers once the commands are thawed (unless the user's pause or
+	// another hold stands), which ending the stream alone does not wait for.
+	ReleaseHold(context.Context, *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error)
 }
 
 // NewRunboxServiceClient constructs a client for the runbox.v1.RunboxService service. By default,
@@ -218,6 +225,12 @@ func NewRunboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(runboxServiceMethods.ByName("Hold")),
 			connect.WithClientOptions(opts...),
 		),
+		releaseHold: connect.NewClient[v1.ReleaseHoldRequest, v1.ReleaseHoldResponse](
+			httpClient,
+			baseURL+RunboxServiceReleaseHoldProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("ReleaseHold")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -238,6 +251,7 @@ type runboxServiceClient struct {
 	pause         *connect.Client[v1.PauseRequest, v1.PauseResponse]
 	resume        *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
 	hold          *connect.Client[v1.HoldRequest, v1.HoldEvent]
+	releaseHold   *connect.Client[v1.ReleaseHoldRequest, v1.ReleaseHoldResponse]
 }
 
 // Run calls runbox.v1.RunboxService.Run.
@@ -315,6 +329,11 @@ func (c *runboxServiceClient) Hold(ctx context.Context, req *connect.Request[v1.
 	return c.hold.CallServerStream(ctx, req)
 }
 
+// ReleaseHold calls runbox.v1.RunboxService.ReleaseHold.
+func (c *runboxServiceClient) ReleaseHold(ctx context.Context, req *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error) {
+	return c.releaseHold.CallUnary(ctx, req)
+}
+
 // RunboxServiceHandler is an implementation of the runbox.v1.RunboxService service.
 type RunboxServiceHandler interface {
 	// Run starts an exec and streams its events: started, output (when asked),
@@ -358,6 +377,10 @@ type RunboxServiceHandler interface {
 	// frozen). The sandbox is frozen while the user's pause stands or any
 	// hold does; Pause and Resume change only the user's pause.
 	Hold(context.Context, *connect.Request[v1.HoldRequest], *connect.ServerStream[v1.HoldEvent]) error
+	// ReleaseHold ends the hold a Hold stream's event named, at once: it
+	// answers once the commands are thawed (unless the user's pause or
+	// another hold stands), which ending the stream alone does not wait for.
+	ReleaseHold(context.Context, *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error)
 }
 
 // NewRunboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -457,6 +480,12 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(runboxServiceMethods.ByName("Hold")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runboxServiceReleaseHoldHandler := connect.NewUnaryHandler(
+		RunboxServiceReleaseHoldProcedure,
+		svc.ReleaseHold,
+		connect.WithSchema(runboxServiceMethods.ByName("ReleaseHold")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/runbox.v1.RunboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RunboxServiceRunProcedure:
@@ -489,6 +518,8 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 			runboxServiceResumeHandler.ServeHTTP(w, r)
 		case RunboxServiceHoldProcedure:
 			runboxServiceHoldHandler.ServeHTTP(w, r)
+		case RunboxServiceReleaseHoldProcedure:
+			runboxServiceReleaseHoldHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -556,4 +587,8 @@ func (UnimplementedRunboxServiceHandler) Resume(context.Context, *connect.Reques
 
 func (UnimplementedRunboxServiceHandler) Hold(context.Context, *connect.Request[v1.HoldRequest], *connect.ServerStream[v1.HoldEvent]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Hold is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) ReleaseHold(context.Context, *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.ReleaseHold is not implemented"))
 }
