@@ -413,3 +413,56 @@ func TestSnapshotsUnderPauseAndResume(t *testing.T) {
 		}
 	}
 }
+
+// TestLsAndInspectSayHeld: a sandbox held frozen (as a snapshot's copy
+// holds it) and not paused is "held" in runbox ls, with inspect's
+// detail.held and daemon.holds saying how many holds; paused as well it
+// is "paused" (the user's word) and still shows the hold; released and
+// resumed it is "up" with neither.
+func TestLsAndInspectSayHeld(t *testing.T) {
+	needRootHost(t)
+	p := newProvider(t)
+	cliEnv(t, p)
+	sb, c := create(t, p, runbox.SandboxSpec{})
+	h, err := c.Hold(context.Background(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release()
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "held" {
+		t.Errorf("ls of a held sandbox says %q, want held", st)
+	}
+	if detail, daemon := providertest.InspectHolds(t, cliOf(t), sb.ID); detail != "1" || daemon != 1 {
+		t.Errorf("inspect of a held sandbox: detail.held %q, daemon.holds %d; want 1 and 1", detail, daemon)
+	}
+	if detail, daemon := providertest.InspectPaused(t, cliOf(t), sb.ID); detail != "" || daemon {
+		t.Errorf("inspect of a held sandbox its user did not pause: detail.paused %q, daemon.paused %v; want neither", detail, daemon)
+	}
+	if code, _, errs := runCLI(t, "pause", sb.ID); code != 0 {
+		t.Fatalf("runbox pause: exit %d: %s", code, errs)
+	}
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "paused" {
+		t.Errorf("ls of a held and paused sandbox says %q, want paused", st)
+	}
+	if detail, daemon := providertest.InspectHolds(t, cliOf(t), sb.ID); detail != "1" || daemon != 1 {
+		t.Errorf("inspect of a held and paused sandbox: detail.held %q, daemon.holds %d; want 1 and 1", detail, daemon)
+	}
+	if code, _, errs := runCLI(t, "resume", sb.ID); code != 0 {
+		t.Fatalf("runbox resume: exit %d: %s", code, errs)
+	}
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "held" {
+		t.Errorf("ls of a held sandbox resumed by its user says %q, want held", st)
+	}
+	if code, _, errs := runCLI(t, "exec", sb.ID, "--", "true"); code != 125 || !strings.Contains(errs, "retry") {
+		t.Errorf("exec on a held sandbox: exit %d, stderr %q; want 125 saying to retry", code, errs)
+	}
+	if err := h.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if st := providertest.LSStatus(t, cliOf(t), sb.ID); st != "up" {
+		t.Errorf("ls after the release says %q, want up", st)
+	}
+	if detail, daemon := providertest.InspectHolds(t, cliOf(t), sb.ID); detail != "" || daemon != 0 {
+		t.Errorf("inspect after the release: detail.held %q, daemon.holds %d; want neither", detail, daemon)
+	}
+}
