@@ -117,3 +117,24 @@ func (h *Hold) Release() error {
 	})
 	return h.relErr
 }
+
+// Drop ends the hold without asking runboxd: its stream is closed and
+// runboxd releases the hold when it reads that, so the commands may stay
+// frozen a moment after Drop returns. It is for a runboxd that cannot
+// answer now (docker's pause freezes the whole container, runboxd
+// included; it then releases the hold once thawed). It returns nil when
+// the stream stood until Drop, or the error that had ended it before (the
+// commands may have run meanwhile). Release and Drop are one: whichever
+// is called first decides.
+func (h *Hold) Drop() error {
+	h.once.Do(func() {
+		select {
+		case <-h.done:
+			h.relErr = &runbox.Error{Op: "hold", Sandbox: h.c.sandbox, Err: fmt.Errorf("%w: the hold ended before its release: %v", runbox.ErrSandboxLost, h.err)}
+		default:
+			h.cancel(errReleased)
+			<-h.done
+		}
+	})
+	return h.relErr
+}
