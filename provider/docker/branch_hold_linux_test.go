@@ -1,14 +1,18 @@
 package docker_test
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -306,4 +310,90 @@ func consistentCounters(vals []string) error {
 		return fmt.Errorf("the counters %q have %d half-written files", vals, empty)
 	}
 	return nil
+}
+
+// snapshotterEnv makes the test binary a process that snapshots a docker
+// sandbox (snapshotterMain) and is killed during the commit.
+const snapshotterEnv = "RUNBOX_TEST_DOCKER_SNAPSHOTTER"
+
+// snapshotter is what snapshotterEnv carries.
+type snapshotter struct {
+	Home, Runboxd, Sandbox, Name string
+	ForceExec                    bool
+}
+
+// snapshotterMain, in a process started with snapshotterEnv, snapshots
+// the sandbox it names, says "committing" on stdout once the sandbox is
+// held for the commit, and waits there to be killed. It reports whether
+// it ran.
+func snapshotterMain() bool {
+	v := os.Getenv(snapshotterEnv)
+	if v == "" {
+		return false
+	}
+	var s snapshotter
+	if err := json.Unmarshal([]byte(v), &s); err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	p := &docker.Provider{Home: s.Home, Runboxd: s.Runboxd, ForceExecStream: s.ForceExec}
+	sb, err := p.Get(context.Background(), s.Sandbox)
+	if err != nil {
+		fmt.Println(err)
+		os.Exit(1)
+	}
+	docker.SetSnapshotCommitting(func(string) {
+		fmt.Println("committing")
+		select {}
+	})
+	_, err = p.Snapshot(context.Background(), sb, s.Name, runbox.SnapshotOptions{})
+	fmt.Println("snapshot returned:", err)
+	os.Exit(1)
+	return true
+}
+
+// TestSnapshotterKilledDuringTheCommit: on both streams, a process
+// snapshotting a running docker sandbox is SIGKILLed during the commit;
+// the sandbox runs again on its own (its hold on runboxd ended with the
+// process's connection). Before, Snapshot had frozen the container as a
+// user's pause does, and it stayed frozen with no one to resume it.
+func TestSnapshotterKilledDuringTheCommit(t *testing.T) {
+	needEngine(t)
+	cli := engine(t)
+	for _, s := range streams {
+		t.Run(s.name, func(t *testing.T) {
+			p := newProvider(t, s.force)
+			sb, pid := holdSandbox(t, p, cli, "while :; do :; done")
+			v, _ := json.Marshal(snapshotter{Home: p.Home, Runboxd: p.Runboxd, Sandbox: sb.ID, Name: snapName(t, p, sb, "killed"), ForceExec: s.force})
+			cmd := osexec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), snapshotterEnv+"="+string(v))
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if line != "committing\n" {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the snapshotter said %q, %v", line, err)
+			}
+			if !frozenFor(t, pid) {
+				t.Error("the sandbox runs during the commit")
+			}
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			if !runs(t, pid) {
+				t.Fatal("the sandbox stays frozen after its snapshotter was killed")
+			}
+			if userPaused(t, p, sb) {
+				t.Error("the provider says paused after the killed snapshotter")
+			}
+		})
+	}
 }
