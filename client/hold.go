@@ -37,7 +37,8 @@ type Hold struct {
 // Resume meanwhile does not thaw them, and a Pause meanwhile keeps them
 // frozen after Release. ctx bounds getting the hold, not how long it
 // lasts; reason is logged by runboxd. New execs are refused with
-// runbox.ErrSandboxPaused while it stands.
+// runbox.ErrSandboxPaused while it stands. A runboxd older than holds
+// answers runbox.ErrUnsupported.
 func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 	sctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(c.base, func() { cancel(context.Cause(c.base)) })
@@ -45,7 +46,7 @@ func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 	stream, err := c.rpc.Hold(sctx, connect.NewRequest(&runboxv1.HoldRequest{Reason: reason}))
 	if err != nil {
 		h.cancel(err)
-		return nil, c.opError("hold", "", ctx, err)
+		return nil, c.opError("hold", "", ctx, holdError(err))
 	}
 	got := make(chan bool, 1)
 	go func() { got <- stream.Receive() }()
@@ -58,7 +59,7 @@ func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 			}
 			stream.Close()
 			h.cancel(err)
-			return nil, c.opError("hold", "", ctx, err)
+			return nil, c.opError("hold", "", ctx, holdError(err))
 		}
 	case <-ctx.Done():
 		h.cancel(context.Cause(ctx))
@@ -79,6 +80,16 @@ func (c *Client) Hold(ctx context.Context, reason string) (*Hold, error) {
 		h.err = err
 	}()
 	return h, nil
+}
+
+// holdError is err, Hold's failure, as runbox.ErrUnsupported when the
+// runboxd is from before holds (a sandbox made by an older runbox), so
+// the caller may pause instead.
+func holdError(err error) error {
+	if connect.CodeOf(err) == connect.CodeUnimplemented {
+		return fmt.Errorf("runboxd has no holds (older than this client): %w", runbox.ErrUnsupported)
+	}
+	return err
 }
 
 // Paused reports whether the sandbox's user had paused it when the hold

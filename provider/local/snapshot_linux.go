@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/runbox/runbox"
@@ -125,7 +126,12 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	// effect when the hold ends) nor is undone by it (a pause stands after
 	// it), other snapshots hold on their own, and a snapshotter that dies
 	// releases its hold with its connection.
-	hold, err := cl.Hold(ctx, "snapshot "+name)
+	var hold interface{ Release() error }
+	hold, err = cl.Hold(ctx, "snapshot "+name)
+	if errors.Is(err, runbox.ErrUnsupported) {
+		// A sandbox whose runboxd is older than holds: paused as before.
+		hold, err = legacyPause(ctx, cl)
+	}
 	if err != nil {
 		return fail(fmt.Errorf("freeze it for the copy: %w", err))
 	}
@@ -177,6 +183,40 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	}
 	return snap, nil
 }
+
+// legacyPause freezes a sandbox whose runboxd has no holds as Snapshot
+// did before them: with the user's pause, unless the sandbox is paused
+// already (then left paused); Release resumes it if it paused it. It has
+// the races holds remove (a user's resume during the copy thaws it, a
+// user's pause during it is undone).
+func legacyPause(ctx context.Context, cl *client.Client) (interface{ Release() error }, error) {
+	info, err := cl.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.Paused {
+		return releaseFunc(func() error { return nil }), nil
+	}
+	if err := cl.Pause(ctx); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	var rerr error
+	return releaseFunc(func() error {
+		once.Do(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			rerr = cl.Resume(rctx)
+		})
+		return rerr
+	}), nil
+}
+
+// releaseFunc is a func as a hold's Release.
+type releaseFunc func() error
+
+// Release calls f.
+func (f releaseFunc) Release() error { return f() }
 
 // liveUpperPath is where the host reaches sb's upper layer: in its state
 // directory, or, when the layers are on the sandbox's own disk (mounted
