@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -425,8 +426,16 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		}
 		defer hl.unlock()
 	} else {
-		if hold, err = p.daemon(sb).Hold(ctx, "snapshot "+name); err != nil {
+		hold, err = p.daemon(sb).Hold(ctx, "snapshot "+name)
+		legacy := errors.Is(err, runbox.ErrUnsupported)
+		if err != nil && !legacy {
 			return fail(fmt.Errorf("freeze it for the commit: %w", err))
+		}
+		if legacy {
+			// A runboxd older than holds (a container made by an older
+			// runbox): paused and resumed as the user does, as before.
+			pl.unlock()
+			return p.legacySnapshot(ctx, cli, sb, name, ref, changes)
 		}
 		defer hold.Release()
 	}
@@ -447,6 +456,30 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	}
 	if herr != nil {
 		return fail(fmt.Errorf("the sandbox was not held frozen for the whole commit: %w", herr))
+	}
+	return p.snapshotInfo(ctx, cli, name)
+}
+
+// legacySnapshot commits sb, whose runboxd has no holds, paused as its
+// user pauses it and resumed after, as Snapshot did before holds (with
+// their races: a user's resume during the commit thaws it).
+func (p *Provider) legacySnapshot(ctx context.Context, cli *moby.Client, sb runbox.Sandbox, name, ref string, changes []string) (runbox.Snapshot, error) {
+	fail := func(err error) (runbox.Snapshot, error) {
+		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
+	}
+	if err := p.Pause(ctx, sb); err != nil {
+		return fail(err)
+	}
+	_, cerr := cli.ContainerCommit(ctx, sb.Detail["container"], moby.ContainerCommitOptions{
+		Reference: ref, Changes: changes, NoPause: true,
+		Comment: "runbox snapshot of sandbox " + sb.ID,
+	})
+	rerr := p.Resume(context.WithoutCancel(ctx), sb)
+	if cerr != nil {
+		return fail(fmt.Errorf("commit: %w", engineError(cli, cerr)))
+	}
+	if rerr != nil {
+		return fail(rerr)
 	}
 	return p.snapshotInfo(ctx, cli, name)
 }
