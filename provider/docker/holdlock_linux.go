@@ -50,9 +50,11 @@ func lockFile(ctx context.Context, dir, name string, exclusive bool) (*fileLock,
 	}
 }
 
-// unlock releases l (closing its descriptor drops the flock).
+// unlock releases l (closing its descriptor drops the flock); once
+// released, it does nothing.
 func (l *fileLock) unlock() {
-	if l != nil {
+	if l != nil && l.f != nil {
 		l.f.Close()
+		l.f = nil
 	}
 }
