@@ -298,9 +298,14 @@ type DaemonInfo struct {
 	StartedAt         time.Time
 	// Goroutines and OpenFDs are the daemon's own counts, for leak checks.
 	Goroutines, OpenFDs int
-	// Paused says the sandbox is paused: its commands are frozen and
-	// their deadlines stopped until it is resumed.
+	// Paused says the sandbox's user paused it (Pause, until Resume): its
+	// commands are frozen and their deadlines stopped until it is resumed.
 	Paused bool
+	// Holds counts the holds that stand (a snapshot copying the sandbox
+	// holds it): the commands are frozen while Paused is set or Holds is
+	// above zero, and a Resume while a hold stands thaws them only once
+	// the last hold ends.
+	Holds int
 }
 
 // SandboxSpec describes a sandbox to create.

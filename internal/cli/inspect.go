@@ -40,10 +40,9 @@ holds paused alone).`,
 				if err != nil {
 					return fail("inspect", key, "", err)
 				}
-				if info.Paused && out.Detail["paused"] == "" {
-					// As docker's record says it, for every provider.
-					out.Detail = withPaused(out.Detail)
-				}
+				// As docker's record says a pause, for every provider;
+				// and the holds (a snapshot copying it).
+				out.Detail = withFrozen(out.Detail, info)
 				out.Daemon = &daemonJSON{
 					Version:    info.Version,
 					Pid:        info.Pid,
@@ -55,6 +54,7 @@ holds paused alone).`,
 					Goroutines: info.Goroutines,
 					OpenFDs:    info.OpenFDs,
 					Paused:     info.Paused,
+					Holds:      info.Holds,
 				}
 			}
 			// Indented, and with "->" and "<" as they are (MarshalIndent
@@ -89,4 +89,7 @@ type daemonJSON struct {
 	Goroutines int       `json:"goroutines"`
 	OpenFDs    int       `json:"open_fds"`
 	Paused     bool      `json:"paused"`
+	// Holds counts the holds that keep the commands frozen besides the
+	// user's pause (a snapshot copying the sandbox).
+	Holds int `json:"holds"`
 }

@@ -22,7 +22,8 @@ func (a *app) lsCmd() *cobra.Command {
 $RUNBOX_HOME, and docker sandboxes (containers labelled by runbox) on the
 engine DOCKER_HOST names. STATUS is "up" when the sandbox's runboxd answered
 within a second, "paused" when it did and the sandbox is paused (runbox
-pause), "lost" otherwise (remove a lost sandbox with runbox rm -f).
+pause), "held" when it is not paused but held frozen for a while by a
+snapshot copying it, "lost" otherwise (remove a lost sandbox with runbox rm -f).
 A provider that cannot be reached here is noted on stderr and skipped, except
 a docker engine that was never started (its socket does not exist): it has
 no sandboxes to list. With a server (RUNBOX_HOST) only the server's sandboxes
@@ -89,13 +90,16 @@ func neverStarted(err error) bool {
 	return errors.Is(err, syscall.ENOENT)
 }
 
-// status is a sandbox's STATUS column: lost, paused or up.
+// status is a sandbox's STATUS column: lost, paused (its user's pause,
+// held or not), held (frozen for a snapshot's copy only) or up.
 func status(sb runbox.Sandbox) string {
 	switch {
 	case !sb.Alive:
 		return "lost"
 	case sb.Detail["paused"] == "true":
 		return "paused"
+	case sb.Detail["held"] != "":
+		return "held"
 	}
 	return "up"
 }

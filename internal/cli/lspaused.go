@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -16,7 +17,8 @@ const pausedProbeTimeout = time.Second
 const pausedProbes = 8
 
 // markPaused sets Detail "paused" to "true" on each live sandbox of sbs
-// (all p's) whose runboxd says it is paused. A provider that pauses the
+// (all p's) whose runboxd says its user paused it, and Detail "held" to
+// the count of holds (a snapshot copying it) on each that is held frozen. A provider that pauses the
 // whole sandbox (runbox.Pauser: docker) already says so in its records,
 // and its runboxd is frozen with it; a server's records say so too. For
 // the rest (local, host, ssh, kubernetes) runboxd is the only one that
@@ -43,8 +45,8 @@ func (a *app) markPaused(ctx context.Context, p runbox.Provider, sbs []runbox.Sa
 			defer cl.Close()
 			ictx, cancel := context.WithTimeout(ctx, pausedProbeTimeout)
 			defer cancel()
-			if info, err := cl.Info(ictx); err == nil && info.Paused {
-				sb.Detail = withPaused(sb.Detail)
+			if info, err := cl.Info(ictx); err == nil {
+				sb.Detail = withFrozen(sb.Detail, info)
 			}
 		}(&sbs[i])
 	}
@@ -54,10 +56,29 @@ func (a *app) markPaused(ctx context.Context, p runbox.Provider, sbs []runbox.Sa
 // withPaused is a copy of detail with "paused" set to "true" (a copy: the
 // provider's map may be shared).
 func withPaused(detail map[string]string) map[string]string {
+	return withDetail(detail, "paused", "true")
+}
+
+// withFrozen is detail with what runboxd's info says of the sandbox's
+// freeze: "paused" "true" when its user paused it, "held" the count of
+// holds when it is held frozen (a snapshot's copy); detail itself when
+// neither.
+func withFrozen(detail map[string]string, info runbox.DaemonInfo) map[string]string {
+	if info.Paused && detail["paused"] == "" {
+		detail = withPaused(detail)
+	}
+	if info.Holds > 0 {
+		detail = withDetail(detail, "held", strconv.Itoa(info.Holds))
+	}
+	return detail
+}
+
+// withDetail is a copy of detail with k set to v.
+func withDetail(detail map[string]string, k, v string) map[string]string {
 	out := make(map[string]string, len(detail)+1)
 	for k, v := range detail {
 		out[k] = v
 	}
-	out["paused"] = "true"
+	out[k] = v
 	return out
 }

@@ -19,7 +19,8 @@ cgroup through cgroup.freeze, or SIGSTOP of its process tree where there is no
 cgroup; docker: the engine's pause). Exec deadlines and idle timeouts stop while
 paused and go on with the time they had left after resume; nothing is lost.
 A new exec on a paused sandbox exits 125 with "sandbox is paused". Pausing a
-paused sandbox does nothing. Prints the sandbox's id.`,
+paused sandbox does nothing; a sandbox paused while a snapshot copies it stays
+paused after the snapshot. Prints the sandbox's id.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.setPaused(c.Context(), args[0], true)
@@ -32,8 +33,9 @@ func (a *app) resumeCmd() *cobra.Command {
 		Use:   "resume SANDBOX",
 		Short: "Thaw a paused sandbox",
 		Long: `Thaw what runbox pause froze: its commands run on, each exec with the time it
-had left before its deadline. Resuming a running sandbox does nothing. Prints
-the sandbox's id.`,
+had left before its deadline. Resuming a running sandbox does nothing. While a
+snapshot copies the sandbox its commands stay frozen until the copy ends (runbox
+ls says "held"), then run on. Prints the sandbox's id.`,
 		Args: exactArgs(1, "SANDBOX"),
 		RunE: func(c *cobra.Command, args []string) error {
 			return a.setPaused(c.Context(), args[0], false)

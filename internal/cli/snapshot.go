@@ -21,8 +21,10 @@ func (a *app) snapshotCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "snapshot SANDBOX [NAME] | snapshot ls | snapshot rm NAME...",
 		Short: "Snapshot a sandbox's filesystem; list and remove snapshots",
-		Long: `Take a snapshot of a sandbox's filesystem changes: the sandbox is paused (so the
-files are consistent), its changes are copied, and it is resumed. The
+		Long: `Take a snapshot of a sandbox's filesystem changes: the sandbox's commands are
+held frozen (so the files are consistent), its changes are copied, and they are
+thawed. The hold is not a pause: a sandbox paused before or during the copy
+stays paused, one resumed during the copy runs when the copy ends. The
 workspace goes with it as a copy (reflinks where the filesystem has them)
 unless --no-workspace. Prints the snapshot's name (NAME, or a generated one).
 "runbox up --from NAME" and "runbox fork" make sandboxes from a snapshot.

@@ -50,6 +50,8 @@ type Server struct {
 	stopOnce sync.Once
 	stop     chan struct{} // closed once a Shutdown RPC has stopped every exec
 
+	holds holdTable // open Hold streams' holds, by id
+
 	extra    []route       // served besides the API (Also)
 	stopping chan struct{} // closed once Serve starts stopping
 }

@@ -11,7 +11,7 @@ import (
 type CLI func(args ...string) (code int, stdout, stderr string)
 
 // LSStatus is the STATUS `runbox ls` prints for the sandbox id: "up",
-// "paused" or "lost". It fails the test when ls fails or does not list id.
+// "paused", "held" or "lost". It fails the test when ls fails or does not list id.
 func LSStatus(t testing.TB, cli CLI, id string) string {
 	t.Helper()
 	code, out, errs := cli("ls")
@@ -24,7 +24,7 @@ func LSStatus(t testing.TB, cli CLI, id string) string {
 			continue
 		}
 		for _, w := range f[1:] {
-			if w == "up" || w == "paused" || w == "lost" {
+			if w == "up" || w == "paused" || w == "held" || w == "lost" {
 				return w
 			}
 		}
@@ -52,4 +52,24 @@ func InspectPaused(t testing.TB, cli CLI, id string) (detail string, daemon bool
 		t.Fatalf("runbox inspect printed %q (%v); want a daemon", out, err)
 	}
 	return v.Detail["paused"], v.Daemon.Paused
+}
+
+// InspectHolds is what `runbox inspect` says of the holds on sandbox id
+// (a snapshot copying it): its detail's "held" and its daemon's count.
+func InspectHolds(t testing.TB, cli CLI, id string) (detail string, daemon int) {
+	t.Helper()
+	code, out, errs := cli("inspect", id)
+	if code != 0 {
+		t.Fatalf("runbox inspect: exit %d: %s", code, errs)
+	}
+	var v struct {
+		Detail map[string]string `json:"detail"`
+		Daemon *struct {
+			Holds int `json:"holds"`
+		} `json:"daemon"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Daemon == nil {
+		t.Fatalf("runbox inspect printed %q (%v); want a daemon", out, err)
+	}
+	return v.Detail["held"], v.Daemon.Holds
 }

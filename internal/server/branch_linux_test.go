@@ -427,3 +427,83 @@ func TestMCPBranchLocal(t *testing.T) {
 		t.Errorf("another session's snapshot: %q, want it refused as unknown", msg)
 	}
 }
+
+// TestServePauseAndHoldThroughServe: a hold taken through serve (its
+// exec service forwards Hold and ReleaseHold to the sandbox's runboxd)
+// freezes a local sandbox's busy loop until released; the user's pause
+// and resume through serve meanwhile leave it frozen, and the pause
+// stands after the release; a hold whose client goes away without a
+// release ends with it.
+func TestServePauseAndHoldThroughServe(t *testing.T) {
+	ts := startServer(t, onLocalProvider(t))
+	ctx := ctxT(t)
+	a := ts.tenant(t, "a")
+	sb, err := a.Create(ctx, runbox.SandboxSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Remove(ctx, sb, true) })
+	cl := a.Sandbox(sb.ID)
+	defer cl.Close()
+	marker := "busy-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	p, err := cl.Start(ctx, "exec sh -c 'while :; do :; done' "+marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := hostPidOf(t, marker)
+	frozen := func() bool {
+		c0 := cpuTicks(t, pid)
+		time.Sleep(300 * time.Millisecond)
+		return cpuTicks(t, pid) == c0
+	}
+	runs := func(what string) {
+		c0 := cpuTicks(t, pid)
+		waitFor(t, what, func() bool { return cpuTicks(t, pid) > c0 })
+	}
+	runs("the loop to run")
+
+	h, err := cl.Hold(ctx, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !frozen() {
+		t.Error("the loop runs while held through serve")
+	}
+	if err := a.Pause(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Resume(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if !frozen() {
+		t.Error("a resume through serve thawed a held sandbox")
+	}
+	if err := a.Pause(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(); err != nil {
+		t.Fatalf("release through serve: %v", err)
+	}
+	if !frozen() {
+		t.Error("the user's pause did not stand after the release")
+	}
+	if err := a.Resume(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	runs("the loop to run after resume")
+
+	other := a.Sandbox(sb.ID)
+	if _, err := other.Hold(ctx, "closed"); err != nil {
+		t.Fatal(err)
+	}
+	if !frozen() {
+		t.Error("the loop runs while held by the other client")
+	}
+	other.Close()
+	runs("the loop to run once the holder's client is closed")
+
+	if err := cl.Cancel(ctx, p.ID(), 0); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait(ctx)
+}

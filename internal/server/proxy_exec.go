@@ -268,6 +268,22 @@ func (p *execProxy) Resume(ctx context.Context, req *connect.Request[runboxv1.Re
 	return connect.NewResponse(&runboxv1.ResumeResponse{}), nil
 }
 
+// Hold is forwarded to the sandbox's runboxd: its hold lasts as long as
+// this stream, so a caller that goes away releases it (its stream's end
+// ends the upstream one).
+func (p *execProxy) Hold(ctx context.Context, req *connect.Request[runboxv1.HoldRequest], out *connect.ServerStream[runboxv1.HoldEvent]) error {
+	return forwardServerStream(p.s, ctx, req, out, func(u *upstream) func(context.Context, *connect.Request[runboxv1.HoldRequest]) (*connect.ServerStreamForClient[runboxv1.HoldEvent], error) {
+		return u.rpc.Hold
+	})
+}
+
+// ReleaseHold is forwarded to the sandbox's runboxd, which knows the hold.
+func (p *execProxy) ReleaseHold(ctx context.Context, req *connect.Request[runboxv1.ReleaseHoldRequest]) (*connect.Response[runboxv1.ReleaseHoldResponse], error) {
+	return forwardUnary(p.s, ctx, req, func(u *upstream) func(context.Context, *connect.Request[runboxv1.ReleaseHoldRequest]) (*connect.Response[runboxv1.ReleaseHoldResponse], error) {
+		return u.rpc.ReleaseHold
+	})
+}
+
 // Shutdown is not forwarded: ending a sandbox's runboxd behind the
 // registry's back would leave it lost. SandboxService.Delete removes a
 // sandbox.

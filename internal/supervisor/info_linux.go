@@ -16,9 +16,9 @@ func (s *Supervisor) Info() runbox.DaemonInfo {
 		StartedAt:  s.startedAt,
 		Goroutines: runtime.NumGoroutine(),
 		OpenFDs:    countOpenFDs(),
-		Paused:     s.Paused(),
 	}
 	s.mu.Lock()
+	info.Paused, info.Holds = s.userPaused, s.holds
 	info.Total = s.total
 	for _, e := range s.execs {
 		if e.finished() {

@@ -61,8 +61,17 @@ type Supervisor struct {
 	closed     bool
 
 	// pause is the clock of deadlines and idle timeouts, stopped while
-	// the sandbox is paused (pause_linux.go).
+	// the sandbox is frozen (pause_linux.go): while the user's pause
+	// stands or a hold does.
 	pause *pauseClock
+	// freezeMu serialises the changes of userPaused and holds and the
+	// freezes and thaws they make, so the frozen state always follows
+	// the last change. userPaused and holds are written with freezeMu and
+	// mu held, and read with either.
+	freezeMu   sync.Mutex
+	userPaused bool // the user's Pause stands (until Resume)
+	holds      int  // open holds (Hold), each until its release
+	thawedDown bool // Shutdown thawed the sandbox for good
 
 	quit     chan struct{}
 	loopDone sync.WaitGroup
@@ -303,9 +312,10 @@ func (s *Supervisor) start(spec runbox.ExecSpec, follow bool) (*Exec, *OutputRea
 		return attach(e)
 	}
 	if paused, _ := s.pause.state(); paused {
+		user, holds := s.userPaused, s.holds
 		s.mu.Unlock()
 		cont.release()
-		return nil, nil, false, pausedError(spec.ID)
+		return nil, nil, false, pausedError(spec.ID, user, holds)
 	}
 	s.total++
 	e = newExec(s, spec, s.total, cont, escapees)
@@ -409,9 +419,9 @@ func (s *Supervisor) List() []runbox.ExecInfo {
 // exec's own), waits for them, releases cgroups and stops the reaper. Start
 // is refused from the moment it is called. It is idempotent.
 func (s *Supervisor) Shutdown(ctx context.Context, grace time.Duration) error {
-	// A paused sandbox is thawed first, so its commands can take the
-	// SIGTERM of the stop protocol.
-	_ = s.Resume()
+	// A frozen sandbox (paused or held) is thawed first, for good, so its
+	// commands can take the SIGTERM of the stop protocol.
+	s.thawForShutdown()
 	s.mu.Lock()
 	s.closed = true
 	execs := make([]*Exec, 0, len(s.execs))

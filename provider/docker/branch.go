@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,6 +56,11 @@ const pausedFile = "paused"
 func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
 	fail := func(err error) error { return &runbox.Error{Op: "pause", Sandbox: sb.ID, Err: err} }
 	dir := sb.Detail["dir"]
+	pl, err := lockFile(ctx, p.lockDir(sb), pauseLockFile, true)
+	if err != nil {
+		return fail(err)
+	}
+	defer pl.unlock()
 	// A freezer found before (freezerFile) spares the engine's inspect.
 	if f, ok := p.knownFreezer(dir, sb.Detail["container"]); ok {
 		if err := p.pauseDirect(ctx, sb, f); err != nil {
@@ -95,6 +101,43 @@ func (p *Provider) Pause(ctx context.Context, sb runbox.Sandbox) error {
 		return fail(fmt.Errorf("pause container %.12s: %w", st.id, engineError(st.cli, err)))
 	}
 	return nil
+}
+
+// Two flock(2) files in a sandbox's state directory order a user's pause
+// and resume against snapshots, across every process that drives the
+// sandbox (CLIs, serve). The kernel drops a lock with its holder's last
+// descriptor, so a process that dies holding one never blocks the others.
+const (
+	// pauseLockFile is held exclusively by Pause and Resume for their
+	// whole change, and by Snapshot while it decides how to hold the
+	// sandbox and while it lets go: so a snapshot never holds or releases
+	// against a runboxd being frozen or thawed meanwhile.
+	pauseLockFile = "pause.lock"
+	// holdLockFile is held shared by each snapshot of a sandbox whose
+	// container was frozen already (its user paused it: its runboxd
+	// cannot take a hold) until its commit ends, and exclusively by
+	// Resume before it thaws: a resume waits for those commits.
+	holdLockFile = "hold.lock"
+)
+
+// lockDir is where sb's pause and hold locks are: its state directory,
+// or for a sandbox without one (the exec stream) the directory its state
+// directory would have in this provider's home, made for them (Remove
+// removes it). Processes on other machines driving the same remote
+// engine do not share it. Empty (no lock) when there is no home.
+func (p *Provider) lockDir(sb runbox.Sandbox) string {
+	if d := sb.Detail["dir"]; d != "" {
+		return d
+	}
+	home, err := p.home()
+	if err != nil {
+		return ""
+	}
+	d := filepath.Join(home, "docker", sb.ID)
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return ""
+	}
+	return d
 }
 
 // freezerFile, in a socket-stream sandbox's state directory, records the
@@ -162,9 +205,24 @@ func (p *Provider) directFreezer(ctx context.Context, st pauseState) (cgroupFree
 
 // Resume thaws the container (its cgroup, or through the engine, as Pause
 // froze it), then lets runboxd thaw the commands and restart their
-// clocks. Resuming a running sandbox does nothing.
+// clocks (unless a snapshot holds them frozen: then they thaw when its
+// commit ends). A snapshot that began while the container was frozen
+// commits it frozen: Resume waits for that commit. Resuming a running
+// sandbox does nothing.
 func (p *Provider) Resume(ctx context.Context, sb runbox.Sandbox) error {
 	fail := func(err error) error { return &runbox.Error{Op: "resume", Sandbox: sb.ID, Err: err} }
+	pl, err := lockFile(ctx, p.lockDir(sb), pauseLockFile, true)
+	if err != nil {
+		return fail(err)
+	}
+	defer pl.unlock()
+	// A snapshot that began while the container was frozen commits it as
+	// it is: the thaw waits for its commit.
+	hl, err := lockFile(ctx, p.lockDir(sb), holdLockFile, true)
+	if err != nil {
+		return fail(err)
+	}
+	defer hl.unlock()
 	// Frozen by Pause itself: thawed without asking the engine. A cgroup
 	// that is gone (the container stopped) is left to the engine's answer.
 	if f, ok := frozenDirectly(sb.Detail["dir"], sb.Detail["container"]); ok && f.thaw() == nil {
@@ -297,11 +355,14 @@ func errPaused(containerID string) error {
 	return fmt.Errorf("%w: container %.12s is paused (runbox resume)", runbox.ErrSandboxPaused, containerID)
 }
 
-// Snapshot pauses sb, commits its container to the image SnapshotRepo/name
-// (the engine's commit: its filesystem changes as a layer over its image),
-// and resumes it; a sandbox that was paused already is committed as it is
-// and stays paused. A docker sandbox has no workspace, so opts change
-// nothing.
+// Snapshot holds sb's commands frozen (client.Hold, through its runboxd),
+// commits its container to the image SnapshotRepo/name (the engine's
+// commit: its filesystem changes as a layer over its image), and releases
+// the hold; a sandbox that was paused already is committed as it is and
+// stays paused (a resume meanwhile waits for the commit). The hold is not
+// the user's pause: a pause during the commit stands after it, a resume
+// during it takes effect when it ends. A docker sandbox has no workspace,
+// so opts change nothing.
 func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
 	fail := func(err error) (runbox.Snapshot, error) {
 		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
@@ -320,6 +381,15 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	if _, err := cli.ImageInspect(ctx, ref); err == nil {
 		return fail(fmt.Errorf("snapshot %s exists: pick another name or remove it (runbox snapshot rm): %w", name, runbox.ErrInvalidSpec))
 	}
+	// The user's pause and resume wait while the snapshot decides how to
+	// hold the sandbox, so it holds a runboxd that answers, or a frozen
+	// container that stays so.
+	dir, locks := sb.Detail["dir"], p.lockDir(sb)
+	pl, err := lockFile(ctx, locks, pauseLockFile, true)
+	if err != nil {
+		return fail(err)
+	}
+	defer pl.unlock()
 	ir, err := cli.ContainerInspect(ctx, sb.Detail["container"], moby.ContainerInspectOptions{})
 	if err != nil {
 		return fail(engineError(cli, err))
@@ -336,26 +406,75 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		}
 	}
 	// A sandbox its user paused (by the engine, or its cgroup frozen by
-	// Pause) is committed as it is and stays paused: it is frozen, so its
-	// files are consistent.
-	wasPaused := false
+	// Pause) is frozen, runboxd included: it is committed as it is, and
+	// stays frozen until the commit ends (holdLockFile: Resume waits). A
+	// running one is held by its runboxd (client.Hold: the commands
+	// freeze, runboxd answers on): the user's pause and resume meanwhile
+	// change only the user's pause (and the container's freezer), so
+	// neither thaws the commit nor is undone by it, and a snapshotter that
+	// dies releases the hold with its connection.
+	frozen := false
 	if st := ir.Container.State; st != nil {
-		_, direct := frozenDirectly(sb.Detail["dir"], ir.Container.ID)
-		wasPaused = st.Paused || direct
+		_, direct := frozenDirectly(dir, ir.Container.ID)
+		frozen = st.Paused || direct
 	}
-	if !wasPaused {
-		if err := p.Pause(ctx, sb); err != nil {
+	var hold *rbclient.Hold
+	if frozen {
+		hl, err := lockFile(ctx, locks, holdLockFile, false)
+		if err != nil {
 			return fail(err)
 		}
+		defer hl.unlock()
+	} else {
+		hold, err = p.daemon(sb).Hold(ctx, "snapshot "+name)
+		legacy := errors.Is(err, runbox.ErrUnsupported)
+		if err != nil && !legacy {
+			return fail(fmt.Errorf("freeze it for the commit: %w", err))
+		}
+		if legacy {
+			// A runboxd older than holds (a container made by an older
+			// runbox): paused and resumed as the user does, as before.
+			pl.unlock()
+			return p.legacySnapshot(ctx, cli, sb, name, ref, changes)
+		}
+		defer hold.Release()
+	}
+	pl.unlock()
+	if snapshotCommitting != nil {
+		snapshotCommitting(name)
 	}
 	_, cerr := cli.ContainerCommit(ctx, sb.Detail["container"], moby.ContainerCommitOptions{
 		Reference: ref, Changes: changes, NoPause: true,
 		Comment: "runbox snapshot of sandbox " + sb.ID,
 	})
-	var rerr error
-	if !wasPaused {
-		rerr = p.Resume(context.WithoutCancel(ctx), sb)
+	var herr error
+	if hold != nil {
+		herr = p.releaseHold(context.WithoutCancel(ctx), sb, hold)
 	}
+	if cerr != nil {
+		return fail(fmt.Errorf("commit: %w", engineError(cli, cerr)))
+	}
+	if herr != nil {
+		return fail(fmt.Errorf("the sandbox was not held frozen for the whole commit: %w", herr))
+	}
+	return p.snapshotInfo(ctx, cli, name)
+}
+
+// legacySnapshot commits sb, whose runboxd has no holds, paused as its
+// user pauses it and resumed after, as Snapshot did before holds (with
+// their races: a user's resume during the commit thaws it).
+func (p *Provider) legacySnapshot(ctx context.Context, cli *moby.Client, sb runbox.Sandbox, name, ref string, changes []string) (runbox.Snapshot, error) {
+	fail := func(err error) (runbox.Snapshot, error) {
+		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
+	}
+	if err := p.Pause(ctx, sb); err != nil {
+		return fail(err)
+	}
+	_, cerr := cli.ContainerCommit(ctx, sb.Detail["container"], moby.ContainerCommitOptions{
+		Reference: ref, Changes: changes, NoPause: true,
+		Comment: "runbox snapshot of sandbox " + sb.ID,
+	})
+	rerr := p.Resume(context.WithoutCancel(ctx), sb)
 	if cerr != nil {
 		return fail(fmt.Errorf("commit: %w", engineError(cli, cerr)))
 	}
@@ -363,6 +482,31 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		return fail(rerr)
 	}
 	return p.snapshotInfo(ctx, cli, name)
+}
+
+// snapshotCommitting, set by tests only, is called with the snapshot's
+// name once the sandbox is held frozen for the commit and before the
+// commit starts.
+var snapshotCommitting func(name string)
+
+// releaseHold ends a snapshot's hold on sb's runboxd, with the user's
+// pause and resume waiting (pauseLockFile): when the user froze the
+// container meanwhile its runboxd cannot answer, so the hold is dropped
+// (runboxd lets go of it once thawed, when the user's pause keeps the
+// commands frozen anyway); else it is released and answered once thawed.
+// Either says whether the hold stood until then.
+func (p *Provider) releaseHold(ctx context.Context, sb runbox.Sandbox, hold *rbclient.Hold) error {
+	pl, err := lockFile(ctx, p.lockDir(sb), pauseLockFile, true)
+	if err != nil {
+		hold.Drop()
+		return err
+	}
+	defer pl.unlock()
+	st, err := p.pausedState(ctx, sb)
+	if err != nil || st.paused {
+		return hold.Drop()
+	}
+	return hold.Release()
 }
 
 // snapshotInfo describes the snapshot name from its image.

@@ -40,6 +40,9 @@ var dockerEngine *providertest.Requirement
 // the run if a goroutine leaked. Without an engine every test skips, unless
 // RUNBOX_REQUIRE_DOCKER=1 makes that a failure.
 func TestMain(m *testing.M) {
+	if snapshotterMain() {
+		return
+	}
 	dockerEngine = providertest.CheckRequirement("provider/docker", "RUNBOX_REQUIRE_DOCKER", checkEngine)
 	providertest.Main(m)
 }

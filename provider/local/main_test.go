@@ -22,7 +22,7 @@ var localSandboxes *providertest.Requirement
 // TestMain builds runboxd once, checks that a local sandbox can be made
 // here, and runs the tests, failing the run if a goroutine leaked.
 func TestMain(m *testing.M) {
-	if probeMain() || mountAttackMain() {
+	if probeMain() || mountAttackMain() || snapshotterMain() {
 		return
 	}
 	if os.Getenv("RUNBOX_PROVIDERTEST_ATTACKER") == "1" {

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/runbox/runbox"
@@ -52,6 +53,12 @@ const (
 	workspacesSuffix = "-workspaces"
 )
 
+// snapshotCopying, set by tests only, is called with the snapshot's name
+// once the sandbox is frozen for the copy and before the copy starts: the
+// moment a user's pause or resume, another snapshot or the snapshotter's
+// death are to land in.
+var snapshotCopying func(name string)
+
 func (p *Provider) snapshotsPath() (string, error) {
 	home, err := p.store().HomeDir()
 	if err != nil {
@@ -73,12 +80,14 @@ func (p *Provider) snapshotPath(name string) (string, error) {
 	return filepath.Join(dir, name), nil
 }
 
-// Snapshot pauses sb (its runboxd freezes every command, so the files are
-// consistent), copies its upper layer and, unless opts say not, its
-// workspace (reflinks where the filesystem has them), and resumes it. A
-// sandbox that was paused already is copied as it is and stays paused. The
-// copy is made under a temporary name and renamed into place, so a
-// snapshot is whole or absent.
+// Snapshot holds sb frozen (its runboxd freezes every command, so the
+// files are consistent: client.Hold), copies its upper layer and, unless
+// opts say not, its workspace (reflinks where the filesystem has them),
+// and releases the hold. The hold is not the user's pause: a sandbox
+// paused before, or during the copy, stays paused after it, and one
+// resumed during the copy thaws when the copy ends. The copy is made under
+// a temporary name and renamed into place, so a snapshot is whole or
+// absent.
 func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string, opts runbox.SnapshotOptions) (runbox.Snapshot, error) {
 	fail := func(err error) (runbox.Snapshot, error) {
 		return runbox.Snapshot{}, &runbox.Error{Op: "snapshot", Sandbox: sb.ID, Err: err}
@@ -112,18 +121,23 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 
 	cl := client.New(p.Dialer(sb), client.WithSandboxName(sb.ID))
 	defer cl.Close()
-	// A sandbox its user paused is frozen already, so its files are
-	// consistent: it is neither paused again nor resumed after the copy
-	// (it stays paused until its user resumes it).
-	info, err := cl.Info(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("ask whether it is paused: %w", err))
+	// A hold, not a pause: the user's pause and resume meanwhile change
+	// only the user's flag, so neither thaws the copy (a resume takes
+	// effect when the hold ends) nor is undone by it (a pause stands after
+	// it), other snapshots hold on their own, and a snapshotter that dies
+	// releases its hold with its connection.
+	var hold interface{ Release() error }
+	hold, err = cl.Hold(ctx, "snapshot "+name)
+	if errors.Is(err, runbox.ErrUnsupported) {
+		// A sandbox whose runboxd is older than holds: paused as before.
+		hold, err = legacyPause(ctx, cl)
 	}
-	wasPaused := info.Paused
-	if !wasPaused {
-		if err := cl.Pause(ctx); err != nil {
-			return fail(err)
-		}
+	if err != nil {
+		return fail(fmt.Errorf("freeze it for the copy: %w", err))
+	}
+	defer hold.Release()
+	if snapshotCopying != nil {
+		snapshotCopying(name)
 	}
 	snap := runbox.Snapshot{Name: name, Provider: ProviderName, Sandbox: sb.ID, Created: time.Now().UTC()}
 	err = copyTree(upper, filepath.Join(tmp, snapshotLayer), cloneFiles)
@@ -142,19 +156,15 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 		err = copyTree(sb.Detail["workdir"], filepath.Join(tmp, snapshotWorkspace), cloneFiles)
 		snap.Workspace = err == nil
 	}
-	// Resumed (when Snapshot paused it) whether or not the copy worked; a
-	// context already done must not leave the sandbox paused.
-	var rerr error
-	if !wasPaused {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		rerr = cl.Resume(rctx)
-		cancel()
-	}
+	// Released whether or not the copy worked. A hold that did not stand
+	// to the end of the copy (its stream broke) may have let the commands
+	// run during it: no snapshot then.
+	herr := hold.Release()
 	if err != nil {
 		return fail(fmt.Errorf("copy: %w", err))
 	}
-	if rerr != nil {
-		return fail(fmt.Errorf("resume after the copy: %w", rerr))
+	if herr != nil {
+		return fail(fmt.Errorf("the sandbox was not held frozen for the whole copy: %w", herr))
 	}
 	snap.Bytes = diskUsage(tmp)
 	snap.Detail = map[string]string{"dir": dst}
@@ -173,6 +183,40 @@ func (p *Provider) Snapshot(ctx context.Context, sb runbox.Sandbox, name string,
 	}
 	return snap, nil
 }
+
+// legacyPause freezes a sandbox whose runboxd has no holds as Snapshot
+// did before them: with the user's pause, unless the sandbox is paused
+// already (then left paused); Release resumes it if it paused it. It has
+// the races holds remove (a user's resume during the copy thaws it, a
+// user's pause during it is undone).
+func legacyPause(ctx context.Context, cl *client.Client) (interface{ Release() error }, error) {
+	info, err := cl.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if info.Paused {
+		return releaseFunc(func() error { return nil }), nil
+	}
+	if err := cl.Pause(ctx); err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	var rerr error
+	return releaseFunc(func() error {
+		once.Do(func() {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			rerr = cl.Resume(rctx)
+		})
+		return rerr
+	}), nil
+}
+
+// releaseFunc is a func as a hold's Release.
+type releaseFunc func() error
+
+// Release calls f.
+func (f releaseFunc) Release() error { return f() }
 
 // liveUpperPath is where the host reaches sb's upper layer: in its state
 // directory, or, when the layers are on the sandbox's own disk (mounted

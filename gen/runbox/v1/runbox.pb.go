@@ -1936,8 +1936,11 @@ type InfoResponse struct {
 	// goroutines and open_fds are the daemon's own, for leak checks.
 	Goroutines int32 `protobuf:"varint,8,opt,name=goroutines,proto3" json:"goroutines,omitempty"`
 	OpenFds    int32 `protobuf:"varint,9,opt,name=open_fds,json=openFds,proto3" json:"open_fds,omitempty"`
-	// paused says the sandbox is paused (Pause).
-	Paused        bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
+	// paused says the sandbox's user paused it (Pause, until Resume).
+	Paused bool `protobuf:"varint,10,opt,name=paused,proto3" json:"paused,omitempty"`
+	// holds counts the Hold streams open now; the commands are frozen
+	// while paused is set or holds is above zero.
+	Holds         int32 `protobuf:"varint,11,opt,name=holds,proto3" json:"holds,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2040,6 +2043,13 @@ func (x *InfoResponse) GetPaused() bool {
 		return x.Paused
 	}
 	return false
+}
+
+func (x *InfoResponse) GetHolds() int32 {
+	if x != nil {
+		return x.Holds
+	}
+	return 0
 }
 
 type ShutdownRequest struct {
@@ -2503,6 +2513,206 @@ func (*ResumeResponse) Descriptor() ([]byte, []int) {
 	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{36}
 }
 
+type HoldRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reason says who holds the sandbox and why ("snapshot NAME"), for logs.
+	Reason        string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldRequest) Reset() {
+	*x = HoldRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldRequest) ProtoMessage() {}
+
+func (x *HoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldRequest.ProtoReflect.Descriptor instead.
+func (*HoldRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *HoldRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// HoldEvent is sent once, when the commands are frozen.
+type HoldEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// frozen is true: the hold stands from now until the stream ends.
+	Frozen bool `protobuf:"varint,1,opt,name=frozen,proto3" json:"frozen,omitempty"`
+	// paused says whether the user's pause stood too when the hold began.
+	Paused bool `protobuf:"varint,2,opt,name=paused,proto3" json:"paused,omitempty"`
+	// id names the hold for ReleaseHold.
+	Id            string `protobuf:"bytes,3,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HoldEvent) Reset() {
+	*x = HoldEvent{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HoldEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HoldEvent) ProtoMessage() {}
+
+func (x *HoldEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HoldEvent.ProtoReflect.Descriptor instead.
+func (*HoldEvent) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *HoldEvent) GetFrozen() bool {
+	if x != nil {
+		return x.Frozen
+	}
+	return false
+}
+
+func (x *HoldEvent) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *HoldEvent) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ReleaseHoldRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldRequest) Reset() {
+	*x = ReleaseHoldRequest{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldRequest) ProtoMessage() {}
+
+func (x *ReleaseHoldRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldRequest.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldRequest) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ReleaseHoldRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ReleaseHoldResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// held says the hold stood until this release; false means it had
+	// ended before (its stream broke, or the daemon is stopping), so the
+	// commands may have run meanwhile.
+	Held          bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReleaseHoldResponse) Reset() {
+	*x = ReleaseHoldResponse{}
+	mi := &file_runbox_v1_runbox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReleaseHoldResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReleaseHoldResponse) ProtoMessage() {}
+
+func (x *ReleaseHoldResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runbox_v1_runbox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReleaseHoldResponse.ProtoReflect.Descriptor instead.
+func (*ReleaseHoldResponse) Descriptor() ([]byte, []int) {
+	return file_runbox_v1_runbox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ReleaseHoldResponse) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
 var File_runbox_v1_runbox_proto protoreflect.FileDescriptor
 
 const file_runbox_v1_runbox_proto_rawDesc = "" +
@@ -2641,7 +2851,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x0elive_processes\x18\a \x01(\x05R\rliveProcesses\x12\x1f\n" +
 	"\vcommand_raw\x18\b \x01(\fR\n" +
 	"commandRaw\"\r\n" +
-	"\vInfoRequest\"\xa7\x02\n" +
+	"\vInfoRequest\"\xbd\x02\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x03R\x03pid\x12\x1f\n" +
@@ -2656,7 +2866,8 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"goroutines\x12\x19\n" +
 	"\bopen_fds\x18\t \x01(\x05R\aopenFds\x12\x16\n" +
 	"\x06paused\x18\n" +
-	" \x01(\bR\x06paused\",\n" +
+	" \x01(\bR\x06paused\x12\x14\n" +
+	"\x05holds\x18\v \x01(\x05R\x05holds\",\n" +
 	"\x0fShutdownRequest\x12\x19\n" +
 	"\bgrace_ms\x18\x01 \x01(\x03R\agraceMs\"\x12\n" +
 	"\x10ShutdownResponse\"y\n" +
@@ -2675,7 +2886,17 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\fPauseRequest\"\x0f\n" +
 	"\rPauseResponse\"\x0f\n" +
 	"\rResumeRequest\"\x10\n" +
-	"\x0eResumeResponse*F\n" +
+	"\x0eResumeResponse\"%\n" +
+	"\vHoldRequest\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\"K\n" +
+	"\tHoldEvent\x12\x16\n" +
+	"\x06frozen\x18\x01 \x01(\bR\x06frozen\x12\x16\n" +
+	"\x06paused\x18\x02 \x01(\bR\x06paused\x12\x0e\n" +
+	"\x02id\x18\x03 \x01(\tR\x02id\"$\n" +
+	"\x12ReleaseHoldRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\")\n" +
+	"\x13ReleaseHoldResponse\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held*F\n" +
 	"\x06Stream\x12\x16\n" +
 	"\x12STREAM_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rSTREAM_STDOUT\x10\x01\x12\x11\n" +
@@ -2691,7 +2912,7 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\x13EXEC_STATE_STARTING\x10\x01\x12\x16\n" +
 	"\x12EXEC_STATE_RUNNING\x10\x02\x12\x17\n" +
 	"\x13EXEC_STATE_STOPPING\x10\x03\x12\x15\n" +
-	"\x11EXEC_STATE_EXITED\x10\x042\xab\a\n" +
+	"\x11EXEC_STATE_EXITED\x10\x042\xb1\b\n" +
 	"\rRunboxService\x124\n" +
 	"\x03Run\x12\x15.runbox.v1.RunRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12:\n" +
 	"\x06Attach\x12\x18.runbox.v1.AttachRequest\x1a\x14.runbox.v1.ExecEvent0\x01\x12=\n" +
@@ -2708,7 +2929,9 @@ const file_runbox_v1_runbox_proto_rawDesc = "" +
 	"\fListSessions\x12\x1e.runbox.v1.ListSessionsRequest\x1a\x1f.runbox.v1.ListSessionsResponse\x12R\n" +
 	"\rDeleteSession\x12\x1f.runbox.v1.DeleteSessionRequest\x1a .runbox.v1.DeleteSessionResponse\x12:\n" +
 	"\x05Pause\x12\x17.runbox.v1.PauseRequest\x1a\x18.runbox.v1.PauseResponse\x12=\n" +
-	"\x06Resume\x12\x18.runbox.v1.ResumeRequest\x1a\x19.runbox.v1.ResumeResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
+	"\x06Resume\x12\x18.runbox.v1.ResumeRequest\x1a\x19.runbox.v1.ResumeResponse\x126\n" +
+	"\x04Hold\x12\x16.runbox.v1.HoldRequest\x1a\x14.runbox.v1.HoldEvent0\x01\x12L\n" +
+	"\vReleaseHold\x12\x1d.runbox.v1.ReleaseHoldRequest\x1a\x1e.runbox.v1.ReleaseHoldResponseB1Z/github.com/runbox/runbox/gen/runbox/v1;runboxv1b\x06proto3"
 
 var (
 	file_runbox_v1_runbox_proto_rawDescOnce sync.Once
@@ -2723,7 +2946,7 @@ func file_runbox_v1_runbox_proto_rawDescGZIP() []byte {
 }
 
 var file_runbox_v1_runbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_runbox_v1_runbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_runbox_v1_runbox_proto_goTypes = []any{
 	(Stream)(0),                   // 0: runbox.v1.Stream
 	(SpillMode)(0),                // 1: runbox.v1.SpillMode
@@ -2765,10 +2988,14 @@ var file_runbox_v1_runbox_proto_goTypes = []any{
 	(*PauseResponse)(nil),         // 37: runbox.v1.PauseResponse
 	(*ResumeRequest)(nil),         // 38: runbox.v1.ResumeRequest
 	(*ResumeResponse)(nil),        // 39: runbox.v1.ResumeResponse
-	nil,                           // 40: runbox.v1.ExecSpec.EnvEntry
+	(*HoldRequest)(nil),           // 40: runbox.v1.HoldRequest
+	(*HoldEvent)(nil),             // 41: runbox.v1.HoldEvent
+	(*ReleaseHoldRequest)(nil),    // 42: runbox.v1.ReleaseHoldRequest
+	(*ReleaseHoldResponse)(nil),   // 43: runbox.v1.ReleaseHoldResponse
+	nil,                           // 44: runbox.v1.ExecSpec.EnvEntry
 }
 var file_runbox_v1_runbox_proto_depIdxs = []int32{
-	40, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
+	44, // 0: runbox.v1.ExecSpec.env:type_name -> runbox.v1.ExecSpec.EnvEntry
 	1,  // 1: runbox.v1.ExecSpec.spill:type_name -> runbox.v1.SpillMode
 	5,  // 2: runbox.v1.ExecSpec.pty:type_name -> runbox.v1.PtySize
 	4,  // 3: runbox.v1.ExecSpec.env_raw:type_name -> runbox.v1.EnvVar
@@ -2797,22 +3024,26 @@ var file_runbox_v1_runbox_proto_depIdxs = []int32{
 	34, // 26: runbox.v1.RunboxService.DeleteSession:input_type -> runbox.v1.DeleteSessionRequest
 	36, // 27: runbox.v1.RunboxService.Pause:input_type -> runbox.v1.PauseRequest
 	38, // 28: runbox.v1.RunboxService.Resume:input_type -> runbox.v1.ResumeRequest
-	8,  // 29: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
-	8,  // 30: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
-	15, // 31: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
-	17, // 32: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
-	19, // 33: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
-	21, // 34: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
-	23, // 35: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
-	25, // 36: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
-	28, // 37: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
-	30, // 38: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
-	33, // 39: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
-	35, // 40: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
-	37, // 41: runbox.v1.RunboxService.Pause:output_type -> runbox.v1.PauseResponse
-	39, // 42: runbox.v1.RunboxService.Resume:output_type -> runbox.v1.ResumeResponse
-	29, // [29:43] is the sub-list for method output_type
-	15, // [15:29] is the sub-list for method input_type
+	40, // 29: runbox.v1.RunboxService.Hold:input_type -> runbox.v1.HoldRequest
+	42, // 30: runbox.v1.RunboxService.ReleaseHold:input_type -> runbox.v1.ReleaseHoldRequest
+	8,  // 31: runbox.v1.RunboxService.Run:output_type -> runbox.v1.ExecEvent
+	8,  // 32: runbox.v1.RunboxService.Attach:output_type -> runbox.v1.ExecEvent
+	15, // 33: runbox.v1.RunboxService.Cancel:output_type -> runbox.v1.CancelResponse
+	17, // 34: runbox.v1.RunboxService.Signal:output_type -> runbox.v1.SignalResponse
+	19, // 35: runbox.v1.RunboxService.WriteStdin:output_type -> runbox.v1.WriteStdinResponse
+	21, // 36: runbox.v1.RunboxService.CloseStdin:output_type -> runbox.v1.CloseStdinResponse
+	23, // 37: runbox.v1.RunboxService.Resize:output_type -> runbox.v1.ResizeResponse
+	25, // 38: runbox.v1.RunboxService.List:output_type -> runbox.v1.ListResponse
+	28, // 39: runbox.v1.RunboxService.Info:output_type -> runbox.v1.InfoResponse
+	30, // 40: runbox.v1.RunboxService.Shutdown:output_type -> runbox.v1.ShutdownResponse
+	33, // 41: runbox.v1.RunboxService.ListSessions:output_type -> runbox.v1.ListSessionsResponse
+	35, // 42: runbox.v1.RunboxService.DeleteSession:output_type -> runbox.v1.DeleteSessionResponse
+	37, // 43: runbox.v1.RunboxService.Pause:output_type -> runbox.v1.PauseResponse
+	39, // 44: runbox.v1.RunboxService.Resume:output_type -> runbox.v1.ResumeResponse
+	41, // 45: runbox.v1.RunboxService.Hold:output_type -> runbox.v1.HoldEvent
+	43, // 46: runbox.v1.RunboxService.ReleaseHold:output_type -> runbox.v1.ReleaseHoldResponse
+	31, // [31:47] is the sub-list for method output_type
+	15, // [15:31] is the sub-list for method input_type
 	15, // [15:15] is the sub-list for extension type_name
 	15, // [15:15] is the sub-list for extension extendee
 	0,  // [0:15] is the sub-list for field type_name
@@ -2835,7 +3066,7 @@ func file_runbox_v1_runbox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runbox_v1_runbox_proto_rawDesc), len(file_runbox_v1_runbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   38,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

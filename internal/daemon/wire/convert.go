@@ -364,6 +364,7 @@ func DaemonInfoToProto(d runbox.DaemonInfo) *runboxv1.InfoResponse {
 		Goroutines:      int32(d.Goroutines),
 		OpenFds:         int32(d.OpenFDs),
 		Paused:          d.Paused,
+		Holds:           int32(d.Holds),
 	}
 }
 
@@ -384,6 +385,7 @@ func DaemonInfoFromProto(p *runboxv1.InfoResponse) runbox.DaemonInfo {
 		Goroutines: int(p.GetGoroutines()),
 		OpenFDs:    int(p.GetOpenFds()),
 		Paused:     p.GetPaused(),
+		Holds:      int(p.GetHolds()),
 	}
 }
 

@@ -154,6 +154,7 @@ func TestRoundTripDomain(t *testing.T) {
 		Goroutines: 5,
 		OpenFDs:    6,
 		Paused:     true,
+		Holds:      2,
 	}
 	chunk := runbox.Chunk{Stream: runbox.Stderr, Seq: 9, Data: []byte("x")}
 	gap := runbox.OutputGap{FromSeq: 3, ToSeq: 7, Bytes: 1234}
@@ -203,7 +204,7 @@ func TestRoundTripProto(t *testing.T) {
 	}
 	dinfo := &runboxv1.InfoResponse{
 		Version: "v", Pid: 1, CgroupMode: "proc", Running: 2, Retained: 3, Total: 4,
-		StartedAtUnixMs: 1700000000456, Goroutines: 5, OpenFds: 6, Paused: true,
+		StartedAtUnixMs: 1700000000456, Goroutines: 5, OpenFds: 6, Paused: true, Holds: 2,
 	}
 	out := &runboxv1.Output{Stream: runboxv1.Stream_STREAM_STDOUT, Seq: 3, Data: []byte("d")}
 

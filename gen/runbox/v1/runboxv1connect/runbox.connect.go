@@ -68,6 +68,11 @@ const (
 	RunboxServicePauseProcedure = "/runbox.v1.RunboxService/Pause"
 	// RunboxServiceResumeProcedure is the fully-qualified name of the RunboxService's Resume RPC.
 	RunboxServiceResumeProcedure = "/runbox.v1.RunboxService/Resume"
+	// RunboxServiceHoldProcedure is the fully-qualified name of the RunboxService's Hold RPC.
+	RunboxServiceHoldProcedure = "/runbox.v1.RunboxService/Hold"
+	// RunboxServiceReleaseHoldProcedure is the fully-qualified name of the RunboxService's ReleaseHold
+	// RPC.
+	RunboxServiceReleaseHoldProcedure = "/runbox.v1.RunboxService/ReleaseHold"
 )
 
 // RunboxServiceClient is a client for the runbox.v1.RunboxService service.
@@ -103,8 +108,20 @@ type RunboxServiceClient interface {
 	// and idle timeouts; the daemon keeps answering. Idempotent.
 	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
 	// Resume thaws what Pause froze; deadlines go on with the time they had
-	// left. Idempotent.
+	// left. Idempotent. Only the user's pause is lifted: while a Hold stands
+	// the commands stay frozen until the last one ends.
 	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
+	// Hold freezes every process of every exec, as Pause does, for as long
+	// as the stream lasts: runboxd sends one HoldEvent once the commands are
+	// frozen and keeps the hold until the client ends the stream or its
+	// connection drops (so a holder that dies never leaves the sandbox
+	// frozen). The sandbox is frozen while the user's pause stands or any
+	// hold does; Pause and Resume change only the user's pause.
+	Hold(context.Context, *connect.Request[v1.HoldRequest]) (*connect.ServerStreamForClient[v1.HoldEvent], error)
+	// ReleaseHold ends the hold a Hold stream's event named, at once: it
+	// answers once the commands are thawed (unless the user's pause or
+	// another hold stands), which ending the stream alone does not wait for.
+	ReleaseHold(context.Context, *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error)
 }
 
 // NewRunboxServiceClient constructs a client for the runbox.v1.RunboxService service. By default,
@@ -202,6 +219,18 @@ func NewRunboxServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(runboxServiceMethods.ByName("Resume")),
 			connect.WithClientOptions(opts...),
 		),
+		hold: connect.NewClient[v1.HoldRequest, v1.HoldEvent](
+			httpClient,
+			baseURL+RunboxServiceHoldProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("Hold")),
+			connect.WithClientOptions(opts...),
+		),
+		releaseHold: connect.NewClient[v1.ReleaseHoldRequest, v1.ReleaseHoldResponse](
+			httpClient,
+			baseURL+RunboxServiceReleaseHoldProcedure,
+			connect.WithSchema(runboxServiceMethods.ByName("ReleaseHold")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -221,6 +250,8 @@ type runboxServiceClient struct {
 	deleteSession *connect.Client[v1.DeleteSessionRequest, v1.DeleteSessionResponse]
 	pause         *connect.Client[v1.PauseRequest, v1.PauseResponse]
 	resume        *connect.Client[v1.ResumeRequest, v1.ResumeResponse]
+	hold          *connect.Client[v1.HoldRequest, v1.HoldEvent]
+	releaseHold   *connect.Client[v1.ReleaseHoldRequest, v1.ReleaseHoldResponse]
 }
 
 // Run calls runbox.v1.RunboxService.Run.
@@ -293,6 +324,16 @@ func (c *runboxServiceClient) Resume(ctx context.Context, req *connect.Request[v
 	return c.resume.CallUnary(ctx, req)
 }
 
+// Hold calls runbox.v1.RunboxService.Hold.
+func (c *runboxServiceClient) Hold(ctx context.Context, req *connect.Request[v1.HoldRequest]) (*connect.ServerStreamForClient[v1.HoldEvent], error) {
+	return c.hold.CallServerStream(ctx, req)
+}
+
+// ReleaseHold calls runbox.v1.RunboxService.ReleaseHold.
+func (c *runboxServiceClient) ReleaseHold(ctx context.Context, req *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error) {
+	return c.releaseHold.CallUnary(ctx, req)
+}
+
 // RunboxServiceHandler is an implementation of the runbox.v1.RunboxService service.
 type RunboxServiceHandler interface {
 	// Run starts an exec and streams its events: started, output (when asked),
@@ -326,8 +367,20 @@ type RunboxServiceHandler interface {
 	// and idle timeouts; the daemon keeps answering. Idempotent.
 	Pause(context.Context, *connect.Request[v1.PauseRequest]) (*connect.Response[v1.PauseResponse], error)
 	// Resume thaws what Pause froze; deadlines go on with the time they had
-	// left. Idempotent.
+	// left. Idempotent. Only the user's pause is lifted: while a Hold stands
+	// the commands stay frozen until the last one ends.
 	Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error)
+	// Hold freezes every process of every exec, as Pause does, for as long
+	// as the stream lasts: runboxd sends one HoldEvent once the commands are
+	// frozen and keeps the hold until the client ends the stream or its
+	// connection drops (so a holder that dies never leaves the sandbox
+	// frozen). The sandbox is frozen while the user's pause stands or any
+	// hold does; Pause and Resume change only the user's pause.
+	Hold(context.Context, *connect.Request[v1.HoldRequest], *connect.ServerStream[v1.HoldEvent]) error
+	// ReleaseHold ends the hold a Hold stream's event named, at once: it
+	// answers once the commands are thawed (unless the user's pause or
+	// another hold stands), which ending the stream alone does not wait for.
+	ReleaseHold(context.Context, *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error)
 }
 
 // NewRunboxServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -421,6 +474,18 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(runboxServiceMethods.ByName("Resume")),
 		connect.WithHandlerOptions(opts...),
 	)
+	runboxServiceHoldHandler := connect.NewServerStreamHandler(
+		RunboxServiceHoldProcedure,
+		svc.Hold,
+		connect.WithSchema(runboxServiceMethods.ByName("Hold")),
+		connect.WithHandlerOptions(opts...),
+	)
+	runboxServiceReleaseHoldHandler := connect.NewUnaryHandler(
+		RunboxServiceReleaseHoldProcedure,
+		svc.ReleaseHold,
+		connect.WithSchema(runboxServiceMethods.ByName("ReleaseHold")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/runbox.v1.RunboxService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case RunboxServiceRunProcedure:
@@ -451,6 +516,10 @@ func NewRunboxServiceHandler(svc RunboxServiceHandler, opts ...connect.HandlerOp
 			runboxServicePauseHandler.ServeHTTP(w, r)
 		case RunboxServiceResumeProcedure:
 			runboxServiceResumeHandler.ServeHTTP(w, r)
+		case RunboxServiceHoldProcedure:
+			runboxServiceHoldHandler.ServeHTTP(w, r)
+		case RunboxServiceReleaseHoldProcedure:
+			runboxServiceReleaseHoldHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -514,4 +583,12 @@ func (UnimplementedRunboxServiceHandler) Pause(context.Context, *connect.Request
 
 func (UnimplementedRunboxServiceHandler) Resume(context.Context, *connect.Request[v1.ResumeRequest]) (*connect.Response[v1.ResumeResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Resume is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) Hold(context.Context, *connect.Request[v1.HoldRequest], *connect.ServerStream[v1.HoldEvent]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.Hold is not implemented"))
+}
+
+func (UnimplementedRunboxServiceHandler) ReleaseHold(context.Context, *connect.Request[v1.ReleaseHoldRequest]) (*connect.Response[v1.ReleaseHoldResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("runbox.v1.RunboxService.ReleaseHold is not implemented"))
 }

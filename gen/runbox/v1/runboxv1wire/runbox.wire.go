@@ -1762,8 +1762,11 @@ type InfoResponse struct {
 	// goroutines and open_fds are the daemon's own, for leak checks.
 	Goroutines int32
 	OpenFds    int32
-	// paused says the sandbox is paused (Pause).
+	// paused says the sandbox's user paused it (Pause, until Resume).
 	Paused bool
+	// holds counts the Hold streams open now; the commands are frozen
+	// while paused is set or holds is above zero.
+	Holds int32
 	// UnknownFields holds the fields this code does not know, as read;
 	// MarshalAppend writes them after the known ones.
 	UnknownFields []byte
@@ -1814,6 +1817,9 @@ func (m *InfoResponse) MarshalAppend(b []byte) ([]byte, error) {
 	}
 	if m.Paused {
 		b = append(binary.AppendUvarint(b, 0x50), 1)
+	}
+	if m.Holds != 0 {
+		b = binary.AppendUvarint(binary.AppendUvarint(b, 0x58), uint64(m.Holds))
 	}
 	return append(b, m.UnknownFields...), nil
 }
@@ -1917,6 +1923,14 @@ func (m *InfoResponse) merge(b []byte) error {
 			}
 			b = b[k:]
 			m.Paused = v != 0
+			continue
+		case num == 11 && typ == wireVarint:
+			v, k := consumeVarint(b)
+			if k < 0 {
+				return malformed("runbox.v1.InfoResponse")
+			}
+			b = b[k:]
+			m.Holds = int32(v)
 			continue
 		}
 		// A field this code does not know, or of an unexpected wire type: kept.

@@ -14,7 +14,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file runbox/v1/runbox.proto.
  */
 export const file_runbox_v1_runbox: GenFile = /*@__PURE__*/
-  fileDesc("ChZydW5ib3gvdjEvcnVuYm94LnByb3RvEglydW5ib3gudjEinQQKCEV4ZWNTcGVjEgoKAmlkGAEgASgJEg8KB2NvbW1hbmQYAiABKAkSDAoEYXJndhgDIAMoCRINCgVsb2dpbhgEIAEoCBIpCgNlbnYYBSADKAsyHC5ydW5ib3gudjEuRXhlY1NwZWMuRW52RW50cnkSCwoDY3dkGAYgASgJEg0KBXN0ZGluGAcgASgMEhQKDHN0ZGluX3N0cmVhbRgIIAEoCBISCgp0aW1lb3V0X21zGAkgASgDEhcKD2lkbGVfdGltZW91dF9tcxgKIAEoAxIQCghncmFjZV9tcxgLIAEoAxISCgpoZWFkX2J5dGVzGAwgASgDEhIKCnRhaWxfYnl0ZXMYDSABKAMSDwoHc2Vzc2lvbhgOIAEoCRIjCgVzcGlsbBgPIAEoDjIULnJ1bmJveC52MS5TcGlsbE1vZGUSHwoDcHR5GBAgASgLMhIucnVuYm94LnYxLlB0eVNpemUSEwoLY29tbWFuZF9yYXcYESABKAwSEAoIYXJndl9yYXcYEiADKAwSIgoHZW52X3JhdxgTIAMoCzIRLnJ1bmJveC52MS5FbnZWYXISDwoHY3dkX3JhdxgUIAEoDBIcChRjYW5jZWxfb25fZGlzY29ubmVjdBgVIAEoCBIWCg5raWxsX2xlZnRvdmVycxgWIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIiUKBkVudlZhchIMCgRuYW1lGAEgASgMEg0KBXZhbHVlGAIgASgMIiUKB1B0eVNpemUSDAoEcm93cxgBIAEoDRIMCgRjb2xzGAIgASgNIkYKClJ1blJlcXVlc3QSIQoEc3BlYxgBIAEoCzITLnJ1bmJveC52MS5FeGVjU3BlYxIVCg1zdHJlYW1fb3V0cHV0GAIgASgIIkQKDUF0dGFjaFJlcXVlc3QSCgoCaWQYASABKAkSFQoNc3RyZWFtX291dHB1dBgCIAEoCBIQCghmcm9tX3NlcRgDIAEoBCKkAQoJRXhlY0V2ZW50EiUKB3N0YXJ0ZWQYASABKAsyEi5ydW5ib3gudjEuU3RhcnRlZEgAEiMKBm91dHB1dBgCIAEoCzIRLnJ1bmJveC52MS5PdXRwdXRIABIjCgZleGl0ZWQYAyABKAsyES5ydW5ib3gudjEuRXhpdGVkSAASHQoDZ2FwGAQgASgLMg4ucnVuYm94LnYxLkdhcEgAQgcKBWV2ZW50IjQKB1N0YXJ0ZWQSCgoCaWQYASABKAkSCwoDcGlkGAIgASgDEhAKCGF0dGFjaGVkGAMgASgIIkYKBk91dHB1dBIhCgZzdHJlYW0YASABKA4yES5ydW5ib3gudjEuU3RyZWFtEgsKA3NlcRgCIAEoBBIMCgRkYXRhGAMgASgMIjYKA0dhcBIQCghmcm9tX3NlcRgBIAEoBBIOCgZ0b19zZXEYAiABKAQSDQoFYnl0ZXMYAyABKAMiKwoGRXhpdGVkEiEKBnJlc3VsdBgBIAEoCzIRLnJ1bmJveC52MS5SZXN1bHQitwQKBlJlc3VsdBIKCgJpZBgBIAEoCRIRCglleGl0X2NvZGUYAiABKAUSDgoGc2lnbmFsGAMgASgJEhEKCXRpbWVkX291dBgEIAEoCBIRCgljYW5jZWxsZWQYBSABKAgSFgoOaWRsZV90aW1lZF9vdXQYBiABKAgSEwoLZHVyYXRpb25fdXMYByABKAMSDgoGc3Rkb3V0GAggASgMEg4KBnN0ZGVychgJIAEoDBIWCg5zdGRvdXRfZHJvcHBlZBgKIAEoAxIWCg5zdGRlcnJfZHJvcHBlZBgLIAEoAxIUCgxzdGRvdXRfYnl0ZXMYDCABKAMSFAoMc3RkZXJyX2J5dGVzGA0gASgDEg4KBmtpbGxlZBgOIAEoBRIRCglzdXJ2aXZvcnMYDyABKAUSCwoDcGlkGBAgASgDEhQKDHN0ZG91dF9zcGlsbBgRIAEoCRIUCgxzdGRlcnJfc3BpbGwYEiABKAkSFwoPc3BpbGxfdHJ1bmNhdGVkGBMgASgIEgsKA2N3ZBgUIAEoCRIZChFjd2RfZmFsbGJhY2tfZnJvbRgVIAEoCRISCgpvb21fa2lsbGVkGBYgASgIEg8KB2N3ZF9yYXcYFyABKAwSHQoVY3dkX2ZhbGxiYWNrX2Zyb21fcmF3GBggASgMEhQKDGxlZnRfcnVubmluZxgZIAEoBRIbChNzdGRvdXRfc3BpbGxfb2Zmc2V0GBogASgDEhsKE3N0ZGVycl9zcGlsbF9vZmZzZXQYGyABKAMiLQoNQ2FuY2VsUmVxdWVzdBIKCgJpZBgBIAEoCRIQCghncmFjZV9tcxgCIAEoAyIfCg5DYW5jZWxSZXNwb25zZRINCgVrbm93bhgBIAEoCCIrCg1TaWduYWxSZXF1ZXN0EgoKAmlkGAEgASgJEg4KBnNpZ25hbBgCIAEoBSIjCg5TaWduYWxSZXNwb25zZRIRCglzaWduYWxsZWQYASABKAUiLQoRV3JpdGVTdGRpblJlcXVlc3QSCgoCaWQYASABKAkSDAoEZGF0YRgCIAEoDCIUChJXcml0ZVN0ZGluUmVzcG9uc2UiHwoRQ2xvc2VTdGRpblJlcXVlc3QSCgoCaWQYASABKAkiFAoSQ2xvc2VTdGRpblJlc3BvbnNlIjcKDVJlc2l6ZVJlcXVlc3QSCgoCaWQYASABKAkSDAoEcm93cxgCIAEoDRIMCgRjb2xzGAMgASgNIhAKDlJlc2l6ZVJlc3BvbnNlIiIKC0xpc3RSZXF1ZXN0EhMKC29taXRfb3V0cHV0GAEgASgIIjIKDExpc3RSZXNwb25zZRIiCgVleGVjcxgBIAMoCzITLnJ1bmJveC52MS5FeGVjSW5mbyLFAQoIRXhlY0luZm8SCgoCaWQYASABKAkSCwoDcGlkGAIgASgDEiMKBXN0YXRlGAMgASgOMhQucnVuYm94LnYxLkV4ZWNTdGF0ZRIPCgdjb21tYW5kGAQgASgJEhoKEnN0YXJ0ZWRfYXRfdW5peF9tcxgFIAEoAxIhCgZyZXN1bHQYBiABKAsyES5ydW5ib3gudjEuUmVzdWx0EhYKDmxpdmVfcHJvY2Vzc2VzGAcgASgFEhMKC2NvbW1hbmRfcmF3GAggASgMIg0KC0luZm9SZXF1ZXN0IsUBCgxJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRILCgNwaWQYAiABKAMSEwoLY2dyb3VwX21vZGUYAyABKAkSDwoHcnVubmluZxgEIAEoBRIQCghyZXRhaW5lZBgFIAEoBRINCgV0b3RhbBgGIAEoBBIaChJzdGFydGVkX2F0X3VuaXhfbXMYByABKAMSEgoKZ29yb3V0aW5lcxgIIAEoBRIQCghvcGVuX2ZkcxgJIAEoBRIOCgZwYXVzZWQYCiABKAgiIwoPU2h1dGRvd25SZXF1ZXN0EhAKCGdyYWNlX21zGAEgASgDIhIKEFNodXRkb3duUmVzcG9uc2UiVgoHU2Vzc2lvbhIMCgRuYW1lGAEgASgJEgsKA2N3ZBgCIAEoCRIQCghlbnZfdmFycxgDIAEoBRINCgVleGVjcxgEIAEoBRIPCgdjd2RfcmF3GAUgASgMIhUKE0xpc3RTZXNzaW9uc1JlcXVlc3QiPAoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5ydW5ib3gudjEuU2Vzc2lvbiIkChREZWxldGVTZXNzaW9uUmVxdWVzdBIMCgRuYW1lGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSIOCgxQYXVzZVJlcXVlc3QiDwoNUGF1c2VSZXNwb25zZSIPCg1SZXN1bWVSZXF1ZXN0IhAKDlJlc3VtZVJlc3BvbnNlKkYKBlN0cmVhbRIWChJTVFJFQU1fVU5TUEVDSUZJRUQQABIRCg1TVFJFQU1fU1RET1VUEAESEQoNU1RSRUFNX1NUREVSUhACKoABCglTcGlsbE1vZGUSGgoWU1BJTExfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1NQSUxMX01PREVfQVVUTxABEhUKEVNQSUxMX01PREVfQUxXQVlTEAISFAoQU1BJTExfTU9ERV9ORVZFUhADEhUKEVNQSUxMX01PREVfVU5TRU5UEAQqiAEKCUV4ZWNTdGF0ZRIaChZFWEVDX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTRVhFQ19TVEFURV9TVEFSVElORxABEhYKEkVYRUNfU1RBVEVfUlVOTklORxACEhcKE0VYRUNfU1RBVEVfU1RPUFBJTkcQAxIVChFFWEVDX1NUQVRFX0VYSVRFRBAEMqsHCg1SdW5ib3hTZXJ2aWNlEjQKA1J1bhIVLnJ1bmJveC52MS5SdW5SZXF1ZXN0GhQucnVuYm94LnYxLkV4ZWNFdmVudDABEjoKBkF0dGFjaBIYLnJ1bmJveC52MS5BdHRhY2hSZXF1ZXN0GhQucnVuYm94LnYxLkV4ZWNFdmVudDABEj0KBkNhbmNlbBIYLnJ1bmJveC52MS5DYW5jZWxSZXF1ZXN0GhkucnVuYm94LnYxLkNhbmNlbFJlc3BvbnNlEj0KBlNpZ25hbBIYLnJ1bmJveC52MS5TaWduYWxSZXF1ZXN0GhkucnVuYm94LnYxLlNpZ25hbFJlc3BvbnNlEkkKCldyaXRlU3RkaW4SHC5ydW5ib3gudjEuV3JpdGVTdGRpblJlcXVlc3QaHS5ydW5ib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkkKCkNsb3NlU3RkaW4SHC5ydW5ib3gudjEuQ2xvc2VTdGRpblJlcXVlc3QaHS5ydW5ib3gudjEuQ2xvc2VTdGRpblJlc3BvbnNlEj0KBlJlc2l6ZRIYLnJ1bmJveC52MS5SZXNpemVSZXF1ZXN0GhkucnVuYm94LnYxLlJlc2l6ZVJlc3BvbnNlEjcKBExpc3QSFi5ydW5ib3gudjEuTGlzdFJlcXVlc3QaFy5ydW5ib3gudjEuTGlzdFJlc3BvbnNlEjcKBEluZm8SFi5ydW5ib3gudjEuSW5mb1JlcXVlc3QaFy5ydW5ib3gudjEuSW5mb1Jlc3BvbnNlEkMKCFNodXRkb3duEhoucnVuYm94LnYxLlNodXRkb3duUmVxdWVzdBobLnJ1bmJveC52MS5TaHV0ZG93blJlc3BvbnNlEk8KDExpc3RTZXNzaW9ucxIeLnJ1bmJveC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucnVuYm94LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElIKDURlbGV0ZVNlc3Npb24SHy5ydW5ib3gudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaIC5ydW5ib3gudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEjoKBVBhdXNlEhcucnVuYm94LnYxLlBhdXNlUmVxdWVzdBoYLnJ1bmJveC52MS5QYXVzZVJlc3BvbnNlEj0KBlJlc3VtZRIYLnJ1bmJveC52MS5SZXN1bWVSZXF1ZXN0GhkucnVuYm94LnYxLlJlc3VtZVJlc3BvbnNlQjFaL2dpdGh1Yi5jb20vcnVuYm94L3J1bmJveC9nZW4vcnVuYm94L3YxO3J1bmJveHYxYgZwcm90bzM");
+  fileDesc("ChZydW5ib3gvdjEvcnVuYm94LnByb3RvEglydW5ib3gudjEinQQKCEV4ZWNTcGVjEgoKAmlkGAEgASgJEg8KB2NvbW1hbmQYAiABKAkSDAoEYXJndhgDIAMoCRINCgVsb2dpbhgEIAEoCBIpCgNlbnYYBSADKAsyHC5ydW5ib3gudjEuRXhlY1NwZWMuRW52RW50cnkSCwoDY3dkGAYgASgJEg0KBXN0ZGluGAcgASgMEhQKDHN0ZGluX3N0cmVhbRgIIAEoCBISCgp0aW1lb3V0X21zGAkgASgDEhcKD2lkbGVfdGltZW91dF9tcxgKIAEoAxIQCghncmFjZV9tcxgLIAEoAxISCgpoZWFkX2J5dGVzGAwgASgDEhIKCnRhaWxfYnl0ZXMYDSABKAMSDwoHc2Vzc2lvbhgOIAEoCRIjCgVzcGlsbBgPIAEoDjIULnJ1bmJveC52MS5TcGlsbE1vZGUSHwoDcHR5GBAgASgLMhIucnVuYm94LnYxLlB0eVNpemUSEwoLY29tbWFuZF9yYXcYESABKAwSEAoIYXJndl9yYXcYEiADKAwSIgoHZW52X3JhdxgTIAMoCzIRLnJ1bmJveC52MS5FbnZWYXISDwoHY3dkX3JhdxgUIAEoDBIcChRjYW5jZWxfb25fZGlzY29ubmVjdBgVIAEoCBIWCg5raWxsX2xlZnRvdmVycxgWIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIiUKBkVudlZhchIMCgRuYW1lGAEgASgMEg0KBXZhbHVlGAIgASgMIiUKB1B0eVNpemUSDAoEcm93cxgBIAEoDRIMCgRjb2xzGAIgASgNIkYKClJ1blJlcXVlc3QSIQoEc3BlYxgBIAEoCzITLnJ1bmJveC52MS5FeGVjU3BlYxIVCg1zdHJlYW1fb3V0cHV0GAIgASgIIkQKDUF0dGFjaFJlcXVlc3QSCgoCaWQYASABKAkSFQoNc3RyZWFtX291dHB1dBgCIAEoCBIQCghmcm9tX3NlcRgDIAEoBCKkAQoJRXhlY0V2ZW50EiUKB3N0YXJ0ZWQYASABKAsyEi5ydW5ib3gudjEuU3RhcnRlZEgAEiMKBm91dHB1dBgCIAEoCzIRLnJ1bmJveC52MS5PdXRwdXRIABIjCgZleGl0ZWQYAyABKAsyES5ydW5ib3gudjEuRXhpdGVkSAASHQoDZ2FwGAQgASgLMg4ucnVuYm94LnYxLkdhcEgAQgcKBWV2ZW50IjQKB1N0YXJ0ZWQSCgoCaWQYASABKAkSCwoDcGlkGAIgASgDEhAKCGF0dGFjaGVkGAMgASgIIkYKBk91dHB1dBIhCgZzdHJlYW0YASABKA4yES5ydW5ib3gudjEuU3RyZWFtEgsKA3NlcRgCIAEoBBIMCgRkYXRhGAMgASgMIjYKA0dhcBIQCghmcm9tX3NlcRgBIAEoBBIOCgZ0b19zZXEYAiABKAQSDQoFYnl0ZXMYAyABKAMiKwoGRXhpdGVkEiEKBnJlc3VsdBgBIAEoCzIRLnJ1bmJveC52MS5SZXN1bHQitwQKBlJlc3VsdBIKCgJpZBgBIAEoCRIRCglleGl0X2NvZGUYAiABKAUSDgoGc2lnbmFsGAMgASgJEhEKCXRpbWVkX291dBgEIAEoCBIRCgljYW5jZWxsZWQYBSABKAgSFgoOaWRsZV90aW1lZF9vdXQYBiABKAgSEwoLZHVyYXRpb25fdXMYByABKAMSDgoGc3Rkb3V0GAggASgMEg4KBnN0ZGVychgJIAEoDBIWCg5zdGRvdXRfZHJvcHBlZBgKIAEoAxIWCg5zdGRlcnJfZHJvcHBlZBgLIAEoAxIUCgxzdGRvdXRfYnl0ZXMYDCABKAMSFAoMc3RkZXJyX2J5dGVzGA0gASgDEg4KBmtpbGxlZBgOIAEoBRIRCglzdXJ2aXZvcnMYDyABKAUSCwoDcGlkGBAgASgDEhQKDHN0ZG91dF9zcGlsbBgRIAEoCRIUCgxzdGRlcnJfc3BpbGwYEiABKAkSFwoPc3BpbGxfdHJ1bmNhdGVkGBMgASgIEgsKA2N3ZBgUIAEoCRIZChFjd2RfZmFsbGJhY2tfZnJvbRgVIAEoCRISCgpvb21fa2lsbGVkGBYgASgIEg8KB2N3ZF9yYXcYFyABKAwSHQoVY3dkX2ZhbGxiYWNrX2Zyb21fcmF3GBggASgMEhQKDGxlZnRfcnVubmluZxgZIAEoBRIbChNzdGRvdXRfc3BpbGxfb2Zmc2V0GBogASgDEhsKE3N0ZGVycl9zcGlsbF9vZmZzZXQYGyABKAMiLQoNQ2FuY2VsUmVxdWVzdBIKCgJpZBgBIAEoCRIQCghncmFjZV9tcxgCIAEoAyIfCg5DYW5jZWxSZXNwb25zZRINCgVrbm93bhgBIAEoCCIrCg1TaWduYWxSZXF1ZXN0EgoKAmlkGAEgASgJEg4KBnNpZ25hbBgCIAEoBSIjCg5TaWduYWxSZXNwb25zZRIRCglzaWduYWxsZWQYASABKAUiLQoRV3JpdGVTdGRpblJlcXVlc3QSCgoCaWQYASABKAkSDAoEZGF0YRgCIAEoDCIUChJXcml0ZVN0ZGluUmVzcG9uc2UiHwoRQ2xvc2VTdGRpblJlcXVlc3QSCgoCaWQYASABKAkiFAoSQ2xvc2VTdGRpblJlc3BvbnNlIjcKDVJlc2l6ZVJlcXVlc3QSCgoCaWQYASABKAkSDAoEcm93cxgCIAEoDRIMCgRjb2xzGAMgASgNIhAKDlJlc2l6ZVJlc3BvbnNlIiIKC0xpc3RSZXF1ZXN0EhMKC29taXRfb3V0cHV0GAEgASgIIjIKDExpc3RSZXNwb25zZRIiCgVleGVjcxgBIAMoCzITLnJ1bmJveC52MS5FeGVjSW5mbyLFAQoIRXhlY0luZm8SCgoCaWQYASABKAkSCwoDcGlkGAIgASgDEiMKBXN0YXRlGAMgASgOMhQucnVuYm94LnYxLkV4ZWNTdGF0ZRIPCgdjb21tYW5kGAQgASgJEhoKEnN0YXJ0ZWRfYXRfdW5peF9tcxgFIAEoAxIhCgZyZXN1bHQYBiABKAsyES5ydW5ib3gudjEuUmVzdWx0EhYKDmxpdmVfcHJvY2Vzc2VzGAcgASgFEhMKC2NvbW1hbmRfcmF3GAggASgMIg0KC0luZm9SZXF1ZXN0ItQBCgxJbmZvUmVzcG9uc2USDwoHdmVyc2lvbhgBIAEoCRILCgNwaWQYAiABKAMSEwoLY2dyb3VwX21vZGUYAyABKAkSDwoHcnVubmluZxgEIAEoBRIQCghyZXRhaW5lZBgFIAEoBRINCgV0b3RhbBgGIAEoBBIaChJzdGFydGVkX2F0X3VuaXhfbXMYByABKAMSEgoKZ29yb3V0aW5lcxgIIAEoBRIQCghvcGVuX2ZkcxgJIAEoBRIOCgZwYXVzZWQYCiABKAgSDQoFaG9sZHMYCyABKAUiIwoPU2h1dGRvd25SZXF1ZXN0EhAKCGdyYWNlX21zGAEgASgDIhIKEFNodXRkb3duUmVzcG9uc2UiVgoHU2Vzc2lvbhIMCgRuYW1lGAEgASgJEgsKA2N3ZBgCIAEoCRIQCghlbnZfdmFycxgDIAEoBRINCgVleGVjcxgEIAEoBRIPCgdjd2RfcmF3GAUgASgMIhUKE0xpc3RTZXNzaW9uc1JlcXVlc3QiPAoUTGlzdFNlc3Npb25zUmVzcG9uc2USJAoIc2Vzc2lvbnMYASADKAsyEi5ydW5ib3gudjEuU2Vzc2lvbiIkChREZWxldGVTZXNzaW9uUmVxdWVzdBIMCgRuYW1lGAEgASgJIhcKFURlbGV0ZVNlc3Npb25SZXNwb25zZSIOCgxQYXVzZVJlcXVlc3QiDwoNUGF1c2VSZXNwb25zZSIPCg1SZXN1bWVSZXF1ZXN0IhAKDlJlc3VtZVJlc3BvbnNlIh0KC0hvbGRSZXF1ZXN0Eg4KBnJlYXNvbhgBIAEoCSI3CglIb2xkRXZlbnQSDgoGZnJvemVuGAEgASgIEg4KBnBhdXNlZBgCIAEoCBIKCgJpZBgDIAEoCSIgChJSZWxlYXNlSG9sZFJlcXVlc3QSCgoCaWQYASABKAkiIwoTUmVsZWFzZUhvbGRSZXNwb25zZRIMCgRoZWxkGAEgASgIKkYKBlN0cmVhbRIWChJTVFJFQU1fVU5TUEVDSUZJRUQQABIRCg1TVFJFQU1fU1RET1VUEAESEQoNU1RSRUFNX1NUREVSUhACKoABCglTcGlsbE1vZGUSGgoWU1BJTExfTU9ERV9VTlNQRUNJRklFRBAAEhMKD1NQSUxMX01PREVfQVVUTxABEhUKEVNQSUxMX01PREVfQUxXQVlTEAISFAoQU1BJTExfTU9ERV9ORVZFUhADEhUKEVNQSUxMX01PREVfVU5TRU5UEAQqiAEKCUV4ZWNTdGF0ZRIaChZFWEVDX1NUQVRFX1VOU1BFQ0lGSUVEEAASFwoTRVhFQ19TVEFURV9TVEFSVElORxABEhYKEkVYRUNfU1RBVEVfUlVOTklORxACEhcKE0VYRUNfU1RBVEVfU1RPUFBJTkcQAxIVChFFWEVDX1NUQVRFX0VYSVRFRBAEMrEICg1SdW5ib3hTZXJ2aWNlEjQKA1J1bhIVLnJ1bmJveC52MS5SdW5SZXF1ZXN0GhQucnVuYm94LnYxLkV4ZWNFdmVudDABEjoKBkF0dGFjaBIYLnJ1bmJveC52MS5BdHRhY2hSZXF1ZXN0GhQucnVuYm94LnYxLkV4ZWNFdmVudDABEj0KBkNhbmNlbBIYLnJ1bmJveC52MS5DYW5jZWxSZXF1ZXN0GhkucnVuYm94LnYxLkNhbmNlbFJlc3BvbnNlEj0KBlNpZ25hbBIYLnJ1bmJveC52MS5TaWduYWxSZXF1ZXN0GhkucnVuYm94LnYxLlNpZ25hbFJlc3BvbnNlEkkKCldyaXRlU3RkaW4SHC5ydW5ib3gudjEuV3JpdGVTdGRpblJlcXVlc3QaHS5ydW5ib3gudjEuV3JpdGVTdGRpblJlc3BvbnNlEkkKCkNsb3NlU3RkaW4SHC5ydW5ib3gudjEuQ2xvc2VTdGRpblJlcXVlc3QaHS5ydW5ib3gudjEuQ2xvc2VTdGRpblJlc3BvbnNlEj0KBlJlc2l6ZRIYLnJ1bmJveC52MS5SZXNpemVSZXF1ZXN0GhkucnVuYm94LnYxLlJlc2l6ZVJlc3BvbnNlEjcKBExpc3QSFi5ydW5ib3gudjEuTGlzdFJlcXVlc3QaFy5ydW5ib3gudjEuTGlzdFJlc3BvbnNlEjcKBEluZm8SFi5ydW5ib3gudjEuSW5mb1JlcXVlc3QaFy5ydW5ib3gudjEuSW5mb1Jlc3BvbnNlEkMKCFNodXRkb3duEhoucnVuYm94LnYxLlNodXRkb3duUmVxdWVzdBobLnJ1bmJveC52MS5TaHV0ZG93blJlc3BvbnNlEk8KDExpc3RTZXNzaW9ucxIeLnJ1bmJveC52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0Gh8ucnVuYm94LnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlElIKDURlbGV0ZVNlc3Npb24SHy5ydW5ib3gudjEuRGVsZXRlU2Vzc2lvblJlcXVlc3QaIC5ydW5ib3gudjEuRGVsZXRlU2Vzc2lvblJlc3BvbnNlEjoKBVBhdXNlEhcucnVuYm94LnYxLlBhdXNlUmVxdWVzdBoYLnJ1bmJveC52MS5QYXVzZVJlc3BvbnNlEj0KBlJlc3VtZRIYLnJ1bmJveC52MS5SZXN1bWVSZXF1ZXN0GhkucnVuYm94LnYxLlJlc3VtZVJlc3BvbnNlEjYKBEhvbGQSFi5ydW5ib3gudjEuSG9sZFJlcXVlc3QaFC5ydW5ib3gudjEuSG9sZEV2ZW50MAESTAoLUmVsZWFzZUhvbGQSHS5ydW5ib3gudjEuUmVsZWFzZUhvbGRSZXF1ZXN0Gh4ucnVuYm94LnYxLlJlbGVhc2VIb2xkUmVzcG9uc2VCMVovZ2l0aHViLmNvbS9ydW5ib3gvcnVuYm94L2dlbi9ydW5ib3gvdjE7cnVuYm94djFiBnByb3RvMw");
 
 /**
  * @generated from message runbox.v1.ExecSpec
@@ -908,11 +908,19 @@ export type InfoResponse = Message<"runbox.v1.InfoResponse"> & {
   openFds: number;
 
   /**
-   * paused says the sandbox is paused (Pause).
+   * paused says the sandbox's user paused it (Pause, until Resume).
    *
    * @generated from field: bool paused = 10;
    */
   paused: boolean;
+
+  /**
+   * holds counts the Hold streams open now; the commands are frozen
+   * while paused is set or holds is above zero.
+   *
+   * @generated from field: int32 holds = 11;
+   */
+  holds: number;
 };
 
 /**
@@ -1102,6 +1110,98 @@ export type ResumeResponse = Message<"runbox.v1.ResumeResponse"> & {
  */
 export const ResumeResponseSchema: GenMessage<ResumeResponse> = /*@__PURE__*/
   messageDesc(file_runbox_v1_runbox, 36);
+
+/**
+ * @generated from message runbox.v1.HoldRequest
+ */
+export type HoldRequest = Message<"runbox.v1.HoldRequest"> & {
+  /**
+   * reason says who holds the sandbox and why ("snapshot NAME"), for logs.
+   *
+   * @generated from field: string reason = 1;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message runbox.v1.HoldRequest.
+ * Use `create(HoldRequestSchema)` to create a new message.
+ */
+export const HoldRequestSchema: GenMessage<HoldRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_runbox, 37);
+
+/**
+ * HoldEvent is sent once, when the commands are frozen.
+ *
+ * @generated from message runbox.v1.HoldEvent
+ */
+export type HoldEvent = Message<"runbox.v1.HoldEvent"> & {
+  /**
+   * frozen is true: the hold stands from now until the stream ends.
+   *
+   * @generated from field: bool frozen = 1;
+   */
+  frozen: boolean;
+
+  /**
+   * paused says whether the user's pause stood too when the hold began.
+   *
+   * @generated from field: bool paused = 2;
+   */
+  paused: boolean;
+
+  /**
+   * id names the hold for ReleaseHold.
+   *
+   * @generated from field: string id = 3;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message runbox.v1.HoldEvent.
+ * Use `create(HoldEventSchema)` to create a new message.
+ */
+export const HoldEventSchema: GenMessage<HoldEvent> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_runbox, 38);
+
+/**
+ * @generated from message runbox.v1.ReleaseHoldRequest
+ */
+export type ReleaseHoldRequest = Message<"runbox.v1.ReleaseHoldRequest"> & {
+  /**
+   * @generated from field: string id = 1;
+   */
+  id: string;
+};
+
+/**
+ * Describes the message runbox.v1.ReleaseHoldRequest.
+ * Use `create(ReleaseHoldRequestSchema)` to create a new message.
+ */
+export const ReleaseHoldRequestSchema: GenMessage<ReleaseHoldRequest> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_runbox, 39);
+
+/**
+ * @generated from message runbox.v1.ReleaseHoldResponse
+ */
+export type ReleaseHoldResponse = Message<"runbox.v1.ReleaseHoldResponse"> & {
+  /**
+   * held says the hold stood until this release; false means it had
+   * ended before (its stream broke, or the daemon is stopping), so the
+   * commands may have run meanwhile.
+   *
+   * @generated from field: bool held = 1;
+   */
+  held: boolean;
+};
+
+/**
+ * Describes the message runbox.v1.ReleaseHoldResponse.
+ * Use `create(ReleaseHoldResponseSchema)` to create a new message.
+ */
+export const ReleaseHoldResponseSchema: GenMessage<ReleaseHoldResponse> = /*@__PURE__*/
+  messageDesc(file_runbox_v1_runbox, 40);
 
 /**
  * @generated from enum runbox.v1.Stream
@@ -1348,7 +1448,8 @@ export const RunboxService: GenService<{
   },
   /**
    * Resume thaws what Pause froze; deadlines go on with the time they had
-   * left. Idempotent.
+   * left. Idempotent. Only the user's pause is lifted: while a Hold stands
+   * the commands stay frozen until the last one ends.
    *
    * @generated from rpc runbox.v1.RunboxService.Resume
    */
@@ -1356,6 +1457,33 @@ export const RunboxService: GenService<{
     methodKind: "unary";
     input: typeof ResumeRequestSchema;
     output: typeof ResumeResponseSchema;
+  },
+  /**
+   * Hold freezes every process of every exec, as Pause does, for as long
+   * as the stream lasts: runboxd sends one HoldEvent once the commands are
+   * frozen and keeps the hold until the client ends the stream or its
+   * connection drops (so a holder that dies never leaves the sandbox
+   * frozen). The sandbox is frozen while the user's pause stands or any
+   * hold does; Pause and Resume change only the user's pause.
+   *
+   * @generated from rpc runbox.v1.RunboxService.Hold
+   */
+  hold: {
+    methodKind: "server_streaming";
+    input: typeof HoldRequestSchema;
+    output: typeof HoldEventSchema;
+  },
+  /**
+   * ReleaseHold ends the hold a Hold stream's event named, at once: it
+   * answers once the commands are thawed (unless the user's pause or
+   * another hold stands), which ending the stream alone does not wait for.
+   *
+   * @generated from rpc runbox.v1.RunboxService.ReleaseHold
+   */
+  releaseHold: {
+    methodKind: "unary";
+    input: typeof ReleaseHoldRequestSchema;
+    output: typeof ReleaseHoldResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_runbox_v1_runbox, 0);
