@@ -388,6 +388,9 @@ func (s *Supervisor) startLeader(e *Exec, path string, argv []string, attr *sysc
 	s.spawnMu.RUnlock()
 	if err != nil {
 		dir := attr.Dir
+		if s.cfg.RootLost != nil && (errors.Is(err, syscall.ENOTCONN) || errors.Is(err, syscall.ECONNABORTED)) {
+			return 0, fmt.Errorf("%w: %s: %w: %s", runbox.ErrSpawn, path, err, s.cfg.RootLost())
+		}
 		if errors.Is(err, syscall.ENOENT) && dir != "" {
 			if _, serr := os.Stat(dir); serr != nil {
 				return 0, fmt.Errorf("%w: working directory %s: %w", runbox.ErrSpawn, dir, serr)
