@@ -187,14 +187,17 @@ func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless, fus
 var fuseServerSubsystems = []cgroup1.Name{cgroup1.Pids, cgroup1.Memory}
 
 // fuseServerMemory is the memory limit of a sandbox's FUSE server, 0 for
-// none: the sandbox's own memory limit. What a sandbox's commands make the
-// server hold is then bounded by what the sandbox was given, so a host
-// that can afford a sandbox's memory once can afford its server too; a
-// sandbox asked to be unlimited (--memory 0) has an unlimited server.
-// Normal work needs far less: a node per name looked up (a few hundred
-// bytes each; `find / -xdev` over a whole host root is some tens of MiB)
-// and a table of 8 bytes per entry per directory being read.
-func fuseServerMemory(spec runbox.SandboxSpec) int64 { return spec.Memory }
+// none: the sandbox's own memory limit, and at least FuseServerMinMemory.
+// What a sandbox's commands make the server hold is then bounded by what
+// the sandbox was given, so a host that can afford a sandbox's memory can
+// afford its server too; a sandbox asked to be unlimited (--memory 0) has
+// an unlimited server, as its commands are.
+func fuseServerMemory(spec runbox.SandboxSpec) int64 {
+	if spec.Memory <= 0 {
+		return 0
+	}
+	return max(spec.Memory, FuseServerMinMemory)
+}
 
 // newFuseServerGroup1 makes fuseServerGroup on a v1 or hybrid host, in the
 // memory and pids hierarchies, with fuseServerMemory and fuseServerPids.
@@ -324,30 +327,67 @@ func (c *sandboxCgroups) place(pid int) error {
 }
 
 // enterFuseServerGroup makes the calling thread, locked to its goroutine
-// and never given back (startFuseServer's), one whose children start in
-// the sandbox's fuseServerGroup: on a v1 or hybrid host the thread joins
-// the group itself (a v1 child starts in its parent thread's groups), on a
-// unified host attr clones the child into it (clone3's
-// CLONE_INTO_CGROUP). So the server is bounded from its first instruction,
-// before it can serve a single request. The returned function closes what
-// attr holds, once the child is started. With no group (rootless, or a
+// (startFuseServer's), one whose children start in the sandbox's
+// fuseServerGroup: on a v1 or hybrid host the thread joins the group
+// itself (a v1 child starts in its parent thread's groups), on a unified
+// host attr clones the child into it (clone3's CLONE_INTO_CGROUP). So the
+// server is bounded from its first instruction, before it can serve a
+// single request. The returned function, to call once the child is
+// started, puts the thread back in the groups it left and closes what
+// attr holds: no thread of this process stays in the server's group (the
+// runtime may keep a locked thread rather than end it, its main one), to
+// be charged, or killed, with the server. With no group (rootless, or a
 // sandbox without a FUSE root) it does nothing.
 func (c *sandboxCgroups) enterFuseServerGroup(attr *syscall.SysProcAttr) (func(), error) {
 	tid := []byte(strconv.Itoa(unix.Gettid()))
+	var back []string
+	leave := func() {
+		for _, tasks := range back {
+			_ = os.WriteFile(tasks, tid, 0)
+		}
+	}
+	if len(c.fuseTasks) > 0 {
+		own, err := os.ReadFile("/proc/thread-self/cgroup")
+		if err != nil {
+			return nil, fmt.Errorf("put %s in its cgroup: %w", FuseServer, err)
+		}
+		for _, name := range fuseServerSubsystems {
+			if group := v1GroupOf(own, name); group != "" {
+				if dir := subsystemPath(name, group); dir != "" {
+					back = append(back, filepath.Join(dir, "tasks"))
+				}
+			}
+		}
+	}
 	for _, tasks := range c.fuseTasks {
 		if err := os.WriteFile(tasks, tid, 0); err != nil {
+			leave()
 			return nil, fmt.Errorf("put %s in its cgroup: %w", FuseServer, err)
 		}
 	}
 	if c.fuseV2Dir == "" {
-		return func() {}, nil
+		return leave, nil
 	}
 	dir, err := os.Open(c.fuseV2Dir)
 	if err != nil {
+		leave()
 		return nil, fmt.Errorf("put %s in its cgroup: %w", FuseServer, err)
 	}
 	attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
-	return func() { dir.Close() }, nil
+	return func() { leave(); dir.Close() }, nil
+}
+
+// v1GroupOf returns the group of the v1 hierarchy of controller name in
+// a /proc/*/cgroup listing, or "".
+func v1GroupOf(listing []byte, name cgroup1.Name) string {
+	for line := range strings.Lines(string(listing)) {
+		// hierarchy-ID:controller-list:path
+		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), string(name)) {
+			return f[2]
+		}
+	}
+	return ""
 }
 
 // delegate gives the sandbox's mapped root what runboxd, running as it,
@@ -531,7 +571,9 @@ func removeKillingStragglers(dir string) error {
 		if time.Now().After(killAt) {
 			if b, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {
 				for f := range strings.FieldsSeq(string(b)) {
-					if pid, perr := strconv.Atoi(f); perr == nil && pid > 0 {
+					// Never this process: a thread of the provider that
+					// started a server may be there for a moment.
+					if pid, perr := strconv.Atoi(f); perr == nil && pid > 0 && pid != os.Getpid() {
 						_ = syscall.Kill(pid, syscall.SIGKILL)
 					}
 				}

@@ -183,8 +183,7 @@ func fuseServerCmd(runboxd *os.File, server string, fuse, layers *os.File, m idM
 // and its namespace with it, when the goroutine that started cmd does.
 // The same thread first enters the sandbox's cgroup for its FUSE server
 // (see sandboxCgroups.enterFuseServerGroup), so that cmd starts there and
-// never serves a request outside it; the thread being thrown away, no
-// other work of this process ever runs in that group.
+// never serves a request outside it, and leaves it once cmd has started.
 func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap, cg *sandboxCgroups) (*procbox.Detached, error) {
 	type started struct {
 		srv *procbox.Detached
@@ -193,12 +192,12 @@ func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap, cg *sand
 	done := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
-		closeCgroup, err := cg.enterFuseServerGroup(cmd.SysProcAttr)
+		leaveCgroup, err := cg.enterFuseServerGroup(cmd.SysProcAttr)
 		if err != nil {
 			done <- started{err: err}
 			return
 		}
-		defer closeCgroup()
+		defer leaveCgroup() // on the failures below (twice is harmless)
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 			done <- started{err: fmt.Errorf("a mount namespace for %s: %w", FuseServer, err)}
 			return
@@ -208,6 +207,7 @@ func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap, cg *sand
 			return
 		}
 		srv, err := procbox.StartDetached(cmd)
+		leaveCgroup()
 		done <- started{srv, err}
 	}()
 	r := <-done
