@@ -35,6 +35,8 @@ const (
 	// extraFuseCgroup2 is the cgroup v2 directory of the sandbox's FUSE
 	// server (fuseServerGroup), on a unified host.
 	extraFuseCgroup2 = "fuse_server_cgroup2"
+	// extraFuseMemory is the FUSE server's memory limit (fuseServerMemory).
+	extraFuseMemory = "fuse_server_memory"
 )
 
 // limitSubsystems are the v1 controllers the limits use.

@@ -71,6 +71,9 @@ func TestFuseServerMemoryBound(t *testing.T) {
 			t.Errorf("%s = %q: a thread of the provider is in the FUSE server's group", f, b)
 		}
 	}
+	if got := sb.Detail["fuse_server_memory"]; got != strconv.FormatInt(bound, 10) {
+		t.Errorf("inspect detail fuse_server_memory = %q, want %d", got, bound)
+	}
 	if b, err := os.ReadFile(cg.limit); err != nil || strings.TrimSpace(string(b)) != strconv.FormatInt(bound, 10) {
 		t.Errorf("%s = %q (%v), want %d", cg.limit, b, err, bound)
 	}
@@ -117,11 +120,13 @@ print(len(fds))
 	// nothing can start.
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err = c.Exec(ctx, "true")
-	if err == nil || errors.Is(err, runbox.ErrSandboxLost) || !errors.Is(err, runbox.ErrSpawn) {
-		t.Errorf("exec after the server's end: %v, want a spawn error (not a lost sandbox)", err)
-	} else if !strings.Contains(err.Error(), "root filesystem is gone") || !strings.Contains(err.Error(), "memory limit") {
-		t.Errorf("exec after the server's end: %v, want it to say the root filesystem is gone and why", err)
+	for _, spec := range []runbox.ExecSpec{{Command: "true"}, {Argv: []string{"ls", "/"}}} {
+		_, err = c.ExecSpec(ctx, spec)
+		if err == nil || errors.Is(err, runbox.ErrSandboxLost) || !errors.Is(err, runbox.ErrSpawn) || errors.Is(err, runbox.ErrCommandNotFound) {
+			t.Errorf("exec %+v after the server's end: %v, want a spawn error (not a lost sandbox, not a missing command)", spec, err)
+		} else if !strings.Contains(err.Error(), "root filesystem is gone") || !strings.Contains(err.Error(), "memory limit") {
+			t.Errorf("exec %+v after the server's end: %v, want it to say the root filesystem is gone and why", spec, err)
+		}
 	}
 	got, err := p.Get(ctx, sb.ID)
 	if err != nil || !got.Alive {

@@ -255,6 +255,9 @@ func (s *launching) recordDetail() {
 	}
 	if s.fuseRoot {
 		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
+		if m := fuseServerMemory(spec); m > 0 && !s.rootless {
+			rec.Extra[extraFuseMemory] = strconv.FormatInt(m, 10)
+		}
 	}
 	switch {
 	case ids.mapped():

@@ -214,7 +214,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"snapshot", extraSnapshotLayers, "network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
+	for _, k := range []string{"snapshot", extraSnapshotLayers, "network", "egress_pid", "rootfs", "root", "fuse_server_pid", extraFuseMemory, extraFuseCgroup2, "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
