@@ -80,7 +80,7 @@ const commandsGroup = "commands"
 // runbox-local/<id>.fuse-server. Either way it is not under the cgroup
 // the sandbox's runboxd is delegated, so nothing inside can move into it,
 // out of it, or change its limits. Its memory limit is the sandbox's (see
-// fuseServerLimits); runboxd is never in it, so a server that reaches it
+// fuseServerMemory); runboxd is never in it, so a server that reaches it
 // is the only process the kernel's OOM killer may choose there.
 const fuseServerGroup = "fuse-server"
 
