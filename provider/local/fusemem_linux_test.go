@@ -34,8 +34,9 @@ const fuseAttackEntries = 20000
 // listing is stale and every read reaches the server, which keeps a table
 // of the listing per handle). Before the server had a group of its own it
 // was in the caller's cgroup, under no limit of the sandbox's, and this
-// attack took it to 438 MiB (2,400 handles) in a sandbox of --memory 256M
-// whose commands stayed under 78 MiB. Now the kernel kills it at its
+// attack took it to 396 MiB here (and to 428 MiB with 2,400 handles of an
+// 18,234-entry directory in a sandbox of --memory 256M whose commands
+// stayed under 78 MiB). Now the kernel kills it at its
 // limit (the server's VmRSS, sampled while the attack runs, and its
 // cgroup's peak stay within it); runboxd still answers, the sandbox is not
 // lost, an exec says why no command can start, and removal leaves no
