@@ -67,6 +67,16 @@ func jailServe(args []string, stderr io.Writer) error {
 		}
 		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
 	}
+	if jc.FuseRoot {
+		var serverOOM *os.File
+		if jc.FuseServerOOMControl != "" {
+			// Opened before the pivot, as the commands' counter is.
+			if serverOOM, err = os.Open(jc.FuseServerOOMControl); err != nil {
+				return fmt.Errorf("jail: the FUSE server's memory cgroup: %w", err)
+			}
+		}
+		cfg.RootLost = func() string { return fuseRootLost(serverOOM) }
+	}
 	keepThreads(jc.Threads)
 	for _, path := range jc.ExecTasks {
 		// Opened before the pivot too; the file's opener is what the
@@ -191,6 +201,19 @@ func oomKills(f *os.File) (uint64, error) {
 		}
 	}
 	return 0, errors.New("no oom_kill counter in memory.oom_control")
+}
+
+// fuseRootLost says why a FUSE root stopped answering and what to do:
+// its server (outside the sandbox) is gone, killed by the kernel at the
+// memory bound of its cgroup when oom, that cgroup's counter, says so.
+func fuseRootLost(oom *os.File) string {
+	why := "its server (fuse-overlayfs, which runs outside the sandbox) has exited"
+	if oom != nil {
+		if n, err := oomKills(oom); err == nil && n > 0 {
+			why = "its server (fuse-overlayfs, which runs outside the sandbox) was killed by the kernel at its memory limit, the sandbox's own (--memory), by what the sandbox's commands made it hold (directories held open and read, names looked up)"
+		}
+	}
+	return "the sandbox's root filesystem is gone: " + why + "; no command can start in this sandbox any more, though its workspace is intact and its files can still be copied out (runbox cp): remove it (runbox rm) and create another, with a larger --memory if the work needs it"
 }
 
 // maxConfig bounds the configuration the provider sends.

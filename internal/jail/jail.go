@@ -121,6 +121,12 @@ type Config struct {
 	// memory.oom_control (cgroup v1), whose oom_kill counter tells which
 	// execs the memory limit killed; "" without a memory limit.
 	OOMControl string `json:"oom_control,omitempty"`
+	// FuseServerOOMControl is the host path of the oom_kill counter
+	// (memory.oom_control, or memory.events on cgroup v2) of the cgroup
+	// of a FuseRoot's server, whose memory limit is the sandbox's: runboxd
+	// reads it to say why the root is gone when the server is. "" without
+	// a memory limit.
+	FuseServerOOMControl string `json:"fuse_server_oom_control,omitempty"`
 	// ExecTasks are host paths of cgroup v1 tasks files of groups that
 	// hold the sandbox's commands but not runboxd (its pids limit): runboxd
 	// forks every exec from a thread that has joined them.

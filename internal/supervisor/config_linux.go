@@ -47,6 +47,12 @@ type Config struct {
 	// leader died of a SIGKILL runbox did not send while the counter rose
 	// is reported OOMKilled.
 	OOMKills func() (uint64, error)
+	// RootLost, when set, says why the sandbox's root filesystem stopped
+	// answering: its server, outside the sandbox, is gone (a FUSE root's
+	// paths fail with ENOTCONN or ECONNABORTED). A spawn that fails so
+	// carries what it returns, so the caller learns that no command can
+	// start here any more and what to do, not only an errno.
+	RootLost func() string
 	// ExecCgroupsV1 are the tasks files of cgroup v1 groups every exec
 	// starts in (a pids limit for commands only). The daemon forks from one
 	// thread that joins them, so its other threads stay outside: however

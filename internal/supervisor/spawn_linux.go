@@ -123,6 +123,22 @@ func spawnFailure(path string, err error) error {
 	return runbox.ErrSpawn
 }
 
+// rootGone returns, when the sandbox's root filesystem no longer answers
+// (a FUSE root whose server is gone: statfs, which always reaches the
+// server, fails with ENOTCONN or ECONNABORTED), the ErrSpawn that says so
+// and why (Config.RootLost); else nil.
+func (s *Supervisor) rootGone() error {
+	if s.cfg.RootLost == nil {
+		return nil
+	}
+	var st unix.Statfs_t
+	err := unix.Statfs("/", &st)
+	if !errors.Is(err, unix.ENOTCONN) && !errors.Is(err, unix.ECONNABORTED) {
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s", runbox.ErrSpawn, err, s.cfg.RootLost())
+}
+
 // lookPath finds file in the directories of pathList, like a shell does.
 func lookPath(file, pathList string) (string, error) {
 	if strings.Contains(file, "/") {
@@ -209,6 +225,9 @@ func (s *Supervisor) commandLine(e *Exec, envPath string) (path string, argv []s
 	spec := e.spec
 	if spec.Command == "" {
 		if path, err = lookPath(spec.Argv[0], envPath); err != nil {
+			if gone := s.rootGone(); gone != nil {
+				return "", nil, fmt.Errorf("%s: %w", spec.Argv[0], gone)
+			}
 			return "", nil, fmt.Errorf("%w: %w", runbox.ErrCommandNotFound, err)
 		}
 		return path, spec.Argv, nil
@@ -388,6 +407,9 @@ func (s *Supervisor) startLeader(e *Exec, path string, argv []string, attr *sysc
 	s.spawnMu.RUnlock()
 	if err != nil {
 		dir := attr.Dir
+		if gone := s.rootGone(); gone != nil {
+			return 0, fmt.Errorf("%s: %w", path, gone)
+		}
 		if errors.Is(err, syscall.ENOENT) && dir != "" {
 			if _, serr := os.Stat(dir); serr != nil {
 				return 0, fmt.Errorf("%w: working directory %s: %w", runbox.ErrSpawn, dir, serr)

@@ -8,13 +8,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
@@ -29,6 +32,11 @@ const (
 	extraCgroup2    = "cgroup2"     // absolute path of its cgroup v2 directory
 	extraCgroup1    = "cgroup1"     // its path in each v1 hierarchy it uses
 	extraOOMControl = "oom_control" // the file whose oom_kill counter runboxd reads
+	// extraFuseCgroup2 is the cgroup v2 directory of the sandbox's FUSE
+	// server (fuseServerGroup), on a unified host.
+	extraFuseCgroup2 = "fuse_server_cgroup2"
+	// extraFuseMemory is the FUSE server's memory limit (fuseServerMemory).
+	extraFuseMemory = "fuse_server_memory"
 )
 
 // limitSubsystems are the v1 controllers the limits use.
@@ -44,6 +52,12 @@ type sandboxCgroups struct {
 	oomControl  string
 	execTasks   []string // tasks files of the groups only commands are in
 	keepThreads int      // threads runboxd keeps where it shares the pids limit
+
+	// fuseV2Dir (unified host) and fuseTasks (v1 or hybrid host) are
+	// where the sandbox's FUSE server starts: see fuseServerGroup.
+	fuseV2Dir string
+	fuseTasks []string
+	fuseOOM   string // the oom_kill counter of its group, when limited
 }
 
 // commandsGroup is the v1 cgroup, inside a sandbox's, that holds its
@@ -54,15 +68,38 @@ type sandboxCgroups struct {
 // runboxd). runboxd forks from one thread of its own that has joined it.
 const commandsGroup = "commands"
 
+// fuseServerGroup is the cgroup of a sandbox's FUSE server, which serves
+// its root from outside it and whose memory grows with what its commands
+// do to their filesystem (a node per name looked up, a table of a
+// directory's entries per open handle read): without a group of its own
+// that memory would be counted under no limit. On a v1 or hybrid host it
+// is a child of the sandbox's cgroup, beside commandsGroup, in the memory
+// and pids hierarchies; on a unified host, where the sandbox's cgroup
+// holds runboxd and so may not give a child a limit of its own (cgroup
+// v2's no-internal-processes rule), it is the sibling
+// runbox-local/<id>.fuse-server. Either way it is not under the cgroup
+// the sandbox's runboxd is delegated, so nothing inside can move into it,
+// out of it, or change its limits. Its memory limit is the sandbox's (see
+// fuseServerMemory); runboxd is never in it, so a server that reaches it
+// is the only process the kernel's OOM killer may choose there.
+const fuseServerGroup = "fuse-server"
+
+// fuseServerPids bounds the FUSE server's processes and threads:
+// fuse-overlayfs serves from one thread (it runs
+// `runboxd fuse-root`, a Go program, for a moment first: a handful more).
+const fuseServerPids = 64
+
 func hasLimits(spec runbox.SandboxSpec) bool {
 	return spec.Memory > 0 || spec.Pids > 0 || spec.CPUs > 0
 }
 
 // newCgroups makes the sandbox's cgroups, with the spec's limits and, when
 // shares is not 0, that CPU weight (cpu.shares; cgroup v2's cpu.weight is
-// shares scaled as the kernel's own v1 emulation does). Without root it
-// makes none, and refuses limits.
-func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless bool) (*sandboxCgroups, error) {
+// shares scaled as the kernel's own v1 emulation does), and, when
+// fuseRoot, the group its FUSE server starts in (fuseServerGroup). Without
+// root it makes none, and refuses limits (rootless, there is no FUSE
+// server either: the kernel's overlay serves the root).
+func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless, fuseRoot bool) (*sandboxCgroups, error) {
 	if rootless {
 		if hasLimits(spec) {
 			return nil, fmt.Errorf("resource limits need cgroups, which only root can make here: %w", errors.ErrUnsupported)
@@ -102,6 +139,12 @@ func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless bool
 		if spec.Memory > 0 {
 			c.oomControl = filepath.Join(c.v2Dir, "memory.events")
 		}
+		if fuseRoot {
+			if err := c.newFuseServerGroup2(group+"."+fuseServerGroup, spec); err != nil {
+				c.remove()
+				return nil, err
+			}
+		}
 		return c, nil
 	}
 	// A v1 or hybrid host: limits in v1, per-exec containment in the v2
@@ -112,7 +155,7 @@ func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless bool
 			c.v2Dir = dir
 		}
 	}
-	if hasLimits(spec) || shares > 0 {
+	if hasLimits(spec) || shares > 0 || fuseRoot {
 		res := &specs.LinuxResources{CPU: &specs.LinuxCPU{}}
 		if spec.CPUs > 0 {
 			quota, period := cpuQuota(spec.CPUs)
@@ -132,8 +175,79 @@ func newCgroups(id string, spec runbox.SandboxSpec, shares uint64, rootless bool
 			c.remove()
 			return nil, err
 		}
+		if fuseRoot {
+			if err := c.newFuseServerGroup1(spec); err != nil {
+				c.remove()
+				return nil, err
+			}
+		}
 	}
 	return c, nil
+}
+
+// fuseServerSubsystems are the v1 hierarchies of fuseServerGroup.
+var fuseServerSubsystems = []cgroup1.Name{cgroup1.Pids, cgroup1.Memory}
+
+// fuseServerMemory is the memory limit of a sandbox's FUSE server, 0 for
+// none: the sandbox's own memory limit, and at least FuseServerMinMemory.
+// What a sandbox's commands make the server hold is then bounded by what
+// the sandbox was given, so a host that can afford a sandbox's memory can
+// afford its server too; a sandbox asked to be unlimited (--memory 0) has
+// an unlimited server, as its commands are.
+func fuseServerMemory(spec runbox.SandboxSpec) int64 {
+	if spec.Memory <= 0 {
+		return 0
+	}
+	return max(spec.Memory, FuseServerMinMemory)
+}
+
+// newFuseServerGroup1 makes fuseServerGroup on a v1 or hybrid host, in the
+// memory and pids hierarchies, with fuseServerMemory and fuseServerPids.
+// It stays root's: the sandbox's root is delegated nothing of it.
+func (c *sandboxCgroups) newFuseServerGroup1(spec runbox.SandboxSpec) error {
+	limit := int64(fuseServerPids)
+	res := &specs.LinuxResources{Pids: &specs.LinuxPids{Limit: &limit}}
+	if m := fuseServerMemory(spec); m > 0 {
+		res.Memory = &specs.LinuxMemory{Limit: &m}
+	}
+	group := c.v1Path + "/" + fuseServerGroup
+	hierarchy := func() ([]cgroup1.Subsystem, error) {
+		all, err := limitHierarchy()
+		return slices.DeleteFunc(all, func(s cgroup1.Subsystem) bool { return !slices.Contains(fuseServerSubsystems, s.Name()) }), err
+	}
+	if _, err := cgroup1.New(cgroup1.StaticPath(group), res, cgroup1.WithHierarchy(hierarchy)); err != nil {
+		return fmt.Errorf("cgroup v1 %s: %w", group, err)
+	}
+	for _, name := range fuseServerSubsystems {
+		if dir := subsystemPath(name, group); dir != "" {
+			c.fuseTasks = append(c.fuseTasks, filepath.Join(dir, "tasks"))
+			if name == cgroup1.Memory && res.Memory != nil {
+				c.fuseOOM = filepath.Join(dir, "memory.oom_control")
+			}
+		}
+	}
+	if len(c.fuseTasks) == 0 {
+		return fmt.Errorf("cgroup v1 %s: no memory or pids hierarchy to put the FUSE server in", group)
+	}
+	return nil
+}
+
+// newFuseServerGroup2 makes fuseServerGroup on a unified host, at group
+// (beside the sandbox's own cgroup), with fuseServerMemory and
+// fuseServerPids.
+func (c *sandboxCgroups) newFuseServerGroup2(group string, spec runbox.SandboxSpec) error {
+	res := &cgroup2.Resources{Pids: &cgroup2.Pids{Max: fuseServerPids}}
+	if m := fuseServerMemory(spec); m > 0 {
+		res.Memory = &cgroup2.Memory{Max: &m}
+	}
+	if _, err := cgroup2.NewManager("/sys/fs/cgroup", group, res); err != nil {
+		return fmt.Errorf("cgroup %s: %w", group, err)
+	}
+	c.fuseV2Dir = filepath.Join("/sys/fs/cgroup", group)
+	if res.Memory != nil {
+		c.fuseOOM = filepath.Join(c.fuseV2Dir, "memory.events")
+	}
+	return nil
 }
 
 // commandsSubsystems are the hierarchies of commandsGroup.
@@ -214,6 +328,70 @@ func (c *sandboxCgroups) place(pid int) error {
 	return nil
 }
 
+// enterFuseServerGroup makes the calling thread, locked to its goroutine
+// (startFuseServer's), one whose children start in the sandbox's
+// fuseServerGroup: on a v1 or hybrid host the thread joins the group
+// itself (a v1 child starts in its parent thread's groups), on a unified
+// host attr clones the child into it (clone3's CLONE_INTO_CGROUP). So the
+// server is bounded from its first instruction, before it can serve a
+// single request. The returned function, to call once the child is
+// started, puts the thread back in the groups it left and closes what
+// attr holds: no thread of this process stays in the server's group (the
+// runtime may keep a locked thread rather than end it, its main one), to
+// be charged, or killed, with the server. With no group (rootless, or a
+// sandbox without a FUSE root) it does nothing.
+func (c *sandboxCgroups) enterFuseServerGroup(attr *syscall.SysProcAttr) (func(), error) {
+	tid := []byte(strconv.Itoa(unix.Gettid()))
+	var back []string
+	leave := func() {
+		for _, tasks := range back {
+			_ = os.WriteFile(tasks, tid, 0)
+		}
+	}
+	if len(c.fuseTasks) > 0 {
+		own, err := os.ReadFile("/proc/thread-self/cgroup")
+		if err != nil {
+			return nil, fmt.Errorf("put %s in its cgroup: %w", FuseServer, err)
+		}
+		for _, name := range fuseServerSubsystems {
+			if group := v1GroupOf(own, name); group != "" {
+				if dir := subsystemPath(name, group); dir != "" {
+					back = append(back, filepath.Join(dir, "tasks"))
+				}
+			}
+		}
+	}
+	for _, tasks := range c.fuseTasks {
+		if err := os.WriteFile(tasks, tid, 0); err != nil {
+			leave()
+			return nil, fmt.Errorf("put %s in its cgroup: %w", FuseServer, err)
+		}
+	}
+	if c.fuseV2Dir == "" {
+		return leave, nil
+	}
+	dir, err := os.Open(c.fuseV2Dir)
+	if err != nil {
+		leave()
+		return nil, fmt.Errorf("put %s in its cgroup: %w", FuseServer, err)
+	}
+	attr.UseCgroupFD, attr.CgroupFD = true, int(dir.Fd())
+	return func() { leave(); dir.Close() }, nil
+}
+
+// v1GroupOf returns the group of the v1 hierarchy of controller name in
+// a /proc/*/cgroup listing, or "".
+func v1GroupOf(listing []byte, name cgroup1.Name) string {
+	for line := range strings.Lines(string(listing)) {
+		// hierarchy-ID:controller-list:path
+		f := strings.SplitN(strings.TrimSpace(line), ":", 3)
+		if len(f) == 3 && slices.Contains(strings.Split(f[1], ","), string(name)) {
+			return f[2]
+		}
+	}
+	return ""
+}
+
 // delegate gives the sandbox's mapped root what runboxd, running as it,
 // writes: its cgroup v2 directory (where it makes one cgroup per exec, and
 // moves processes) and the v1 tasks files its spawn thread joins, as
@@ -249,26 +427,43 @@ func (c *sandboxCgroups) record(extra map[string]string) {
 	if c.oomControl != "" {
 		extra[extraOOMControl] = c.oomControl
 	}
+	if c.fuseV2Dir != "" {
+		extra[extraFuseCgroup2] = c.fuseV2Dir
+	}
 }
 
 func (c *sandboxCgroups) remove() error {
-	return removeCgroups(c.v2Dir, c.v1Path)
+	return removeCgroups(c.v2Dir, c.v1Path, c.fuseV2Dir)
 }
 
-// removeCgroups deletes a sandbox's cgroups once its processes are gone.
+// removeCgroups deletes a sandbox's cgroups once its processes are gone:
+// its v2 directory, its v1 groups (commandsGroup and fuseServerGroup in
+// them) and its FUSE server's v2 directory (fuseV2Dir, on a unified host).
 // The kernel kills the rest of a pid namespace when its init exits, but
 // they take a moment to leave their cgroups, so it retries for a while.
-func removeCgroups(v2Dir, v1Path string) error {
+// The FUSE server ends by itself once the sandbox's root is unmounted,
+// which happens when its last process is gone; one that lingers past the
+// wait is killed, as removeCgroupTree kills what lingers in a v2 tree.
+func removeCgroups(v2Dir, v1Path, fuseV2Dir string) error {
 	var errs []error
-	if v2Dir != "" {
-		if err := removeCgroupTree(v2Dir); err != nil {
-			errs = append(errs, err)
+	for _, dir := range []string{v2Dir, fuseV2Dir} {
+		if dir != "" {
+			if err := removeCgroupTree(dir); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if v1Path != "" {
 		for _, name := range commandsSubsystems {
 			if dir := subsystemPath(name, v1Path+"/"+commandsGroup); dir != "" {
 				if err := removeWhenEmpty(dir); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
+		for _, name := range fuseServerSubsystems {
+			if dir := subsystemPath(name, v1Path+"/"+fuseServerGroup); dir != "" {
+				if err := removeKillingStragglers(dir); err != nil {
 					errs = append(errs, err)
 				}
 			}
@@ -355,6 +550,36 @@ func removeWhenEmpty(dir string) error {
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cgroup v1 %s: %w", dir, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removeKillingStragglers removes a v1 cgroup directory as
+// removeWhenEmpty does, but kills what is still in it half-way through
+// the wait: only a sandbox's FUSE server is ever there, and it has nothing
+// left to serve once the sandbox's runboxd is gone.
+func removeKillingStragglers(dir string) error {
+	deadline := time.Now().Add(cgroupRemoveBound)
+	killAt := time.Now().Add(cgroupRemoveBound / 2)
+	for {
+		err := os.Remove(dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup v1 %s: %w", dir, err)
+		}
+		if time.Now().After(killAt) {
+			if b, rerr := os.ReadFile(filepath.Join(dir, "cgroup.procs")); rerr == nil {
+				for f := range strings.FieldsSeq(string(b)) {
+					// Never this process: a thread of the provider that
+					// started a server may be there for a moment.
+					if pid, perr := strconv.Atoi(f); perr == nil && pid > 0 && pid != os.Getpid() {
+						_ = syscall.Kill(pid, syscall.SIGKILL)
+					}
+				}
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -181,7 +181,10 @@ func fuseServerCmd(runboxd *os.File, server string, fuse, layers *os.File, m idM
 // still cannot make the snapshot layers that other sandboxes share
 // writable, nor the host's root. The thread is not given back: it ends,
 // and its namespace with it, when the goroutine that started cmd does.
-func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap) (*procbox.Detached, error) {
+// The same thread first enters the sandbox's cgroup for its FUSE server
+// (see sandboxCgroups.enterFuseServerGroup), so that cmd starts there and
+// never serves a request outside it, and leaves it once cmd has started.
+func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap, cg *sandboxCgroups) (*procbox.Detached, error) {
 	type started struct {
 		srv *procbox.Detached
 		err error
@@ -189,6 +192,12 @@ func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap) (*procbo
 	done := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
+		leaveCgroup, err := cg.enterFuseServerGroup(cmd.SysProcAttr)
+		if err != nil {
+			done <- started{err: err}
+			return
+		}
+		defer leaveCgroup() // on the failures below (twice is harmless)
 		if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
 			done <- started{err: fmt.Errorf("a mount namespace for %s: %w", FuseServer, err)}
 			return
@@ -198,6 +207,7 @@ func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap) (*procbo
 			return
 		}
 		srv, err := procbox.StartDetached(cmd)
+		leaveCgroup()
 		done <- started{srv, err}
 	}()
 	r := <-done

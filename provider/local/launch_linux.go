@@ -99,7 +99,7 @@ func (p *Provider) launch(ctx context.Context, l procbox.Launch) (*procbox.Detac
 		return stopped(err)
 	}
 	if s.fuseRoot {
-		pid, err := p.serveRoot(ctx, s.binF, s.fuseServer, s.parent, s.cloneLayers, s.ids, proc, l)
+		pid, err := p.serveRoot(ctx, s.binF, s.fuseServer, s.parent, s.cloneLayers, s.ids, s.cg, proc, l)
 		if err != nil {
 			return stopped(err)
 		}
@@ -209,7 +209,7 @@ func (s *launching) makeCgroups() error {
 		s.spec, s.tmpSize, s.shares = withDefaults(s.spec)
 	}
 	var err error
-	s.cg, err = newCgroups(s.rec.ID, s.spec, s.shares, s.rootless)
+	s.cg, err = newCgroups(s.rec.ID, s.spec, s.shares, s.rootless, s.fuseRoot)
 	return err
 }
 
@@ -255,6 +255,9 @@ func (s *launching) recordDetail() {
 	}
 	if s.fuseRoot {
 		rec.Extra["root"] = "host's root through " + FuseServer + ", read as an unprivileged host user"
+		if m := fuseServerMemory(spec); m > 0 && !s.rootless {
+			rec.Extra[extraFuseMemory] = strconv.FormatInt(m, 10)
+		}
 	}
 	switch {
 	case ids.mapped():
@@ -292,9 +295,11 @@ func (s *launching) jailConfig() (jail.Config, error) {
 		PrivateDir:    s.inLayers("private"),
 		Env:           jail.DefaultEnv,
 		OOMControl:    s.cg.oomControl,
-		ExecTasks:     s.cg.execTasks,
-		Threads:       s.cg.keepThreads,
-		AuthSHA256:    l.AuthSHA256,
+		// The server's own counter: runboxd says why the root is gone.
+		FuseServerOOMControl: s.cg.fuseOOM,
+		ExecTasks:            s.cg.execTasks,
+		Threads:              s.cg.keepThreads,
+		AuthSHA256:           l.AuthSHA256,
 	}
 	if s.fuseRoot {
 		cfg.Direct = []string{SpillDir}
@@ -480,10 +485,11 @@ func startEgressHost(runboxd, stateDir, socket string, pid int, log *os.File) (i
 }
 
 // serveRoot starts the FUSE server of a sandbox's root once its jail has
-// mounted it and sent the device back on sock, and returns its pid. The
+// mounted it and sent the device back on sock, in the server's cgroup of
+// cg, and returns its pid. The
 // server outlives this process: it ends when the sandbox's last process
 // does, which unmounts its root.
-func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server string, sock *os.File, cloneLayers func() (int, error), ids idMap, proc *procbox.Detached, l procbox.Launch) (int, error) {
+func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server string, sock *os.File, cloneLayers func() (int, error), ids idMap, cg *sandboxCgroups, proc *procbox.Detached, l procbox.Launch) (int, error) {
 	fuse, err := receiveFuseDevice(ctx, int(sock.Fd()), proc.Exited)
 	if err != nil {
 		return 0, err
@@ -509,7 +515,7 @@ func (p *Provider) serveRoot(ctx context.Context, runboxd *os.File, server strin
 		defer snapshots.Close()
 	}
 	cmd := fuseServerCmd(runboxd, server, fuse, layersTree, ids, lowers, l.Log)
-	srv, err := startFuseServer(cmd, lower, snapshots, ids)
+	srv, err := startFuseServer(cmd, lower, snapshots, ids, cg)
 	if err != nil {
 		return 0, fmt.Errorf("start %s for the sandbox's root: %w", FuseServer, err)
 	}

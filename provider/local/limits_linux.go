@@ -43,6 +43,14 @@ const (
 	DefaultTmpSize = 1 << 30
 	// DefaultMaxDisk caps the default disk bound (see DefaultDisk).
 	DefaultMaxDisk = 10 << 30
+	// FuseServerMinMemory is the least memory limit of a sandbox's FUSE
+	// server, which is otherwise the sandbox's own: the server keeps a
+	// node (some 600 bytes) for every name the sandbox has seen and a
+	// table of 8 bytes per entry for every directory it is reading, so a
+	// walk of a whole host root (`find / -xdev`, 169,000 names on the
+	// test host: 96 MiB of the server's own, plus the host directories'
+	// reclaimable cache) must fit even when --memory is small.
+	FuseServerMinMemory = 256 << 20
 )
 
 // DefaultLimits returns the limits a local sandbox gets for what its spec

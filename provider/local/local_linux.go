@@ -198,7 +198,7 @@ func hostname(rec *procbox.Record) string {
 // mounts went with its mount namespace), and makes its state directory removable:
 // an overlay in a user namespace leaves work directories with mode 0.
 func cleanup(rec procbox.Record, sbDir string) error {
-	err := errors.Join(releaseDisk(sbDir), removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1]))
+	err := errors.Join(releaseDisk(sbDir), removeCgroups(rec.Extra[extraCgroup2], rec.Extra[extraCgroup1], rec.Extra[extraFuseCgroup2]))
 	// WalkDir visits a directory before it reads it, so opening it up on
 	// that first visit is enough to walk (and then remove) what is inside.
 	_ = filepath.WalkDir(sbDir, func(p string, d os.DirEntry, werr error) error {
@@ -214,7 +214,7 @@ func cleanup(rec procbox.Record, sbDir string) error {
 
 // describe adds the sandbox's isolation facts to its Detail.
 func describe(rec procbox.Record, detail map[string]string) {
-	for _, k := range []string{"snapshot", extraSnapshotLayers, "network", "egress_pid", "rootfs", "root", "fuse_server_pid", "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
+	for _, k := range []string{"snapshot", extraSnapshotLayers, "network", "egress_pid", "rootfs", "root", "fuse_server_pid", extraFuseMemory, extraFuseCgroup2, "userns", extraCgroup2, extraCgroup1, "memory", "pids", "cpus", "cpu_shares", "tmp_size", "disk"} {
 		if v := rec.Extra[k]; v != "" {
 			detail[k] = v
 		}
