@@ -38,19 +38,7 @@ func LSStatus(t testing.TB, cli CLI, id string) string {
 // its detail's "paused" and its daemon's.
 func InspectPaused(t testing.TB, cli CLI, id string) (detail string, daemon bool) {
 	t.Helper()
-	code, out, errs := cli("inspect", id)
-	if code != 0 {
-		t.Fatalf("runbox inspect: exit %d: %s", code, errs)
-	}
-	var v struct {
-		Detail map[string]string `json:"detail"`
-		Daemon *struct {
-			Paused bool `json:"paused"`
-		} `json:"daemon"`
-	}
-	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Daemon == nil {
-		t.Fatalf("runbox inspect printed %q (%v); want a daemon", out, err)
-	}
+	v := inspectState(t, cli, id)
 	return v.Detail["paused"], v.Daemon.Paused
 }
 
@@ -58,18 +46,31 @@ func InspectPaused(t testing.TB, cli CLI, id string) (detail string, daemon bool
 // (a snapshot copying it): its detail's "held" and its daemon's count.
 func InspectHolds(t testing.TB, cli CLI, id string) (detail string, daemon int) {
 	t.Helper()
+	v := inspectState(t, cli, id)
+	return v.Detail["held"], v.Daemon.Holds
+}
+
+// inspectedState is the part of `runbox inspect`'s output that says
+// whether a sandbox is paused or held.
+type inspectedState struct {
+	Detail map[string]string `json:"detail"`
+	Daemon *struct {
+		Paused bool `json:"paused"`
+		Holds  int  `json:"holds"`
+	} `json:"daemon"`
+}
+
+// inspectState runs `runbox inspect id` and reads its state; it fails the
+// test unless the daemon answered.
+func inspectState(t testing.TB, cli CLI, id string) inspectedState {
+	t.Helper()
 	code, out, errs := cli("inspect", id)
 	if code != 0 {
 		t.Fatalf("runbox inspect: exit %d: %s", code, errs)
 	}
-	var v struct {
-		Detail map[string]string `json:"detail"`
-		Daemon *struct {
-			Holds int `json:"holds"`
-		} `json:"daemon"`
-	}
+	var v inspectedState
 	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Daemon == nil {
 		t.Fatalf("runbox inspect printed %q (%v); want a daemon", out, err)
 	}
-	return v.Detail["held"], v.Daemon.Holds
+	return v
 }

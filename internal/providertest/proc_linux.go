@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // This file looks at processes through this machine's /proc, for providers
@@ -160,4 +161,25 @@ func CPUTicks(t testing.TB, pid int) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	s, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + s
+}
+
+// Frozen reports whether the busy loop pid gains no CPU tick in 300 ms
+// (a running one gains about 30).
+func Frozen(t testing.TB, pid int) bool {
+	t.Helper()
+	c1 := CPUTicks(t, pid)
+	time.Sleep(300 * time.Millisecond)
+	return CPUTicks(t, pid) == c1
+}
+
+// Runs reports whether the busy loop pid gains a CPU tick within 30 s.
+func Runs(t testing.TB, pid int) bool {
+	t.Helper()
+	c1 := CPUTicks(t, pid)
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if CPUTicks(t, pid) > c1 {
+			return true
+		}
+	}
+	return false
 }

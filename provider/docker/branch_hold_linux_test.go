@@ -31,26 +31,6 @@ import (
 // resume thawed the commit, the first of two snapshots thawed the
 // second's commit.
 
-// frozenFor reports whether pid gains no CPU tick in 300 ms.
-func frozenFor(t *testing.T, pid int) bool {
-	t.Helper()
-	c1 := providertest.CPUTicks(t, pid)
-	time.Sleep(300 * time.Millisecond)
-	return providertest.CPUTicks(t, pid) == c1
-}
-
-// runs reports whether pid gains CPU ticks within 30 s.
-func runs(t *testing.T, pid int) bool {
-	t.Helper()
-	c1 := providertest.CPUTicks(t, pid)
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if providertest.CPUTicks(t, pid) > c1 {
-			return true
-		}
-	}
-	return false
-}
-
 // onCommit makes Snapshot call f when the snapshot name is held for its
 // commit, until the test ends.
 func onCommit(t *testing.T, f func(name string)) {
@@ -111,13 +91,13 @@ func TestSnapshotHoldsAgainstPauseAndResume(t *testing.T) {
 			if _, err := p.Snapshot(ctx, sb, snapName(t, p, sb, "pause"), runbox.SnapshotOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if !userPaused(t, p, sb) || !frozenFor(t, pid) {
+			if !userPaused(t, p, sb) || !providertest.Frozen(t, pid) {
 				t.Error("a pause during the commit did not stand after it")
 			}
 			if err := p.Resume(ctx, sb); err != nil {
 				t.Fatal(err)
 			}
-			if !runs(t, pid) {
+			if !providertest.Runs(t, pid) {
 				t.Fatal("the sandbox does not run after resume")
 			}
 
@@ -139,7 +119,7 @@ func TestSnapshotHoldsAgainstPauseAndResume(t *testing.T) {
 							t.Errorf("%s: resume during the commit: %v", what, err)
 						}
 					}
-					thawed = !frozenFor(t, pid)
+					thawed = !providertest.Frozen(t, pid)
 				})
 				if _, err := p.Snapshot(ctx, sb, snapName(t, p, sb, "resume-"+strconv.FormatBool(pausedBefore)), runbox.SnapshotOptions{}); err != nil {
 					t.Fatal(err)
@@ -152,7 +132,7 @@ func TestSnapshotHoldsAgainstPauseAndResume(t *testing.T) {
 				if thawed {
 					t.Errorf("%s: a resume during the commit thawed the sandbox", what)
 				}
-				if userPaused(t, p, sb) || !runs(t, pid) {
+				if userPaused(t, p, sb) || !providertest.Runs(t, pid) {
 					t.Errorf("%s: the resume during the commit did not take effect after it", what)
 				}
 			}
@@ -172,7 +152,7 @@ func TestSnapshotHoldsAgainstPauseAndResume(t *testing.T) {
 				case second:
 					close(secondCommitting)
 					<-firstDone
-					thawed = !frozenFor(t, pid)
+					thawed = !providertest.Frozen(t, pid)
 				}
 			})
 			_, err := p.Snapshot(ctx, sb, first, runbox.SnapshotOptions{})
@@ -186,7 +166,7 @@ func TestSnapshotHoldsAgainstPauseAndResume(t *testing.T) {
 			if thawed {
 				t.Error("the first snapshot's end thawed the sandbox while the second one committed it")
 			}
-			if !runs(t, pid) {
+			if !providertest.Runs(t, pid) {
 				t.Error("the sandbox does not run after both snapshots")
 			}
 		})
@@ -269,10 +249,10 @@ func TestSnapshotsUnderPauseAndResumeDocker(t *testing.T) {
 		if userPaused(t, p, sb) != paused {
 			t.Errorf("round %d: the provider says paused %v, the user's last word was paused %v", round, !paused, paused)
 		}
-		if paused && !frozenFor(t, pid) {
+		if paused && !providertest.Frozen(t, pid) {
 			t.Errorf("round %d: the user's last word was pause, and the sandbox runs", round)
 		}
-		if !paused && !runs(t, pid) {
+		if !paused && !providertest.Runs(t, pid) {
 			t.Errorf("round %d: the user's last word was resume (or none), and the sandbox is frozen", round)
 		}
 		if t.Failed() {
@@ -381,14 +361,14 @@ func TestSnapshotterKilledDuringTheCommit(t *testing.T) {
 				cmd.Wait()
 				t.Fatalf("the snapshotter said %q, %v", line, err)
 			}
-			if !frozenFor(t, pid) {
+			if !providertest.Frozen(t, pid) {
 				t.Error("the sandbox runs during the commit")
 			}
 			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
 			_ = cmd.Wait()
-			if !runs(t, pid) {
+			if !providertest.Runs(t, pid) {
 				t.Fatal("the sandbox stays frozen after its snapshotter was killed")
 			}
 			if userPaused(t, p, sb) {

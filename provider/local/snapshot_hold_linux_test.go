@@ -31,21 +31,6 @@ import (
 // user's resume thawed the copy, the first of two snapshots thawed the
 // second's copy, and a killed snapshotter left the sandbox paused.
 
-// frozenFor reports whether the busy loop pid gains no CPU tick in 300 ms.
-func frozenFor(t *testing.T, pid int) bool {
-	t.Helper()
-	c1 := providertest.CPUTicks(t, pid)
-	time.Sleep(300 * time.Millisecond)
-	return providertest.CPUTicks(t, pid) == c1
-}
-
-// runs reports whether the busy loop pid gains CPU ticks (within 20 s).
-func runs(t *testing.T, pid int) bool {
-	t.Helper()
-	c1 := providertest.CPUTicks(t, pid)
-	return poll(20*time.Second, func() bool { return providertest.CPUTicks(t, pid) > c1 })
-}
-
 // onCopy makes Snapshot call f when the snapshot name is frozen for its
 // copy, until the test ends.
 func onCopy(t *testing.T, f func(name string)) {
@@ -83,13 +68,13 @@ func TestSnapshotKeepsAPauseMadeDuringIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantDaemon(t, c, "after the snapshot", true)
-	if !frozenFor(t, pid) {
+	if !providertest.Frozen(t, pid) {
 		t.Error("the sandbox paused during the snapshot runs after it: the snapshot undid the user's pause")
 	}
 	if err := c.Resume(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if !runs(t, pid) {
+	if !providertest.Runs(t, pid) {
 		t.Error("the sandbox does not run after resume")
 	}
 }
@@ -116,7 +101,7 @@ func TestSnapshotNotThawedByAResumeDuringIt(t *testing.T) {
 			if err := c.Resume(context.Background()); err != nil {
 				t.Errorf("resume during the copy: %v", err)
 			}
-			thawed = !frozenFor(t, pid)
+			thawed = !providertest.Frozen(t, pid)
 		})
 		if _, err := p.Snapshot(context.Background(), sb, "", runbox.SnapshotOptions{}); err != nil {
 			t.Fatal(err)
@@ -125,7 +110,7 @@ func TestSnapshotNotThawedByAResumeDuringIt(t *testing.T) {
 			t.Errorf("%s: a resume during the copy thawed the sandbox mid-copy", what)
 		}
 		wantDaemon(t, c, what+", after the snapshot", false)
-		if !runs(t, pid) {
+		if !providertest.Runs(t, pid) {
 			t.Errorf("%s: the sandbox resumed during the snapshot does not run after it", what)
 		}
 	}
@@ -156,7 +141,7 @@ func TestTwoSnapshotsAtOnce(t *testing.T) {
 		case "second":
 			close(secondCopying)
 			<-firstDone
-			thawed = !frozenFor(t, pid)
+			thawed = !providertest.Frozen(t, pid)
 		}
 	})
 	_, err := p.Snapshot(context.Background(), sb, "first", runbox.SnapshotOptions{})
@@ -171,7 +156,7 @@ func TestTwoSnapshotsAtOnce(t *testing.T) {
 		t.Error("the first snapshot's end thawed the sandbox while the second one copied it")
 	}
 	wantDaemon(t, c, "after both snapshots", false)
-	if !runs(t, pid) {
+	if !providertest.Runs(t, pid) {
 		t.Error("the sandbox does not run after both snapshots")
 	}
 }
@@ -248,7 +233,7 @@ func TestSnapshotterKilledDuringTheCopy(t *testing.T) {
 			cmd.Wait()
 			t.Fatalf("%s: the snapshotter said %q, %v", what, line, err)
 		}
-		if !frozenFor(t, pid) {
+		if !providertest.Frozen(t, pid) {
 			t.Errorf("%s: the sandbox runs during the copy", what)
 		}
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
@@ -261,14 +246,14 @@ func TestSnapshotterKilledDuringTheCopy(t *testing.T) {
 				t.Fatalf("%s: the killed snapshotter's hold stands", what)
 			}
 			wantDaemon(t, c, what+", snapshotter killed", true)
-			if !frozenFor(t, pid) {
+			if !providertest.Frozen(t, pid) {
 				t.Errorf("%s: the user's pause did not outlast the killed snapshotter", what)
 			}
 			if err := c.Resume(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if !runs(t, pid) {
+		if !providertest.Runs(t, pid) {
 			t.Fatalf("%s: the sandbox stays frozen after its snapshotter was killed", what)
 		}
 		wantDaemon(t, c, what+", after", false)
@@ -402,10 +387,10 @@ func TestSnapshotsUnderPauseAndResume(t *testing.T) {
 			}
 		}
 		wantDaemon(t, c, fmt.Sprintf("round %d", round), paused)
-		if paused && !frozenFor(t, pid) {
+		if paused && !providertest.Frozen(t, pid) {
 			t.Errorf("round %d: the user's last word was pause, and the sandbox runs", round)
 		}
-		if !paused && !runs(t, pid) {
+		if !paused && !providertest.Runs(t, pid) {
 			t.Errorf("round %d: the user's last word was resume (or none), and the sandbox is frozen", round)
 		}
 		if t.Failed() {
