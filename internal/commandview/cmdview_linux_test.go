@@ -4,11 +4,11 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
 
+	"github.com/runbox/runbox/internal/ownthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,23 +24,7 @@ func needRoot(t *testing.T) {
 // view it may build dies with it).
 func onThread(f func() error) error {
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() {
-			done <- f() // never unlocked: the thread ends with the goroutine
-			return
-		}
-		// The main thread, which the runtime never ends: hold it while
-		// another goroutine locks a thread that cannot be it.
-		inner := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread()
-			inner <- f()
-		}()
-		err := <-inner
-		runtime.UnlockOSThread()
-		done <- err
-	}()
+	ownthread.Go(func() { done <- f() })
 	return <-done
 }
 

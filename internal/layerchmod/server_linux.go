@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
 	"strconv"
 	"sync"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/runbox/runbox/internal/ownthread"
 	"github.com/runbox/runbox/internal/seccomp"
 )
 
@@ -62,7 +62,7 @@ type mountID struct {
 func Start(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, listen: make(chan *seccomp.Listener, 1), quit: make(chan struct{}), done: make(chan struct{}), proc: -1}
 	ready := make(chan error, 1)
-	go s.run(ready)
+	ownthread.Go(func() { s.run(ready) })
 	if err := <-ready; err != nil {
 		<-s.done
 		return nil, err
@@ -97,13 +97,12 @@ func (s *Server) Close() {
 	})
 }
 
-// run is the server's thread: locked, never unlocked (it ends with the
+// run is the server's thread (ownthread.Go: it ends with the
 // goroutine, with the root and credentials it last took on), with a root
 // and working directory of its own (unshare CLONE_FS) so its chroots
 // concern no other thread.
 func (s *Server) run(ready chan<- error) {
 	defer close(s.done)
-	runtime.LockOSThread()
 	defer func() {
 		if s.proc >= 0 {
 			unix.Close(s.proc)

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
+	"github.com/runbox/runbox/internal/ownthread"
 	"github.com/runbox/runbox/internal/seccomp"
 )
 
@@ -27,8 +27,7 @@ func serve(t *testing.T, layer string) func(probe func()) {
 	}
 	probes := make(chan func())
 	loaded := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+	ownthread.Go(func() { // a thread of its own, which ends with it
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			loaded <- err
 			return
@@ -43,7 +42,7 @@ func serve(t *testing.T, layer string) func(probe func()) {
 		for p := range probes {
 			p()
 		}
-	}()
+	})
 	if err := <-loaded; err != nil {
 		t.Fatal(err)
 	}

@@ -2,9 +2,9 @@ package seccomp
 
 import (
 	"errors"
-	"runtime"
 	"testing"
 
+	"github.com/runbox/runbox/internal/ownthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -17,8 +17,7 @@ func onFilteredThread(t *testing.T, probe func() map[string]error) map[string]er
 		err  error
 	}
 	done := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+	ownthread.Go(func() { // a thread of its own, which ends with it
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			done <- result{err: err}
 			return
@@ -28,7 +27,7 @@ func onFilteredThread(t *testing.T, probe func() map[string]error) map[string]er
 			return
 		}
 		done <- result{errs: probe()}
-	}()
+	})
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("install filter: %v", r.err)

@@ -4,9 +4,9 @@ import (
 	"errors"
 	"io"
 	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/runbox/runbox/internal/ownthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,9 +29,10 @@ func TestLayerPrivilegeRulesNotify(t *testing.T) {
 	loaded := make(chan *Listener, 1)
 	failed := make(chan error, 1)
 	done := make(chan struct{})
-	go func() {
+	// A thread of its own, which ends with it: the listener then hears
+	// that its filter's last user is gone.
+	ownthread.Go(func() {
 		defer close(done)
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			failed <- err
 			return
@@ -54,7 +55,7 @@ func TestLayerPrivilegeRulesNotify(t *testing.T) {
 			results["fchmod(02755)"] = unix.Fchmod(fd, 0o2755)
 			unix.Close(fd)
 		}
-	}()
+	})
 	var l *Listener
 	select {
 	case l = <-loaded:
@@ -111,8 +112,7 @@ func TestListenerShutdown(t *testing.T) {
 	loaded := make(chan *Listener, 1)
 	failed := make(chan error, 1)
 	hold := make(chan struct{})
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+	ownthread.Go(func() { // a thread of its own, which ends with it
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			failed <- err
 			return
@@ -124,7 +124,7 @@ func TestListenerShutdown(t *testing.T) {
 		}
 		loaded <- l
 		<-hold // keep the filter in use
-	}()
+	})
 	defer close(hold)
 	var l *Listener
 	select {

@@ -3,10 +3,10 @@ package seccomp
 import (
 	"errors"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"unsafe"
 
+	"github.com/runbox/runbox/internal/ownthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,8 +64,7 @@ func TestPrivilegeRules(t *testing.T) {
 	probes = append(probes, privilegeProbesArch(p)...)
 	got := map[string]error{}
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+	ownthread.Go(func() { // a thread of its own, which ends with it
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 			done <- err
 			return
@@ -78,7 +77,7 @@ func TestPrivilegeRules(t *testing.T) {
 			got[pr.name] = pr.call()
 		}
 		done <- nil
-	}()
+	})
 	if err := <-done; err != nil {
 		t.Fatalf("install filter: %v", err)
 	}

@@ -4,10 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/runbox/runbox/internal/ownthread"
 )
 
 // spawnThread forks every exec from one OS thread of its own, which has
@@ -45,24 +44,9 @@ type spawnResult struct {
 func startSpawnThread(tasksFiles []*os.File, setup func() error) (*spawnThread, error) {
 	t := &spawnThread{requests: make(chan spawnRequest), quit: make(chan struct{})}
 	joined := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() {
-			t.serve(tasksFiles, setup, joined)
-			return
-		}
-		// The main thread: the runtime never ends it, so it would stay in
-		// the groups after stop. Hold it while another goroutine locks a
-		// thread of its own, which therefore cannot be this one.
-		locked := make(chan struct{})
-		go func() {
-			runtime.LockOSThread()
-			close(locked)
-			t.serve(tasksFiles, setup, joined)
-		}()
-		<-locked
-		runtime.UnlockOSThread()
-	}()
+	// Not the main thread, which the runtime never ends: it would stay
+	// in the groups after stop.
+	ownthread.Go(func() { t.serve(tasksFiles, setup, joined) })
 	if err := <-joined; err != nil {
 		return nil, err
 	}

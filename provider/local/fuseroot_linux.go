@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox/runbox/internal/jail"
+	"github.com/runbox/runbox/internal/ownthread"
 	"github.com/runbox/runbox/internal/procbox"
 )
 
@@ -190,8 +190,9 @@ func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap, cg *sand
 		err error
 	}
 	done := make(chan started, 1)
-	go func() {
-		runtime.LockOSThread()
+	// A thread of its own, which ends with the goroutine, mount namespace
+	// and all (never the main thread, which would keep both for good).
+	ownthread.Go(func() {
 		leaveCgroup, err := cg.enterFuseServerGroup(cmd.SysProcAttr)
 		if err != nil {
 			done <- started{err: err}
@@ -209,7 +210,7 @@ func startFuseServer(cmd *exec.Cmd, lower, snapshots *os.File, m idMap, cg *sand
 		srv, err := procbox.StartDetached(cmd)
 		leaveCgroup()
 		done <- started{srv, err}
-	}()
+	})
 	r := <-done
 	return r.srv, r.err
 }
