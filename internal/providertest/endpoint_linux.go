@@ -35,15 +35,22 @@ func EndpointPid(t testing.TB, sock string) int {
 	return int(cred.Pid)
 }
 
-// WaitGone waits for pid to exit or be a zombie, failing t after a minute
-// (a failure, not a hang); what says what should have ended it.
+// WaitGone waits for pid to exit, or to be a zombie with every thread
+// gone, failing t after a minute (a failure, not a hang); what says what
+// should have ended it. A zombie leader alone is not enough: a killed
+// process's other threads may still be ending, its descriptors (a
+// listening socket that still queues connections, then resets them) open
+// until the last one has.
 func WaitGone(t testing.TB, pid int, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); ; {
 		if syscall.Kill(pid, 0) != nil {
 			return
 		}
-		if st, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); bytes.Contains(st, []byte(") Z")) {
+		proc := "/proc/" + strconv.Itoa(pid)
+		st, _ := os.ReadFile(proc + "/stat")
+		tasks, _ := os.ReadDir(proc + "/task")
+		if bytes.Contains(st, []byte(") Z")) && len(tasks) <= 1 {
 			return
 		}
 		if time.Now().After(deadline) {
