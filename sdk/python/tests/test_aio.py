@@ -89,13 +89,24 @@ def test_task_cancellation_cancels_the_exec(server: Server) -> None:
                 else:
                     p = await sb.start(m.sh + "sleep $M & sleep $M", timeout=600)
                     task = asyncio.ensure_future(p.wait())
+                # The task must have started before it is cancelled: a task
+                # cancelled before its first step never runs its coroutine
+                # (Python's rule), so no SDK code would see the cancel. The
+                # wait path's processes are there at once (start returned on
+                # the started event), so without this await the loop below
+                # would cancel a task that never ran, now and then, and wait
+                # for ever for processes nothing stops.
+                await asyncio.sleep(0.02)
                 while count_procs(m) < 2:
                     await asyncio.sleep(0.02)
                 task.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await task
-                while count_procs(m) > 0:  # the stop protocol ran in the sandbox
+                for _ in range(1500):  # the stop protocol ran in the sandbox
+                    if count_procs(m) == 0:
+                        break
                     await asyncio.sleep(0.02)
+                assert count_procs(m) == 0, f"{call}: the cancelled exec's processes are still there after 30 s"
                 execs = await sb.execs()
                 assert execs and all(e.state != "running" for e in execs)
             p = await sb.start("sleep 1000", timeout=600)
