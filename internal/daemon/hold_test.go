@@ -26,7 +26,7 @@ const holderSocketEnv = "RUNBOX_TEST_HOLDER_SOCKET"
 func TestHoldHelperProcess(t *testing.T) {
 	socket := os.Getenv(holderSocketEnv)
 	if socket == "" {
-		t.Skip("helper process only")
+		t.Skip("not a test on its own: TestHoldEndsWithItsProcess runs it as its holder process, with " + holderSocketEnv + " set; run that test")
 	}
 	c := client.DialUnix(socket)
 	h, err := c.Hold(context.Background(), "test holder")
