@@ -13,7 +13,7 @@ import (
 // So a stream read at full speed cycles through a few buffers instead of
 // allocating a fresh one per chunk, which the runtime zeroes, the kernel
 // faults in page by page, and the garbage collector scans for
-// (docs/performance.md, "Output buffers that are reused").
+// (docs/performance.md, "Output: runboxd's per-chunk cost").
 type outBuf struct {
 	data []byte // readChunkSize bytes
 	refs atomic.Int32

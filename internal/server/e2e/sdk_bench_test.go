@@ -23,7 +23,7 @@ import (
 // hits them alike: the Go client straight to runboxd and through a real
 // runbox serve (streaming and unary), and the Python SDK through the server
 // (sync and runbox.aio) and in local mode (straight to runboxd). It only
-// reports medians (docs/performance.md, "SDK round trips"); it checks no
+// reports medians (docs/performance.md, "SDKs"); it checks no
 // time. A benchmark that does its own rounds, so it runs once:
 //
 //	go test -run '^$' -bench '^BenchmarkSDKRoundTrip$' -benchtime 1x -v ./internal/server/e2e/
