@@ -27,7 +27,13 @@ type sandboxes struct {
 
 // runbox runs the built CLI and returns its stdout.
 func (s *sandboxes) runbox(args ...string) (string, error) {
+	return s.runboxEnv(nil, args...)
+}
+
+// runboxEnv is runbox in the environment env (nil: this process's).
+func (s *sandboxes) runboxEnv(env []string, args ...string) (string, error) {
 	cmd := exec.Command(filepath.Join(s.cfg.bin, "runbox"), args...)
+	cmd.Env = env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -211,12 +217,16 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // timeCmd runs argv once and returns its wall time.
 func timeCmd(argv []string) (time.Duration, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
+	return timeRun(exec.Command(argv[0], argv[1:]...))
+}
+
+// timeRun runs cmd and returns its wall time.
+func timeRun(cmd *exec.Cmd) (time.Duration, error) {
 	start := time.Now()
 	err := cmd.Run()
 	d := time.Since(start)
 	if err != nil {
-		return d, fmt.Errorf("%s: %w", strings.Join(argv, " "), err)
+		return d, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
 	return d, nil
 }

@@ -87,6 +87,15 @@ func benchLatency(ctx context.Context, cfg *config, env *sandboxes) (*LatencyRep
 		ways = append(ways, &way{name: "runbox exec (kubernetes)", baseline: "kubectl exec", goal: 0.1, once: cli(runbox, "exec", id, "--", "true")})
 		ways = append(ways, &way{name: "kubectl exec", baseline: "bash -c true", once: cli(kubectl...)})
 	}
+	if sb := env.sshSandbox(); sb != nil {
+		defer sb.close()
+		// Issue 31: at least as fast as ssh through an OpenSSH
+		// ControlMaster, a ratio ≤ 1 (the CLI through the sandbox's
+		// persistent endpoint, which the warm-up starts; both to the
+		// same loopback sshd).
+		ways = append(ways, &way{name: "runbox exec (ssh)", baseline: "ssh (ControlMaster)", goal: 1, once: sb.exec})
+		ways = append(ways, &way{name: "ssh (ControlMaster)", baseline: "bash -c true", once: sb.ssh})
+	}
 	if ctr := env.container(); ctr != "-" {
 		ways = append(ways, &way{name: "docker exec", baseline: "bash -c true", once: cli("docker", "exec", ctr, "true")})
 	}

@@ -2,12 +2,10 @@ package ssh_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/endpoint"
@@ -62,17 +60,12 @@ func benchCLIExec(b *testing.B, idle string) {
 	if idle != "" {
 		env = append(env, endpoint.IdleEnv+"="+idle)
 	}
-	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+	// The CLI reads the client side where ssh would: ~/.ssh.
+	if err := os.Mkdir(filepath.Join(home, ".ssh"), 0o700); err != nil {
 		b.Fatal(err)
 	}
-	for _, f := range []string{"config", "known_hosts"} {
-		data, err := os.ReadFile(filepath.Join(home, f))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, ".ssh", f), data, 0o600); err != nil {
-			b.Fatal(err)
-		}
+	if _, err := e.sshd.WriteClient(filepath.Join(home, ".ssh"), e.user); err != nil {
+		b.Fatal(err)
 	}
 	run := func(args ...string) string {
 		cmd := exec.Command(filepath.Join(bins, "runbox"), args...)
@@ -98,9 +91,12 @@ func benchCLIExec(b *testing.B, idle string) {
 // what an SSH backend that wraps each command in an ssh invocation pays.
 func BenchmarkSSHFresh(b *testing.B) {
 	e := newEnv(b, nonRootUser(b))
-	cfg := opensshConfig(b, e, "")
+	o, err := e.client.OpenSSH("")
+	if err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		if out, err := exec.Command("ssh", "-F", cfg, "rbx", "true").CombinedOutput(); err != nil {
+		if out, err := o.Command("true").CombinedOutput(); err != nil {
 			b.Fatalf("ssh: %v: %s", err, out)
 		}
 	}
@@ -110,28 +106,14 @@ func BenchmarkSSHFresh(b *testing.B) {
 // ControlMaster connection opened before the loop.
 func BenchmarkSSHControlMaster(b *testing.B) {
 	e := newEnv(b, nonRootUser(b))
-	ctl := filepath.Join(e.dir, "ctl.sock")
-	cfg := opensshConfig(b, e, "  ControlMaster auto\n  ControlPath "+ctl+"\n  ControlPersist 10m\n")
-	if out, err := exec.Command("ssh", "-F", cfg, "rbx", "true").CombinedOutput(); err != nil {
-		b.Fatalf("ssh (opening the master): %v: %s", err, out)
+	m, err := e.client.OpenControlMaster(filepath.Join(e.dir, "ctl.sock"))
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.Cleanup(func() { exec.Command("ssh", "-F", cfg, "-O", "exit", "rbx").Run() })
+	b.Cleanup(func() { m.Close() })
 	for b.Loop() {
-		if out, err := exec.Command("ssh", "-F", cfg, "rbx", "true").CombinedOutput(); err != nil {
+		if out, err := m.Command("true").CombinedOutput(); err != nil {
 			b.Fatalf("ssh: %v: %s", err, out)
 		}
 	}
-}
-
-// opensshConfig writes a config for the OpenSSH client: the env's alias,
-// its known_hosts, no prompts, and extra lines.
-func opensshConfig(b *testing.B, e *testEnv, extra string) string {
-	b.Helper()
-	cfg := filepath.Join(e.dir, fmt.Sprintf("openssh-%d.conf", time.Now().UnixNano()))
-	conf := fmt.Sprintf("Host rbx\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n  UserKnownHostsFile %s\n  BatchMode yes\n  LogLevel ERROR\n%s",
-		e.sshd.port, e.user, e.acct.key, e.knownHosts, extra)
-	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	return cfg
 }

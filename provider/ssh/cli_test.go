@@ -26,7 +26,7 @@ func TestCLI(t *testing.T) {
 	}
 
 	code, _, stderr := runbox("up", "--ssh", "rbx", "--name", "remote")
-	fp := gossh.FingerprintSHA256(e.sshd.hostKey)
+	fp := gossh.FingerprintSHA256(e.sshd.HostKey)
 	if code != 125 || !strings.Contains(stderr, fp) || !strings.Contains(stderr, "--ssh-accept-new") {
 		t.Fatalf("up with an unknown host key: status %d, stderr %q; want 125 naming %s", code, stderr, fp)
 	}
@@ -35,7 +35,7 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("up --ssh-accept-new: status %d: %s", code, stderr)
 	}
 	id := strings.TrimSpace(stdout)
-	if kh, _ := os.ReadFile(filepath.Join(dotSSH, "known_hosts")); !strings.Contains(string(kh), strings.TrimSpace(string(gossh.MarshalAuthorizedKey(e.sshd.hostKey)))) {
+	if kh, _ := os.ReadFile(filepath.Join(dotSSH, "known_hosts")); !strings.Contains(string(kh), strings.TrimSpace(string(gossh.MarshalAuthorizedKey(e.sshd.HostKey)))) {
 		t.Errorf("known_hosts after --ssh-accept-new: %q", kh)
 	}
 

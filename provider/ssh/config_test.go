@@ -34,11 +34,11 @@ func TestProxyJumpAlias(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(res.Stdout)) != e.user {
 		t.Fatalf("exec through the jump host: %+v, %v; want user %s", res, err, e.user)
 	}
-	target := "127.0.0.1 port " + strconv.Itoa(e.sshd.port)
-	if n := e.sshd.countLog(t, "server_request_direct_tcpip: originator"); n == 0 {
+	target := "127.0.0.1 port " + strconv.Itoa(e.sshd.Port)
+	if n := countLog(t, e.sshd, "server_request_direct_tcpip: originator"); n == 0 {
 		t.Errorf("the server's log shows no direct-tcpip channel to %s: the jump did not happen", target)
 	}
-	if n := e.sshd.countLog(t, "Accepted publickey"); n < 2 {
+	if n := countLog(t, e.sshd, "Accepted publickey"); n < 2 {
 		t.Errorf("the server accepted %d login(s), want the jump host's and the target's", n)
 	}
 }
@@ -65,12 +65,12 @@ func TestAgentAndPlainTarget(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	add := exec.Command("ssh-add", e.acct.key)
+	add := exec.Command("ssh-add", e.acct.Path)
 	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
 	if out, err := add.CombinedOutput(); err != nil {
 		t.Fatalf("ssh-add: %v: %s", err, out)
 	}
-	target := e.user + "@" + e.sshd.addr()
+	target := e.user + "@" + e.sshd.Addr()
 	p := e.provider(t, target)
 	p.ConfigFile, p.AgentSocket = "none", sock
 	sb := create(t, p, runbox.SandboxSpec{Workdir: "/tmp"})
@@ -85,7 +85,7 @@ func TestAgentAndPlainTarget(t *testing.T) {
 	q.ConfigFile = "none"
 	_, err = q.Create(ctx, runbox.SandboxSpec{})
 	t.Logf("create without the agent: %v", err)
-	if !errors.Is(err, ssh.ErrAuth) || !strings.Contains(err.Error(), e.user+"@"+e.sshd.addr()) {
-		t.Errorf("create without a usable key: %v; want ssh.ErrAuth naming %s@%s", err, e.user, e.sshd.addr())
+	if !errors.Is(err, ssh.ErrAuth) || !strings.Contains(err.Error(), e.user+"@"+e.sshd.Addr()) {
+		t.Errorf("create without a usable key: %v; want ssh.ErrAuth naming %s@%s", err, e.user, e.sshd.Addr())
 	}
 }

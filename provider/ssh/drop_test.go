@@ -57,14 +57,14 @@ func TestSSHConnectionKilledMidExec(t *testing.T) {
 	}
 	for round := range 4 {
 		at := 1 + rand.IntN(lines-5)
-		logins := e.sshd.countLog(t, "Accepted publickey")
+		logins := countLog(t, e.sshd, "Accepted publickey")
 		file := fmt.Sprintf("/tmp/rbx-drop-%d-%d", os.Getpid(), rand.Uint32())
 		w := &lineWriter{want: fmt.Sprintf("line %d\n", at), signal: make(chan struct{})}
 		killed := make(chan int, 1)
 		go func() {
 			select {
 			case <-w.signal:
-				killed <- e.sshd.killSessions()
+				killed <- e.sshd.KillSessions()
 			case <-time.After(time.Minute):
 				killed <- -1
 			}
@@ -89,7 +89,7 @@ func TestSSHConnectionKilledMidExec(t *testing.T) {
 		if string(res.Stdout) != want.String() {
 			t.Errorf("round %d: result stdout %q", round, res.Stdout)
 		}
-		if after := e.sshd.countLog(t, "Accepted publickey"); after <= logins {
+		if after := countLog(t, e.sshd, "Accepted publickey"); after <= logins {
 			t.Errorf("round %d: no new SSH login after the kill (%d before, %d after)", round, logins, after)
 		}
 		// The command ran on, on the host, through the drop.
@@ -121,7 +121,7 @@ func TestSSHDRestartedMidExec(t *testing.T) {
 		defer close(restarted)
 		select {
 		case <-w.signal:
-			if err := e.sshd.restart(3 * time.Second); err != nil {
+			if err := e.sshd.Restart(3 * time.Second); err != nil {
 				t.Error(err)
 			}
 		case <-time.After(time.Minute):

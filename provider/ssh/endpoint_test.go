@@ -108,7 +108,7 @@ func TestEndpoint(t *testing.T) {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	})
-	logins := func() int { return e.sshd.countLog(t, "Accepted publickey") }
+	logins := func() int { return countLog(t, e.sshd, "Accepted publickey") }
 	exec3 := func(what string) {
 		t.Helper()
 		for i := range 3 {
@@ -156,7 +156,7 @@ func TestEndpoint(t *testing.T) {
 	}
 
 	// The SSH connection dropped: the same endpoint connects again.
-	if e.sshd.killSessions() == 0 {
+	if e.sshd.KillSessions() == 0 {
 		t.Fatal("no sshd session to kill")
 	}
 	exec3("after the SSH connection dropped")
@@ -299,6 +299,6 @@ func logEndpointState(t *testing.T, e *testEnv, c *cliEnv, id string) {
 	t.Helper()
 	lb, _ := os.ReadFile(filepath.Join(endpoint.Dir(c.rbHome), "ssh-"+id+".log"))
 	t.Logf("the endpoint's log:\n%s", lb)
-	sb, _ := os.ReadFile(e.sshd.log)
+	sb, _ := os.ReadFile(e.sshd.Log)
 	t.Logf("sshd's log:\n%s", sb)
 }

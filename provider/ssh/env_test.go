@@ -2,26 +2,27 @@ package ssh_test
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/client"
+	"github.com/runbox/runbox/internal/loopbacksshd"
 	"github.com/runbox/runbox/provider/ssh"
 )
 
-// testEnv is a test sshd and a client side for it: an SSH config with
-// aliases, a known_hosts file that knows the server, and a key it accepts.
+// testEnv is a test sshd and a client side for it
+// (loopbacksshd.Client): an SSH config with aliases, a known_hosts file
+// that knows the server, and a key it accepts.
 //
 //	rbx        user@127.0.0.1:port
 //	rbx-jump   the same, as a jump host
 //	rbx-via    the same host reached through rbx-jump (ProxyJump)
 type testEnv struct {
-	sshd       *sshd
-	acct       account
+	sshd       *loopbacksshd.Server
+	client     *loopbacksshd.Client
+	acct       loopbacksshd.Key
 	user       string
 	dir        string
 	config     string
@@ -32,26 +33,18 @@ type testEnv struct {
 // userName.
 func newEnv(t testing.TB, userName string) *testEnv {
 	t.Helper()
-	s, acct := startSSHD(t)
+	s := startSSHD(t)
 	dir, err := os.MkdirTemp("", "rbx-sshc-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	e := &testEnv{sshd: s, acct: acct, user: userName, dir: dir,
-		config: filepath.Join(dir, "config"), knownHosts: filepath.Join(dir, "known_hosts")}
-	if err := os.WriteFile(e.knownHosts, []byte(s.knownHostsLine()+"\n"), 0o600); err != nil {
+	c, err := s.WriteClient(dir, userName)
+	if err != nil {
 		t.Fatal(err)
 	}
-	host := func(alias, extra string) string {
-		return fmt.Sprintf("Host %s\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %s\n  IdentitiesOnly yes\n%s\n",
-			alias, s.port, userName, acct.key, extra)
-	}
-	conf := host("rbx", "") + host("rbx-jump", "") + host("rbx-via", "  ProxyJump rbx-jump\n")
-	if err := os.WriteFile(e.config, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return e
+	return &testEnv{sshd: s, client: c, acct: s.Key, user: userName, dir: dir,
+		config: c.Config, knownHosts: c.KnownHosts}
 }
 
 // provider returns a provider with its own short runbox home for target,

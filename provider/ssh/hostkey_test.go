@@ -32,14 +32,14 @@ func TestUnknownHostKey(t *testing.T) {
 	if !errors.Is(err, ssh.ErrHostKeyUnknown) || errors.Is(err, ssh.ErrHostKeyChanged) {
 		t.Fatalf("create: %v; want ssh.ErrHostKeyUnknown", err)
 	}
-	if fp := gossh.FingerprintSHA256(e.sshd.hostKey); !strings.Contains(err.Error(), fp) {
+	if fp := gossh.FingerprintSHA256(e.sshd.HostKey); !strings.Contains(err.Error(), fp) {
 		t.Errorf("the error does not name the key's fingerprint %s", fp)
 	}
 	var herr *ssh.HostKeyError
-	if !errors.As(err, &herr) || herr.Host != "[127.0.0.1]:"+itoa(e.sshd.port) {
-		t.Errorf("error %T does not carry a *ssh.HostKeyError for [127.0.0.1]:%d", err, e.sshd.port)
+	if !errors.As(err, &herr) || herr.Host != "[127.0.0.1]:"+itoa(e.sshd.Port) {
+		t.Errorf("error %T does not carry a *ssh.HostKeyError for [127.0.0.1]:%d", err, e.sshd.Port)
 	}
-	if n := e.sshd.countLog(t, "Accepted publickey"); n != 0 {
+	if n := countLog(t, e.sshd, "Accepted publickey"); n != 0 {
 		t.Errorf("the server let %d login(s) in; nothing may be sent past the handshake", n)
 	}
 	if b, _ := os.ReadFile(e.knownHosts); len(b) != 0 {
@@ -55,7 +55,7 @@ func TestUnknownHostKey(t *testing.T) {
 func TestChangedHostKey(t *testing.T) {
 	e := newEnv(t, nonRootUser(t))
 	other := newKey(t, e.dir, "other_host_key")
-	line := "[127.0.0.1]:" + itoa(e.sshd.port) + " " + string(gossh.MarshalAuthorizedKey(other.pub))
+	line := "[127.0.0.1]:" + itoa(e.sshd.Port) + " " + string(gossh.MarshalAuthorizedKey(other.Public))
 	if err := os.WriteFile(e.knownHosts, []byte(line), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestChangedHostKey(t *testing.T) {
 		if !errors.Is(err, ssh.ErrHostKeyChanged) {
 			t.Fatalf("create (accept-new %v): %v; want ssh.ErrHostKeyChanged", acceptNew, err)
 		}
-		for _, fp := range []string{gossh.FingerprintSHA256(e.sshd.hostKey), gossh.FingerprintSHA256(other.pub)} {
+		for _, fp := range []string{gossh.FingerprintSHA256(e.sshd.HostKey), gossh.FingerprintSHA256(other.Public)} {
 			if !strings.Contains(err.Error(), fp) {
 				t.Errorf("the error does not name fingerprint %s", fp)
 			}
@@ -78,7 +78,7 @@ func TestChangedHostKey(t *testing.T) {
 			t.Errorf("the error does not name the known_hosts line %s:1", e.knownHosts)
 		}
 	}
-	if n := e.sshd.countLog(t, "Accepted publickey"); n != 0 {
+	if n := countLog(t, e.sshd, "Accepted publickey"); n != 0 {
 		t.Errorf("the server let %d login(s) in", n)
 	}
 	if b, _ := os.ReadFile(e.knownHosts); string(b) != line {
@@ -99,7 +99,7 @@ func TestAcceptNew(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.TrimSpace(string(b)), e.sshd.knownHostsLine(); got != want {
+	if got, want := strings.TrimSpace(string(b)), e.sshd.KnownHostsLine(); got != want {
 		t.Errorf("known_hosts holds %q, want %q", got, want)
 	}
 	// A fresh provider (a later `runbox exec`) without accept-new.
