@@ -187,6 +187,9 @@ func (p *Provider) connect(ctx context.Context, e endpoint) (*conn, error) {
 		if prev == nil {
 			var d net.Dialer
 			nc, err = d.DialContext(ctx, "tcp", hop.addr())
+			if err == nil {
+				nc = withQuickAck(nc)
+			}
 		} else {
 			nc, err = prev.DialContext(ctx, "tcp", hop.addr())
 		}
