@@ -32,16 +32,9 @@ const configFD = 3
 // jailServe is `runboxd jail`: PID 1 of a local sandbox. Its configuration
 // arrives on fd 3.
 func jailServe(args []string, stderr io.Writer) error {
-	fs := flag.NewFlagSet("jail", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var cfg supervisor.Config
-	supervisorFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
+	cfg, err := jailFlags(args, stderr)
+	if err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return errors.New("jail: takes no arguments")
 	}
 	if os.Getpid() != 1 {
 		return jail.ErrNotPID1
@@ -59,91 +52,24 @@ func jailServe(args []string, stderr io.Writer) error {
 			unix.Close(fd)
 		}
 	}
-	if jc.OOMControl != "" {
-		// Opened before the pivot hides the host's cgroup tree.
-		f, err := os.Open(jc.OOMControl)
-		if err != nil {
-			return fmt.Errorf("jail: memory cgroup: %w", err)
-		}
-		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
-	}
-	if jc.FuseRoot {
-		var serverOOM *os.File
-		if jc.FuseServerOOMControl != "" {
-			// Opened before the pivot, as the commands' counter is.
-			if serverOOM, err = os.Open(jc.FuseServerOOMControl); err != nil {
-				return fmt.Errorf("jail: the FUSE server's memory cgroup: %w", err)
-			}
-		}
-		cfg.RootLost = func() string { return fuseRootLost(serverOOM) }
+	if err := openOOMCounters(jc, &cfg); err != nil {
+		return err
 	}
 	keepThreads(jc.Threads)
-	for _, path := range jc.ExecTasks {
-		// Opened before the pivot too; the file's opener is what the
-		// kernel checks when the spawn thread writes to it.
-		f, err := os.OpenFile(path, os.O_WRONLY, 0)
-		if err != nil {
-			return fmt.Errorf("jail: commands' cgroup: %w", err)
-		}
-		cfg.ExecCgroupsV1 = append(cfg.ExecCgroupsV1, f)
+	if err := openExecCgroups(jc.ExecTasks, &cfg); err != nil {
+		return err
 	}
-	entered, err := jail.Enter(jc, func(path string) (net.Listener, error) {
-		if jc.ListenerFD == 0 {
-			return daemon.Listen(path)
-		}
-		f := os.NewFile(uintptr(jc.ListenerFD), "listener")
-		defer f.Close()
-		ln, err := net.FileListener(f)
-		if err != nil {
-			return nil, fmt.Errorf("jail: inherited listener: %w", err)
-		}
-		return ln, nil
-	})
+	entered, err := jail.Enter(jc, jailListener(jc))
 	if err != nil {
 		return err
 	}
 	ln := entered.Listener
 	cfg.CgroupDir = entered.CgroupDir
-	if err := jail.DropCapabilities(); err != nil {
+	if err := lockDown(); err != nil {
 		ln.Close()
 		return err
 	}
-	// Last: from here on neither runboxd nor anything it starts may mount,
-	// load modules, touch the keyring, bpf, perf, ... (see seccomp).
-	if err := seccomp.Install(); err != nil {
-		ln.Close()
-		return err
-	}
-	// Commands, not runboxd: no setuid or setgid bit on any file they make
-	// (security rule 4); runboxd strips them from the modes it applies.
-	// As root with a range of unprivileged host ids (a layers tree), the
-	// sandbox's root is one overlay mount whose upper layer is kept under
-	// those ids in a directory closed to other host users: a chmod with
-	// those bits on a file of it is applied for them by layerchmod
-	// (packages such as sudo install); anywhere else it is refused. With
-	// --host-root (no user namespace: the upper layer's files would be
-	// host root's), and rootless (the root is a tmpfs with an overlay per
-	// host directory, none of them the root's mount), it is refused
-	// everywhere.
-	//
-	// And none of them connects to an abstract unix socket of the host's
-	// (a sandbox on the host's network shares its namespace) or signals
-	// anything outside the sandbox's Landlock domain (security rule 6).
-	loadPrivilegeFilter := seccomp.LoadPrivilegeFilter
-	if jc.UserNS && jc.LayersTree {
-		loadPrivilegeFilter = layerPrivilegeFilter(stderr)
-	}
-	cfg.SpawnSetup = func(string) error {
-		if err := loadPrivilegeFilter(); err != nil {
-			return err
-		}
-		err := landlock.ScopeOut()
-		if errors.Is(err, landlock.ErrUnsupported) {
-			fmt.Fprintf(stderr, "runboxd: %v: commands can reach the host's abstract unix sockets (use --network none)\n", err)
-			return nil
-		}
-		return err
-	}
+	cfg.SpawnSetup = spawnSetup(jc, stderr)
 	if jc.Workspace != "" {
 		cfg.Dir = jail.WorkspacePath
 		// Relative paths in file calls resolve against the daemon's
@@ -162,6 +88,125 @@ func jailServe(args []string, stderr io.Writer) error {
 		also = append(also, offer)
 	}
 	return serveOn(context.Background(), cfg, authConfig{sum: jc.AuthSHA256}, stderr, func(*supervisor.Supervisor) (net.Listener, error) { return ln, nil }, also...)
+}
+
+// jailFlags parses `runboxd jail`'s flags, which are the supervisor's
+// only: it takes no arguments.
+func jailFlags(args []string, stderr io.Writer) (supervisor.Config, error) {
+	fs := flag.NewFlagSet("jail", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg supervisor.Config
+	supervisorFlags(fs, &cfg)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return cfg, errors.New("jail: takes no arguments")
+	}
+	return cfg, nil
+}
+
+// openOOMCounters gives cfg the OOM counters it reads while the sandbox
+// runs: its commands' memory cgroup's (OOMKills) and, for a FUSE root,
+// its server's (RootLost, which says why the root stopped answering).
+// They are opened before the pivot hides the host's cgroup tree.
+func openOOMCounters(jc jail.Config, cfg *supervisor.Config) error {
+	if jc.OOMControl != "" {
+		f, err := os.Open(jc.OOMControl)
+		if err != nil {
+			return fmt.Errorf("jail: memory cgroup: %w", err)
+		}
+		cfg.OOMKills = func() (uint64, error) { return oomKills(f) }
+	}
+	if jc.FuseRoot {
+		var serverOOM *os.File
+		if jc.FuseServerOOMControl != "" {
+			var err error
+			if serverOOM, err = os.Open(jc.FuseServerOOMControl); err != nil {
+				return fmt.Errorf("jail: the FUSE server's memory cgroup: %w", err)
+			}
+		}
+		cfg.RootLost = func() string { return fuseRootLost(serverOOM) }
+	}
+	return nil
+}
+
+// openExecCgroups opens, for writing, the tasks files of the cgroup v1
+// hierarchies the commands are spawned into (cfg.ExecCgroupsV1). They are
+// opened before the pivot too: the file's opener is what the kernel checks
+// when the spawn thread writes to it.
+func openExecCgroups(paths []string, cfg *supervisor.Config) error {
+	for _, path := range paths {
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("jail: commands' cgroup: %w", err)
+		}
+		cfg.ExecCgroupsV1 = append(cfg.ExecCgroupsV1, f)
+	}
+	return nil
+}
+
+// jailListener returns how jail.Enter gets runboxd's listener: the one the
+// provider passed (jc.ListenerFD), else a new socket at the path it gives.
+func jailListener(jc jail.Config) func(path string) (net.Listener, error) {
+	return func(path string) (net.Listener, error) {
+		if jc.ListenerFD == 0 {
+			return daemon.Listen(path)
+		}
+		f := os.NewFile(uintptr(jc.ListenerFD), "listener")
+		defer f.Close()
+		ln, err := net.FileListener(f)
+		if err != nil {
+			return nil, fmt.Errorf("jail: inherited listener: %w", err)
+		}
+		return ln, nil
+	}
+}
+
+// lockDown drops runboxd's capabilities and then, last, installs its
+// seccomp filter: from there on neither runboxd nor anything it starts may
+// mount, load modules, touch the keyring, bpf, perf, ... (see seccomp).
+func lockDown() error {
+	if err := jail.DropCapabilities(); err != nil {
+		return err
+	}
+	return seccomp.Install()
+}
+
+// spawnSetup returns what the spawn thread runs before each command: the
+// filters that hold the commands, not runboxd.
+//
+// No setuid or setgid bit on any file they make (security rule 4);
+// runboxd strips them from the modes it applies. As root with a range of
+// unprivileged host ids (a layers tree), the sandbox's root is one overlay
+// mount whose upper layer is kept under those ids in a directory closed to
+// other host users: a chmod with those bits on a file of it is applied for
+// them by layerchmod (packages such as sudo install); anywhere else it is
+// refused. With --host-root (no user namespace: the upper layer's files
+// would be host root's), and rootless (the root is a tmpfs with an overlay
+// per host directory, none of them the root's mount), it is refused
+// everywhere.
+//
+// And none of them connects to an abstract unix socket of the host's (a
+// sandbox on the host's network shares its namespace) or signals anything
+// outside the sandbox's Landlock domain (security rule 6).
+func spawnSetup(jc jail.Config, stderr io.Writer) func(string) error {
+	loadPrivilegeFilter := seccomp.LoadPrivilegeFilter
+	if jc.UserNS && jc.LayersTree {
+		loadPrivilegeFilter = layerPrivilegeFilter(stderr)
+	}
+	return func(string) error {
+		if err := loadPrivilegeFilter(); err != nil {
+			return err
+		}
+		err := landlock.ScopeOut()
+		if errors.Is(err, landlock.ErrUnsupported) {
+			fmt.Fprintf(stderr, "runboxd: %v: commands can reach the host's abstract unix sockets (use --network none)\n", err)
+			return nil
+		}
+		return err
+	}
 }
 
 // layerPrivilegeFilter starts the server of setuid and setgid chmods on

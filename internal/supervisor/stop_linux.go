@@ -146,35 +146,65 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		signalPids(e.livePids(), syscall.SIGHUP, e.signalled)
 		e.signalLeaderGroup(syscall.SIGHUP)
 	}
+	s := &stopSearch{e: e}
+	done := e.termPhase(w, s, grace, hangup)
+	w.restart()
+	if !done {
+		done = e.killPhase(w, s)
+	}
+	survivors := 0
+	if !done {
+		survivors = len(e.livePids())
+	}
+	e.mu.Lock()
+	e.survivors = survivors
+	e.mu.Unlock()
+}
+
+// stopSearch looks for the exec's processes by their markers (cgroup2
+// mode; proc mode's containment is that search itself) during a stop: the
+// look that finds escapees from the cgroup, which costs in proportion to
+// the machine's process count.
+type stopSearch struct {
+	e    *Exec
+	last time.Time // when it last searched
+}
+
+// find returns what a search finds at a phase's look (-1: the confirming
+// search), or nil when it does not search: it searches always once the
+// cgroup is empty and the leader reaped, else from a phase's second look
+// on, every escapeeRescanInterval.
+func (s *stopSearch) find(look int) []int {
+	e := s.e
+	if e.escapees == nil || (!e.gone() && (look == 0 || time.Since(s.last) < escapeeRescanInterval)) {
+		return nil
+	}
+	s.last = time.Now()
+	return e.escapees.pidsWith(e.cont.pids)
+}
+
+// over reports whether nothing of the exec is left; left is what its
+// confirming search found (escapees, the cgroup being empty).
+func (s *stopSearch) over() (done bool, left []int) {
+	if !s.e.gone() {
+		return false, nil
+	}
+	left = s.find(-1)
+	return len(left) == 0, left
+}
+
+// termPhase is the stop's first phase: it sends SIGTERM to every process
+// of the exec, and to any forked since, at each look until nothing is left
+// (which it reports) or grace has passed, repeating the hangup to the
+// leader's group, backing off, when hangup says a terminal's was sent.
+func (e *Exec) termPhase(w *stopWait, s *stopSearch, grace time.Duration, hangup bool) (done bool) {
 	hangupRepeat := firstHangupRepeat
 	nextHangup := time.Now().Add(hangupRepeat)
-	var lastSearch time.Time
-	// search looks for the exec's processes by their markers (cgroup2
-	// mode; proc mode's containment is that search itself): always once
-	// the cgroup is empty and the leader reaped, else from a phase's
-	// second look on, every escapeeRescanInterval.
-	search := func(look int) (pids []int, searched bool) {
-		if e.escapees == nil || (!e.gone() && (look == 0 || time.Since(lastSearch) < escapeeRescanInterval)) {
-			return nil, false
-		}
-		lastSearch = time.Now()
-		return e.escapees.pidsWith(e.cont.pids), true
-	}
-	// over reports whether nothing of the exec is left; left is what its
-	// confirming search found (escapees, the cgroup being empty).
-	over := func() (done bool, left []int) {
-		if !e.gone() {
-			return false, nil
-		}
-		left, _ = search(-1)
-		return len(left) == 0, left
-	}
-	done := false
 	termBy := time.Now().Add(grace)
 	for look := 0; ; look++ {
 		var left []int
-		if done, left = over(); done || time.Now().After(termBy) {
-			break
+		if done, left = s.over(); done || time.Now().After(termBy) {
+			return done
 		}
 		// The leader's group first: one system call reaches most trees
 		// whole, where signalling pid by pid on two cores is overtaken by
@@ -194,17 +224,22 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 			e.signalled[pid] = struct{}{}
 		}
 		if left == nil {
-			left, _ = search(look)
+			left = s.find(look)
 		}
 		signalPids(left, syscall.SIGTERM, e.signalled)
 		w.wait(termBy)
 	}
+}
+
+// killPhase is the stop's second phase: it SIGKILLs what is left of the exec at
+// each look until nothing is (which it reports) or killConfirmTimeout has
+// passed.
+func (e *Exec) killPhase(w *stopWait, s *stopSearch) (done bool) {
 	killBy := time.Now().Add(killConfirmTimeout)
-	w.restart()
-	for look := 0; !done; look++ {
+	for look := 0; ; look++ {
 		var left []int
-		if done, left = over(); done || time.Now().After(killBy) {
-			break
+		if done, left = s.over(); done || time.Now().After(killBy) {
+			return done
 		}
 		members := e.cont.pids()
 		for _, pid := range members {
@@ -213,7 +248,7 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		e.cont.killAll()
 		e.signalLeaderGroup(syscall.SIGKILL)
 		if left == nil {
-			left, _ = search(look)
+			left = s.find(look)
 		}
 		for _, pid := range left {
 			e.signalled[pid] = struct{}{}
@@ -226,13 +261,6 @@ func (e *Exec) stopProtocol(grace time.Duration) {
 		}
 		w.wait(killBy)
 	}
-	survivors := 0
-	if !done {
-		survivors = len(e.livePids())
-	}
-	e.mu.Lock()
-	e.survivors = survivors
-	e.mu.Unlock()
 }
 
 // outside reports whether some of pids are not among members.

@@ -67,6 +67,37 @@ type podParams struct {
 // the cap). A template that sets these fields keeps its own values.
 func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.Pod, error) {
 	pod := tmpl
+	if err := setPodMeta(pod, spec, pp); err != nil {
+		return nil, err
+	}
+	ps := &pod.Spec
+	if err := setPodDefaults(ps, pp.activeDeadline); err != nil {
+		return nil, err
+	}
+	if spec.Workdir != "" || spec.Rootfs != "" || spec.HostRoot {
+		return nil, fmt.Errorf("%w: a pod cannot mount a directory of this machine (--workdir, --rootfs, --host-root); copy files in with runbox cp or runbox sync", runbox.ErrInvalidSpec)
+	}
+	private, err := setPodNetwork(pod, spec.Network)
+	if err != nil {
+		return nil, err
+	}
+	if err := addInstallVolume(ps); err != nil {
+		return nil, err
+	}
+	w := workloadContainer(ps)
+	if err := setWorkload(w, spec, pp, private); err != nil {
+		return nil, err
+	}
+	ps.InitContainers = append([]corev1.Container{installContainer(pp.runboxdImage, w.SecurityContext)}, ps.InitContainers...)
+	return pod, nil
+}
+
+// setPodMeta gives the pod its identity: runbox's name for it, no
+// namespace or server-set fields of the template's, the labels that find
+// it (the sandbox's id and name) and the annotations that describe it (the
+// spec it was made from, its auth secret). It refuses a sandbox name that
+// cannot be a label value.
+func setPodMeta(pod *corev1.Pod, spec runbox.SandboxSpec, pp podParams) error {
 	pod.APIVersion, pod.Kind = "v1", "Pod"
 	pod.Name = "runbox-" + pp.id
 	pod.GenerateName = ""
@@ -79,7 +110,7 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	pod.Labels[LabelManagedBy] = managedBy
 	if spec.Name != "" {
 		if errs := validation.IsValidLabelValue(spec.Name); len(errs) > 0 {
-			return nil, fmt.Errorf("%w: name %q cannot be a kubernetes label value: %v", runbox.ErrInvalidSpec, spec.Name, errs)
+			return fmt.Errorf("%w: name %q cannot be a kubernetes label value: %v", runbox.ErrInvalidSpec, spec.Name, errs)
 		}
 		pod.Labels[LabelName] = spec.Name
 	}
@@ -89,13 +120,20 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	}
 	pod.Annotations[AnnotationSpec] = string(rec)
 	pod.Annotations[AnnotationSecret] = pp.secretName
+	return nil
+}
 
-	ps := &pod.Spec
+// setPodDefaults gives the pod runbox's hardened defaults where the
+// template leaves them unset: restartPolicy Never, no service account
+// token, no service links, RuntimeDefault seccomp, runbox's termination
+// grace, and an activeDeadlineSeconds no larger than activeDeadline. It
+// refuses any other restart policy.
+func setPodDefaults(ps *corev1.PodSpec, activeDeadline int64) error {
 	switch ps.RestartPolicy {
 	case "", corev1.RestartPolicyNever:
 		ps.RestartPolicy = corev1.RestartPolicyNever
 	default:
-		return nil, fmt.Errorf("%w: restartPolicy %s would restart runboxd and lose its execs: leave it unset or Never", ErrTemplateConflict, ps.RestartPolicy)
+		return fmt.Errorf("%w: restartPolicy %s would restart runboxd and lose its execs: leave it unset or Never", ErrTemplateConflict, ps.RestartPolicy)
 	}
 	if ps.AutomountServiceAccountToken == nil {
 		ps.AutomountServiceAccountToken = new(false)
@@ -109,43 +147,58 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	if ps.SecurityContext.SeccompProfile == nil {
 		ps.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}
 	}
-	if ps.ActiveDeadlineSeconds == nil || *ps.ActiveDeadlineSeconds > pp.activeDeadline {
-		ps.ActiveDeadlineSeconds = new(pp.activeDeadline)
+	if ps.ActiveDeadlineSeconds == nil || *ps.ActiveDeadlineSeconds > activeDeadline {
+		ps.ActiveDeadlineSeconds = new(activeDeadline)
 	}
 	if ps.TerminationGracePeriodSeconds == nil {
 		ps.TerminationGracePeriodSeconds = new(int64(terminationGrace))
 	}
-	if spec.Workdir != "" || spec.Rootfs != "" || spec.HostRoot {
-		return nil, fmt.Errorf("%w: a pod cannot mount a directory of this machine (--workdir, --rootfs, --host-root); copy files in with runbox cp or runbox sync", runbox.ErrInvalidSpec)
-	}
-	private := false
-	switch spec.Network {
+	return nil
+}
+
+// setPodNetwork puts the pod on the network the spec asks for (none, the
+// default, is the pod's own) and reports whether that is the private
+// network, whose pod carries LabelNetwork for an operator's NetworkPolicy.
+// It refuses an unknown network, and private with a template on the host's.
+func setPodNetwork(pod *corev1.Pod, network string) (private bool, err error) {
+	ps := &pod.Spec
+	switch network {
 	case "", "none":
 	case "host":
 		ps.HostNetwork = true
 	case NetworkPrivate:
 		if ps.HostNetwork {
-			return nil, fmt.Errorf("%w: --network private with a template that sets hostNetwork", ErrTemplateConflict)
+			return false, fmt.Errorf("%w: --network private with a template that sets hostNetwork", ErrTemplateConflict)
 		}
 		private = true
 		pod.Labels[LabelNetwork] = NetworkPrivate
 	default:
-		return nil, fmt.Errorf("%w: --network %q: the kubernetes provider takes none (the pod's network), host or private", runbox.ErrInvalidSpec, spec.Network)
+		return false, fmt.Errorf("%w: --network %q: the kubernetes provider takes none (the pod's network), host or private", runbox.ErrInvalidSpec, network)
 	}
+	return private, nil
+}
+
+// addInstallVolume adds the emptyDir runboxd is installed into, refusing a
+// template that already has a volume of its name or an init container of
+// runbox-install's.
+func addInstallVolume(ps *corev1.PodSpec) error {
 	for _, v := range ps.Volumes {
 		if v.Name == volumeName {
-			return nil, fmt.Errorf("%w: the template has a volume named %q", ErrTemplateConflict, volumeName)
+			return fmt.Errorf("%w: the template has a volume named %q", ErrTemplateConflict, volumeName)
 		}
 	}
 	for _, c := range ps.InitContainers {
 		if c.Name == initName {
-			return nil, fmt.Errorf("%w: the template has an init container named %q", ErrTemplateConflict, initName)
+			return fmt.Errorf("%w: the template has an init container named %q", ErrTemplateConflict, initName)
 		}
 	}
 	ps.Volumes = append(ps.Volumes, corev1.Volume{Name: volumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+	return nil
+}
 
-	// The workload: the template's container named "sandbox", else its
-	// first, else a new one.
+// workloadContainer returns the container runboxd runs in: the template's
+// container named "sandbox", else its first, else a new one it adds.
+func workloadContainer(ps *corev1.PodSpec) *corev1.Container {
 	idx := -1
 	for i, c := range ps.Containers {
 		if c.Name == containerName {
@@ -159,22 +212,31 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 		ps.Containers = append(ps.Containers, corev1.Container{Name: containerName})
 		idx = 0
 	}
-	w := &ps.Containers[idx]
+	return &ps.Containers[idx]
+}
+
+// setWorkload makes w runboxd's container: the spec's image (else the
+// template's), runboxd from the install volume as its entrypoint (with the
+// egress proxy on the private network), no stdin or terminal, runbox's
+// hardened security context where the template sets none, and the spec's
+// limits. It refuses a container that sets its own command or args, or
+// mounts something at runbox's directory, and a pod without an image.
+func setWorkload(w *corev1.Container, spec runbox.SandboxSpec, pp podParams, private bool) error {
 	if len(w.Command) > 0 || len(w.Args) > 0 {
-		return nil, fmt.Errorf("%w: container %q sets command or args; runboxd is its entrypoint (put the image's setup in an init container)", ErrTemplateConflict, w.Name)
+		return fmt.Errorf("%w: container %q sets command or args; runboxd is its entrypoint (put the image's setup in an init container)", ErrTemplateConflict, w.Name)
 	}
 	if spec.Image != "" {
 		w.Image = spec.Image
 	}
 	if w.Image == "" {
-		return nil, ErrImageRequired
+		return ErrImageRequired
 	}
 	if w.ImagePullPolicy == "" {
 		w.ImagePullPolicy = corev1.PullIfNotPresent
 	}
 	for _, m := range w.VolumeMounts {
 		if m.MountPath == podDir {
-			return nil, fmt.Errorf("%w: container %q mounts something at %s", ErrTemplateConflict, w.Name, podDir)
+			return fmt.Errorf("%w: container %q mounts something at %s", ErrTemplateConflict, w.Name, podDir)
 		}
 	}
 	// Read-only: commands can neither delete nor replace runboxd.
@@ -183,19 +245,9 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	w.Args = append([]string{"serve", "--socket", socketName(pp.id), "--auth-sha256", pp.authSum}, spec.DaemonArgs...)
 	if private {
 		// runboxd offers the egress proxy on the pod's loopback; its
-		// environment is its commands', so they find it (egress.Env, in
-		// place of a template's own proxy variables).
+		// environment is its commands', so they find it.
 		w.Args = append(w.Args, "--egress")
-		set := map[string]string{}
-		for _, kv := range egress.Env {
-			k, v, _ := strings.Cut(kv, "=")
-			set[k] = v
-		}
-		w.Env = slices.DeleteFunc(w.Env, func(e corev1.EnvVar) bool { _, ok := set[e.Name]; return ok })
-		for _, kv := range egress.Env {
-			k, v, _ := strings.Cut(kv, "=")
-			w.Env = append(w.Env, corev1.EnvVar{Name: k, Value: v})
-		}
+		setEgressEnv(w)
 	}
 	w.Stdin, w.TTY = false, false
 	if w.SecurityContext == nil {
@@ -207,13 +259,33 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 	if w.SecurityContext.AllowPrivilegeEscalation == nil {
 		w.SecurityContext.AllowPrivilegeEscalation = new(false)
 	}
-	if err := setResources(w, spec); err != nil {
-		return nil, err
-	}
+	return setResources(w, spec)
+}
 
-	install := corev1.Container{
+// setEgressEnv gives w's environment egress.Env, the variables that lead
+// its commands to runboxd's egress proxy, in place of any of the same
+// names the template sets (a template's own proxy, say).
+func setEgressEnv(w *corev1.Container) {
+	set := map[string]string{}
+	for _, kv := range egress.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		set[k] = v
+	}
+	w.Env = slices.DeleteFunc(w.Env, func(e corev1.EnvVar) bool { _, ok := set[e.Name]; return ok })
+	for _, kv := range egress.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		w.Env = append(w.Env, corev1.EnvVar{Name: k, Value: v})
+	}
+}
+
+// installContainer is the init container that installs runboxd from
+// runboxdImage into the install volume: hardened, small, and run as the
+// workload's user and group (sc, the workload's security context), so the
+// workload can run what it installs.
+func installContainer(runboxdImage string, sc *corev1.SecurityContext) corev1.Container {
+	return corev1.Container{
 		Name:            initName,
-		Image:           pp.runboxdImage,
+		Image:           runboxdImage,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/runboxd", "install", podRunboxd},
 		VolumeMounts:    []corev1.VolumeMount{{Name: volumeName, MountPath: podDir}},
@@ -221,15 +293,13 @@ func buildPod(tmpl *corev1.Pod, spec runbox.SandboxSpec, pp podParams) (*corev1.
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 			AllowPrivilegeEscalation: new(false),
 			ReadOnlyRootFilesystem:   new(true),
-			RunAsUser:                w.SecurityContext.RunAsUser,
-			RunAsGroup:               w.SecurityContext.RunAsGroup,
+			RunAsUser:                sc.RunAsUser,
+			RunAsGroup:               sc.RunAsGroup,
 		},
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 			corev1.ResourceMemory: resource.MustParse("64Mi"), corev1.ResourceCPU: resource.MustParse("500m"),
 		}},
 	}
-	ps.InitContainers = append([]corev1.Container{install}, ps.InitContainers...)
-	return pod, nil
 }
 
 // setResources maps the spec's limits to the workload's resources: Memory

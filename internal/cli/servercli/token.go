@@ -11,6 +11,8 @@ import (
 	"github.com/runbox/runbox/internal/registry"
 )
 
+// tokenCmd is runbox token, which manages runbox serve's bearer tokens
+// with its create, list and revoke subcommands.
 func (a *app) tokenCmd() *cobra.Command {
 	var db string
 	c := &cobra.Command{
@@ -23,7 +25,14 @@ SHA-256 of each token is stored: a token is shown once, when created.`,
 		RunE: func(c *cobra.Command, _ []string) error { return c.Help() },
 	}
 	c.PersistentFlags().StringVar(&db, "db", "", "the registry database (default $RUNBOX_HOME/runbox.db)")
+	c.AddCommand(a.tokenCreateCmd(&db), a.tokenListCmd(&db), a.tokenRevokeCmd(&db))
+	return c
+}
 
+// tokenCreateCmd is runbox token create, which makes a token for a tenant
+// in the database at *db, sets the tenant's quotas it is given, and prints
+// the token.
+func (a *app) tokenCreateCmd(db *string) *cobra.Command {
 	var tenant string
 	var maxSandboxes, maxExecs int
 	create := &cobra.Command{
@@ -34,7 +43,7 @@ SHA-256 of each token is stored: a token is shown once, when created.`,
 			if tenant == "" {
 				return fmt.Errorf("token create: --tenant is required")
 			}
-			store, err := registry.Open(c.Context(), a.dbPath(db))
+			store, err := registry.Open(c.Context(), a.dbPath(*db))
 			if err != nil {
 				return fmt.Errorf("token create: %w", err)
 			}
@@ -62,14 +71,19 @@ SHA-256 of each token is stored: a token is shown once, when created.`,
 	create.Flags().StringVar(&tenant, "tenant", "", "the tenant the token acts for")
 	create.Flags().IntVar(&maxSandboxes, "max-sandboxes", 0, "set the tenant's sandbox limit (0: the server's default)")
 	create.Flags().IntVar(&maxExecs, "max-execs", 0, "set the tenant's limit of running execs (0: the server's default)")
+	return create
+}
 
+// tokenListCmd is runbox token list, which prints a table of the tokens in
+// the database at *db, all tenants' or one's.
+func (a *app) tokenListCmd(db *string) *cobra.Command {
 	var listTenant string
 	list := &cobra.Command{
 		Use:   "list [--tenant NAME]",
 		Short: "List tokens (ids, tenants, creation, revocation)",
 		Args:  exactArgs(0, "no arguments"),
 		RunE: func(c *cobra.Command, _ []string) error {
-			store, err := registry.Open(c.Context(), a.dbPath(db))
+			store, err := registry.Open(c.Context(), a.dbPath(*db))
 			if err != nil {
 				return fmt.Errorf("token list: %w", err)
 			}
@@ -91,8 +105,13 @@ SHA-256 of each token is stored: a token is shown once, when created.`,
 		},
 	}
 	list.Flags().StringVar(&listTenant, "tenant", "", "only this tenant's tokens")
+	return list
+}
 
-	revoke := &cobra.Command{
+// tokenRevokeCmd is runbox token revoke, which revokes tokens in the
+// database at *db by id, printing each id as it is revoked.
+func (a *app) tokenRevokeCmd(db *string) *cobra.Command {
+	return &cobra.Command{
 		Use:   "revoke TOKEN_ID...",
 		Short: "Revoke tokens: calls with them fail as unauthenticated at once",
 		Args: func(c *cobra.Command, args []string) error {
@@ -102,7 +121,7 @@ SHA-256 of each token is stored: a token is shown once, when created.`,
 			return nil
 		},
 		RunE: func(c *cobra.Command, args []string) error {
-			store, err := registry.Open(c.Context(), a.dbPath(db))
+			store, err := registry.Open(c.Context(), a.dbPath(*db))
 			if err != nil {
 				return fmt.Errorf("token revoke: %w", err)
 			}
@@ -120,6 +139,4 @@ SHA-256 of each token is stored: a token is shown once, when created.`,
 			return nil
 		},
 	}
-	c.AddCommand(create, list, revoke)
-	return c
 }
