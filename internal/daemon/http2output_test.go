@@ -60,8 +60,8 @@ func shutDown(t *testing.T, c *client.Client, served <-chan error) {
 // TestHTTP2RunBatchesReadyOutput runs a command that writes both streams
 // at once through the Go client (HTTP/2) reading slower than the command:
 // chunks gather in the ring, and runboxd must write each batch of ready
-// Outputs at once (at most a write per Output event; through Connect's
-// Send each took two, a 4 KiB DATA frame and the rest), every byte
+// Outputs at once (about a write per batch; through Connect's Send each
+// Output took two, a 4 KiB DATA frame and the rest), every byte
 // of each stream exact and in order, the sequence numbers consecutive, no
 // gap. A second exec runs on the same connection meanwhile, as execs share
 // it.
@@ -111,11 +111,14 @@ func TestHTTP2RunBatchesReadyOutput(t *testing.T) {
 		if want := seqOutput(400000); !bytes.Equal(ck.stderr.Bytes(), want) {
 			t.Fatalf("round %d: stderr: %d bytes, want %d, or they differ", round, ck.stderr.Len(), len(want))
 		}
-		// Besides the Outputs, for both execs: the connection's settings,
-		// the headers, the started and exited events, the end of each
-		// stream.
+		// About a write per batch, so at most one per Output, against two
+		// each before; besides, for both execs, up to about a dozen: the
+		// connection's settings and pings, the headers, the started and
+		// exited events, the end of each stream. Allow half a write more
+		// per Output, as under the race detector the daemon, slowed more
+		// than the client, makes smaller batches.
 		outputs := ck.outputs + otherOutputs.Load()
-		if n := writes.Load(); n > outputs+12 {
+		if n := writes.Load(); 2*n > 3*outputs+16 {
 			t.Fatalf("round %d: runboxd made %d writes for %d Output events", round, n, outputs)
 		}
 		t.Logf("round %d: %d writes, %d Output events", round, writes.Load(), outputs)
