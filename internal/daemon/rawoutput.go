@@ -30,6 +30,18 @@ import (
 // see sendOutput) go one behind another in that one write.
 // Every other event (started, gap, exited) and the end of the stream still
 // go through Connect, on the same goroutine, so their order is kept.
+//
+// Over HTTP/2 (the Go client's) the Outputs of a batch are likewise
+// written one behind another, copied into one buffer, with one
+// ResponseWriter.Write and a Flush: the HTTP/2 server then hands the
+// batch to its connection's writer once and sends it as one DATA frame
+// (the client reads frames of up to wire.MaxFrameBytes). Through
+// Connect's Send, each Output took two hand-offs to that writer and two
+// DATA frames, one of them 4 KiB: the 5-byte prefix went into the
+// response's 4 KiB buffer, which the message then filled and flushed
+// before the rest went on its own. The stream's own framing (chunked
+// encoding, identity) and socket are the HTTP/2 server's: only HTTP/1
+// writes to the socket itself.
 
 // sendBufferBytes is the socket send buffer asked for on each accepted
 // connection: four of the supervisor's largest chunks, so that writing one
@@ -52,15 +64,27 @@ func (l sendBufferListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// rawKey is the context key of a Run request's HTTP/1 ResponseWriter.
+// rawKey is the context key of a Run or Attach request's rawWriter.
 type rawKey struct{}
 
-// withRawOutput hands HTTP/1 Run requests' ResponseWriter to the Run
-// handler through the request's context.
+// rawWriter is a Run or Attach request's ResponseWriter and the major
+// version of the HTTP it came over.
+type rawWriter struct {
+	w     http.ResponseWriter
+	major int
+}
+
+// withRawOutput hands the ResponseWriter of Run requests over HTTP/1 and
+// of Run and Attach requests over HTTP/2 to their handler through the
+// request's context. (An HTTP/1 response's framing is changed for its
+// writes: Attach over HTTP/1, whose follower may not expect the
+// connection to close after it, keeps Connect's.)
 func withRawOutput(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 1 && r.URL.Path == runboxv1connect.RunboxServiceRunProcedure {
-			r = r.WithContext(context.WithValue(r.Context(), rawKey{}, w))
+		switch {
+		case r.URL.Path == runboxv1connect.RunboxServiceRunProcedure,
+			r.ProtoMajor == 2 && r.URL.Path == runboxv1connect.RunboxServiceAttachProcedure:
+			r = r.WithContext(context.WithValue(r.Context(), rawKey{}, rawWriter{w, r.ProtoMajor}))
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -81,15 +105,16 @@ func withConn(ctx context.Context, c net.Conn) context.Context {
 // chunks stays within writev's 1,024 iovecs.
 const copyBelowBytes = 2 << 10
 
-// rawOutput writes Output envelopes straight to an HTTP/1 response.
+// rawOutput writes Output envelopes straight to an HTTP/1 or HTTP/2
+// response.
 type rawOutput struct {
 	w http.ResponseWriter
 	f http.Flusher
 	// sock is the socket under the connection's wrappers (daemonauth's,
 	// fdpass's), which pass writes through unchanged: the envelopes go to
-	// it in one writev each batch, each chunk from where it lies. nil when
-	// the connection is not one runboxd's listener made: the envelopes
-	// are then copied into buf and written through w.
+	// it in one writev each batch, each chunk from where it lies. nil
+	// over HTTP/2, or when the connection is not one runboxd's listener
+	// made: the envelopes are then copied into buf and written through w.
 	sock net.Conn
 	// viaW says bytes went through w since the last write to sock: w is
 	// flushed before sock is written, so the bytes keep their order.
@@ -100,21 +125,26 @@ type rawOutput struct {
 }
 
 // newRawOutput returns the raw writer for stream's response, or nil when
-// the request came over HTTP/2, or the response is JSON or compressed
-// (Connect then frames what it writes differently). It must be called before the first
-// event is sent: it sets the response's transfer encoding.
+// withRawOutput did not hand over its ResponseWriter, or the response is
+// not Connect's protobuf or is compressed (Connect then frames what it
+// writes differently: JSON, the Python SDK's local mode; gRPC). It must be
+// called before the first event is sent: over HTTP/1 it sets the
+// response's transfer encoding.
 func newRawOutput(ctx context.Context, stream *connect.ServerStream[runboxv1.ExecEvent]) *rawOutput {
-	w, ok := ctx.Value(rawKey{}).(http.ResponseWriter)
+	rw, ok := ctx.Value(rawKey{}).(rawWriter)
 	if !ok {
 		return nil
 	}
-	f, ok := w.(http.Flusher)
+	f, ok := rw.w.(http.Flusher)
 	h := stream.ResponseHeader()
 	if !ok || h.Get("Content-Type") != "application/connect+proto" || h.Get("Connect-Content-Encoding") != "" {
-		return nil // JSON (the Python SDK's local mode), or compressed
+		return nil
 	}
-	stream.ResponseHeader().Set("Transfer-Encoding", "identity")
-	o := &rawOutput{w: w, f: f, viaW: true}
+	o := &rawOutput{w: rw.w, f: f, viaW: true}
+	if rw.major != 1 {
+		return o // HTTP/2 frames the response itself
+	}
+	h.Set("Transfer-Encoding", "identity")
 	if c, ok := ctx.Value(connKey{}).(net.Conn); ok {
 		o.sock = socketOf(c)
 	}

@@ -82,7 +82,8 @@ const outputBatchBytes = 256 << 10
 
 // sendOutput sends every output event r reads until its end: each batch
 // of events that are ready together ([supervisor.OutputReader.NextBatch])
-// in one write over HTTP/1 (raw), one Send each otherwise.
+// in one write when the response is Connect's protobuf (raw, see
+// rawoutput.go), one Send each otherwise.
 func sendOutput(ctx context.Context, e *supervisor.Exec, r *supervisor.OutputReader, raw *rawOutput, stream *connect.ServerStream[runboxv1.ExecEvent]) error {
 	var evs []supervisor.OutputEvent
 	for {
