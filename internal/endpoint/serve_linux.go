@@ -206,22 +206,12 @@ func (s *Server) stop(why string) {
 // samePeer refuses a peer whose uid is not this process's: the socket's
 // permissions say the same, this holds even if they are loosened.
 func samePeer(c *net.UnixConn) error {
-	raw, err := c.SyscallConn()
+	uid, pid, err := peerCred(c)
 	if err != nil {
 		return err
 	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return fmt.Errorf("SO_PEERCRED: %w", cerr)
-	}
-	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("peer pid %d is uid %d, not %d", cred.Pid, cred.Uid, os.Getuid())
+	if uid != os.Getuid() {
+		return fmt.Errorf("peer pid %d is uid %d, not %d", pid, uid, os.Getuid())
 	}
 	return nil
 }

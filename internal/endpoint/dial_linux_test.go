@@ -1,0 +1,239 @@
+package endpoint
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox/internal/daemonauth"
+)
+
+// squatterEnv, set to "SOCKET CAPTURE", makes the test binary a
+// squatter: it listens on SOCKET, appends all a connection sends to
+// CAPTURE, and answers the handshake as runboxd would.
+const squatterEnv = "RUNBOX_TEST_ENDPOINT_SQUATTER"
+
+// strangerUID is the unprivileged host user the squatter runs as.
+const strangerUID = 65534
+
+func TestMain(m *testing.M) {
+	if v := os.Getenv(squatterEnv); v != "" {
+		sock, capture, _ := strings.Cut(v, " ")
+		os.Exit(squat(sock, capture))
+	}
+	os.Exit(m.Run())
+}
+
+// squat is the squatter process (squatterEnv).
+func squat(sock, capture string) int {
+	syscall.Umask(0)
+	if err := os.MkdirAll(filepath.Dir(sock), 0o777); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Println("listening")
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 0
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		f, err := os.OpenFile(capture, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
+		if err == nil {
+			f.WriteString(line)
+			f.Close()
+		}
+		io.WriteString(c, "RUNBOXD-AUTH OK\n")
+		c.Close()
+	}
+}
+
+// randomName returns n random hex characters.
+func randomName(t *testing.T, n int) string {
+	b := make([]byte, (n+1)/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
+// sharedHome returns a fresh runbox home at a random path that every
+// user may write in (mode 1777, as a home under a shared directory),
+// which the stranger reaches.
+func sharedHome(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "rbep") // short: a socket path is at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(base, randomName(t, 10))
+	if err := os.Mkdir(home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(home, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return home
+}
+
+// startSquatter runs the squatter as the stranger on sock, capturing to
+// a fresh file of the stranger's, and returns that file's path once it
+// listens.
+func startSquatter(t *testing.T, home, sock string) (capture string) {
+	t.Helper()
+	attacker := filepath.Join(home, "."+randomName(t, 8))
+	if err := os.Mkdir(attacker, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(attacker, strangerUID, strangerUID); err != nil {
+		t.Fatal(err)
+	}
+	capture = filepath.Join(attacker, "captured")
+	// The test binary, where the stranger may run it.
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(filepath.Dir(home), randomName(t, 8))
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = append(os.Environ(), squatterEnv+"="+sock+" "+capture)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: strangerUID, Gid: strangerUID}}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "listening\n" {
+		t.Fatalf("squatter: %q", line)
+	}
+	return capture
+}
+
+// TestDialOnlyToThisUsersEndpoint: another local user who can write
+// where the endpoints' directory goes (a runbox home in a shared
+// directory) makes that directory first, or finds it loosened, and
+// listens at a sandbox's endpoint socket (random home, random sandbox id)
+// before the endpoint starts; or plants the endpoint's log as a link to a
+// root-only file at a random path. The CLI's dial (as the front reaches
+// an ssh or kubernetes sandbox: endpoint.Dial, then the secret's
+// handshake) must not give the squatter the secret, and the CLI must
+// write nothing through the link. Before: the front connected to the
+// squatter's socket, which read the secret; its hand-over note went
+// through the planted link into the root-only file.
+func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the squatter as another user")
+	}
+	for _, tc := range []struct {
+		name string
+		// theirs: the stranger makes the endpoints' directory;
+		// otherwise it is this user's, loosened to 0777.
+		theirs bool
+	}{{"their directory", true}, {"our loosened directory", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for range 3 {
+				home := sharedHome(t)
+				id := randomName(t, 12)
+				if !tc.theirs {
+					if err := os.Mkdir(Dir(home), 0o700); err != nil {
+						t.Fatal(err)
+					}
+					if err := os.Chmod(Dir(home), 0o777); err != nil {
+						t.Fatal(err)
+					}
+				}
+				sock, err := Socket(home, "ssh", id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				capture := startSquatter(t, home, sock)
+				secret, err := daemonauth.NewSecret()
+				if err != nil {
+					t.Fatal(err)
+				}
+				target := Target{Home: home, Provider: "ssh", ID: id, Full: "/nonexistent/" + randomName(t, 8)}
+				dial := daemonauth.DialerWithin(func(ctx context.Context) (net.Conn, error) { return Dial(ctx, target) }, secret, time.Minute)
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				conn, err := dial(ctx)
+				cancel()
+				if err == nil {
+					conn.Close()
+					t.Errorf("dialled the stranger's endpoint socket and it accepted the handshake")
+				} else if !errors.Is(err, ErrNotOwn) {
+					t.Errorf("dial: %v; want ErrNotOwn", err)
+				}
+				if b, _ := os.ReadFile(capture); bytes.Contains(b, []byte(hex.EncodeToString(secret))) {
+					t.Errorf("the stranger read the sandbox's secret: %q", b)
+				}
+			}
+		})
+	}
+	t.Run("planted log", func(t *testing.T) {
+		home := sharedHome(t)
+		id := randomName(t, 12)
+		// The stranger makes the directory and links the log to a
+		// root-only file at a random path.
+		vault := filepath.Join(t.TempDir(), randomName(t, 9))
+		if err := os.Mkdir(vault, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		target := filepath.Join(vault, randomName(t, 11))
+		if err := os.WriteFile(target, []byte("root only\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(Dir(home), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(Dir(home), 0o777); err != nil {
+			t.Fatal(err)
+		}
+		log := logPath(home, "ssh", id)
+		if err := os.Symlink(target, log); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{Dir(home), log} {
+			if err := os.Lchown(p, strangerUID, strangerUID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tg := Target{Home: home, Provider: "ssh", ID: id, Full: "/nonexistent/" + randomName(t, 8)}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := Dial(ctx, tg)
+		cancel()
+		if err == nil {
+			t.Fatal("dial through a planted directory succeeded")
+		}
+		LogHandOver(tg, err) // as the front does
+		if b, _ := os.ReadFile(target); string(b) != "root only\n" {
+			t.Errorf("the root-only file behind the planted log link now holds %q", b)
+		}
+	})
+}
