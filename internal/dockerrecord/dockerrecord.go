@@ -85,7 +85,10 @@ func StateDir(labels map[string]string) string {
 }
 
 // Dialer returns a dialer of the sandbox's runboxd socket that
-// authenticates each connection with the secret in its labels; ok is
+// authenticates each connection with the secret in its labels, sent only
+// to a listener of this user's or root's (daemonauth.OwnListener: a
+// runboxd of a non-root image, or under a remapped user namespace, is
+// reached by runbox-full instead); ok is
 // false when the record has no socket of the right shape or no valid
 // secret.
 func (c Container) Dialer() (dial runbox.Dialer, ok bool) {
@@ -97,8 +100,8 @@ func (c Container) Dialer() (dial runbox.Dialer, ok bool) {
 		return nil, false
 	}
 	socket := c.Labels[LabelSocket]
-	return daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
+	return daemonauth.Dialer(daemonauth.OwnListener(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
-	}, secret), true
+	}), secret), true
 }

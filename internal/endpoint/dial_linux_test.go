@@ -1,70 +1,25 @@
 package endpoint
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/strangertest"
 )
 
-// squatterEnv, set to "SOCKET CAPTURE", makes the test binary a
-// squatter: it listens on SOCKET, appends all a connection sends to
-// CAPTURE, and answers the handshake as runboxd would.
-const squatterEnv = "RUNBOX_TEST_ENDPOINT_SQUATTER"
+// strangerUID is the other local user who plants.
+const strangerUID = strangertest.UID
 
-// strangerUID is the unprivileged host user the squatter runs as.
-const strangerUID = 65534
-
-func TestMain(m *testing.M) {
-	if v := os.Getenv(squatterEnv); v != "" {
-		sock, capture, _ := strings.Cut(v, " ")
-		os.Exit(squat(sock, capture))
-	}
-	os.Exit(m.Run())
-}
-
-// squat is the squatter process (squatterEnv).
-func squat(sock, capture string) int {
-	syscall.Umask(0)
-	if err := os.MkdirAll(filepath.Dir(sock), 0o777); err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		fmt.Println(err)
-		return 1
-	}
-	fmt.Println("listening")
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return 0
-		}
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		f, err := os.OpenFile(capture, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
-		if err == nil {
-			f.WriteString(line)
-			f.Close()
-		}
-		io.WriteString(c, "RUNBOXD-AUTH OK\n")
-		c.Close()
-	}
-}
+func TestMain(m *testing.M) { strangertest.Main(m) }
 
 // randomName returns n random hex characters.
 func randomName(t *testing.T, n int) string {
@@ -94,47 +49,6 @@ func sharedHome(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return home
-}
-
-// startSquatter runs the squatter as the stranger on sock, capturing to
-// a fresh file of the stranger's, and returns that file's path once it
-// listens.
-func startSquatter(t *testing.T, home, sock string) (capture string) {
-	t.Helper()
-	attacker := filepath.Join(home, "."+randomName(t, 8))
-	if err := os.Mkdir(attacker, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(attacker, strangerUID, strangerUID); err != nil {
-		t.Fatal(err)
-	}
-	capture = filepath.Join(attacker, "captured")
-	// The test binary, where the stranger may run it.
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(filepath.Dir(home), randomName(t, 8))
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), squatterEnv+"="+sock+" "+capture)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: strangerUID, Gid: strangerUID}}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if line != "listening\n" {
-		t.Fatalf("squatter: %q", line)
-	}
-	return capture
 }
 
 // TestDialOnlyToThisUsersEndpoint: another local user who can write
@@ -174,7 +88,7 @@ func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				capture := startSquatter(t, home, sock)
+				squatter := strangertest.Squat(t, sock)
 				secret, err := daemonauth.NewSecret()
 				if err != nil {
 					t.Fatal(err)
@@ -190,7 +104,7 @@ func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
 				} else if !errors.Is(err, ErrNotOwn) {
 					t.Errorf("dial: %v; want ErrNotOwn", err)
 				}
-				if b, _ := os.ReadFile(capture); bytes.Contains(b, []byte(hex.EncodeToString(secret))) {
+				if b := squatter.Captured(); bytes.Contains(b, []byte(hex.EncodeToString(secret))) {
 					t.Errorf("the stranger read the sandbox's secret: %q", b)
 				}
 			}

@@ -1,0 +1,167 @@
+package front
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/dockerrecord"
+	"github.com/runbox/runbox/internal/processrecord"
+	"github.com/runbox/runbox/internal/strangertest"
+)
+
+func TestMain(m *testing.M) { strangertest.Main(m) }
+
+func randomHex(n int) string {
+	b := make([]byte, (n+1)/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
+// sharedHome returns a fresh runbox home at a random short path in which
+// every user may write (mode 1777: a home under a shared directory), set
+// as $RUNBOX_HOME.
+func sharedHome(t *testing.T) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "rbf") // short: a socket path is at most 107 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	home := filepath.Join(base, randomHex(8))
+	for _, err := range []error{os.Chmod(base, 0o711), os.Mkdir(home, 0o700), os.Chmod(home, 0o1777)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("RUNBOX_HOME", home)
+	t.Setenv("RUNBOX_DOCKER_STREAM", "")
+	return home
+}
+
+// strangersDir makes dir as the stranger's own (mode 0755), as another
+// user who can write in the home makes it before runbox does.
+func strangersDir(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, strangertest.UID, strangertest.UID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ourSandbox makes this user's state directory of sandbox id in parent
+// (0700), with a fresh secret written by write, and returns the secret.
+func ourSandbox(t *testing.T, dir string, write func(secret []byte)) []byte {
+	t.Helper()
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(secret)
+	return secret
+}
+
+// stolen moves our sandbox's directory dir aside, as the owner of its
+// parent may, and gives the stranger a directory of its own in its place
+// holding a link to file (the record or secret the stranger cannot read,
+// which the front reads for it). It returns the stranger's directory.
+func stolen(t *testing.T, dir, file string) {
+	t.Helper()
+	aside := filepath.Join(filepath.Dir(dir), "."+randomHex(10))
+	if err := os.Rename(dir, aside); err != nil {
+		t.Fatal(err)
+	}
+	strangersDir(t, dir)
+	link := filepath.Join(dir, file)
+	if err := os.Symlink(filepath.Join(aside, file), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(link, strangertest.UID, strangertest.UID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFrontSendsSecretsOnlyToItsOwn: another local user who can write in
+// the runbox home (a home in a shared directory) made its records'
+// directory (sandboxes, docker) first, so it may rename what runbox puts
+// there: it moves a sandbox's directory (random id) aside, puts its own
+// in its place holding a link to the real secret (host, local) or record
+// (docker, whose record holds the secret), a record of its own naming its
+// own process as runboxd, and listens at the sandbox's socket path.
+// `runbox exec ID` in the front must not send the secret to it. Before:
+// the front read the real secret through the link and sent it to the
+// stranger's socket, for both kinds.
+func TestFrontSendsSecretsOnlyToItsOwn(t *testing.T) {
+	for range 3 {
+		t.Run("host", func(t *testing.T) {
+			home := sharedHome(t)
+			id := randomHex(12)
+			sandboxes := filepath.Join(home, "sandboxes")
+			strangersDir(t, sandboxes)
+			sbDir := filepath.Join(sandboxes, id)
+			secret := ourSandbox(t, sbDir, func(secret []byte) {
+				if err := os.WriteFile(filepath.Join(sbDir, processrecord.SecretFile), secret, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			})
+			stolen(t, sbDir, processrecord.SecretFile)
+			sock := filepath.Join(sbDir, "runboxd.sock")
+			s := strangertest.Squat(t, sock)
+			_, start, err := processrecord.ProcStat(s.Pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := processrecord.Record{ID: id, Provider: processrecord.HostProvider, Created: time.Now(),
+				Pid: s.Pid, StartTime: start, BootID: processrecord.BootID(), Socket: sock}
+			b, _ := json.Marshal(rec)
+			if err := os.WriteFile(filepath.Join(sbDir, "sandbox.json"), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			r, ok := resolve(id)
+			if ok {
+				r.conn.Close()
+				t.Errorf("the front reached the stranger's socket as sandbox %s", id)
+			}
+			if bytes.Contains(s.Captured(), []byte(hex.EncodeToString(secret))) {
+				t.Errorf("the stranger read sandbox %s's secret", id)
+			}
+		})
+		t.Run("docker", func(t *testing.T) {
+			home := sharedHome(t)
+			id := randomHex(12)
+			strangersDir(t, dockerrecord.Dir(home))
+			stateDir := filepath.Join(dockerrecord.Dir(home), id)
+			sock := filepath.Join(stateDir, "run", "runboxd.sock")
+			secret := ourSandbox(t, stateDir, func(secret []byte) {
+				c := dockerrecord.Container{ID: randomHex(64), Name: "runbox-" + id, Labels: map[string]string{
+					dockerrecord.LabelSandbox: id, dockerrecord.LabelSocket: sock,
+					dockerrecord.LabelSecret: hex.EncodeToString(secret)}}
+				b, _ := json.Marshal(c)
+				if err := os.WriteFile(filepath.Join(stateDir, dockerrecord.ContainerFile), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			})
+			stolen(t, stateDir, dockerrecord.ContainerFile)
+			s := strangertest.Squat(t, sock)
+			r, ok := resolve(id)
+			if ok {
+				r.conn.Close()
+				t.Errorf("the front reached the stranger's socket as sandbox %s", id)
+			}
+			if bytes.Contains(s.Captured(), []byte(hex.EncodeToString(secret))) {
+				t.Errorf("the stranger read sandbox %s's secret", id)
+			}
+		})
+	}
+}
