@@ -14,11 +14,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // Labels on runbox's containers that this package reads (provider/docker
@@ -50,11 +50,12 @@ type Container struct {
 // docker sandbox with a socket.
 func Dir(home string) string { return filepath.Join(home, "docker") }
 
-// Read reads the record of sandbox id under home; a record that names
-// another sandbox is an error.
+// Read reads the record of sandbox id under home (recordfile.ReadRegular:
+// never through a link, a FIFO or a device); a record that names another
+// sandbox is an error.
 func Read(home, id string) (Container, error) {
 	var c Container
-	b, err := os.ReadFile(filepath.Join(Dir(home), id, ContainerFile))
+	b, err := recordfile.ReadRegular(filepath.Join(Dir(home), id, ContainerFile), recordfile.MaxRecord)
 	if err != nil {
 		return c, err
 	}

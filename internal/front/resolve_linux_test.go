@@ -5,8 +5,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -163,5 +165,88 @@ func TestFrontSendsSecretsOnlyToItsOwn(t *testing.T) {
 				t.Errorf("the stranger read sandbox %s's secret", id)
 			}
 		})
+	}
+}
+
+// TestFrontDoesNotWaitOnPlantedFiles: a FIFO, a link or a huge file
+// planted (at a random sandbox id) where the front reads a record or a
+// secret: a host sandbox's record or secret, a docker sandbox's record, an
+// ssh sandbox's record or secret. `runbox exec ID` must not wait on the
+// FIFO's writer, nor read through the link or the whole huge file: resolve
+// returns (and the front hands the exec to runbox-full). Before: it waited
+// for good on each FIFO.
+func TestFrontDoesNotWaitOnPlantedFiles(t *testing.T) {
+	t.Setenv("RUNBOX_DOCKER_STREAM", "")
+	t.Setenv("RUNBOX_FULL", "/bin/true") // an endpoint is never reached: the secret's read fails first
+	plants := map[string]func(p string) error{
+		"fifo": func(p string) error { return syscall.Mkfifo(p, 0o600) },
+		"link": func(p string) error { return os.Symlink("/dev/zero", p) },
+		"huge": func(p string) error {
+			f, err := os.Create(p)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return f.Truncate(1 << 31)
+		},
+	}
+	// Each case: the directory under the home, the file planted, and what
+	// else is there (a valid record for a planted secret).
+	_, start, err := processrecord.ProcStat(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ dir, file string }{
+		{"sandboxes", "sandbox.json"},
+		{"sandboxes", "secret"},
+		{"docker", dockerrecord.ContainerFile},
+		{"ssh", "sandbox.json"},
+		{"ssh", "secret"},
+	}
+	for kind, plant := range plants {
+		for _, c := range cases {
+			home := t.TempDir()
+			t.Setenv("RUNBOX_HOME", home)
+			id := randomHex(12)
+			dir := filepath.Join(home, c.dir, id)
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if c.file == "secret" {
+				// A record that passes, so the secret is read next: this
+				// process as runboxd, listening.
+				sock := filepath.Join(dir, "runboxd.sock")
+				ln, err := net.Listen("unix", sock)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+				rec := processrecord.Record{ID: id, Provider: processrecord.HostProvider, Created: time.Now(),
+					Pid: os.Getpid(), StartTime: start, BootID: processrecord.BootID(), Socket: sock}
+				b, _ := json.Marshal(rec)
+				if err := os.WriteFile(filepath.Join(dir, "sandbox.json"), b, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := plant(filepath.Join(dir, c.file)); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan bool, 1)
+			go func() {
+				r, ok := resolve(id)
+				if ok {
+					r.conn.Close()
+				}
+				done <- ok
+			}()
+			select {
+			case ok := <-done:
+				if ok {
+					t.Errorf("%s %s/%s: resolved", kind, c.dir, c.file)
+				}
+			case <-time.After(time.Minute): // a hang, not a slow answer
+				t.Fatalf("%s %s/%s: resolve still waits after a minute", kind, c.dir, c.file)
+			}
+		}
 	}
 }

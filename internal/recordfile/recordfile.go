@@ -25,10 +25,11 @@ type Record interface {
 	RecordCreated() time.Time
 }
 
-// Read reads the record in sbDir.
+// Read reads the record in sbDir (ReadRegular: never through a link, a
+// FIFO or a device).
 func Read[T any](sbDir string) (T, error) {
 	var r T
-	b, err := os.ReadFile(filepath.Join(sbDir, Name))
+	b, err := ReadRegular(filepath.Join(sbDir, Name), MaxRecord)
 	if err != nil {
 		return r, err
 	}
