@@ -39,26 +39,37 @@ func OwnListener(dial runbox.Dialer) runbox.Dialer {
 // checkListener refuses c unless its peer is of this effective uid or
 // root.
 func checkListener(c net.Conn) error {
+	uid, pid, err := PeerCred(c)
+	if err != nil {
+		return fmt.Errorf("runboxd socket: %w", err)
+	}
+	if uid != 0 && uid != os.Geteuid() {
+		return fmt.Errorf("runboxd socket: the listener (pid %d) is uid %d, neither %d nor root: %w", pid, uid, os.Geteuid(), ErrStrangePeer)
+	}
+	return nil
+}
+
+// PeerCred returns the uid and pid of c's peer (SO_PEERCRED): for a
+// dialled unix socket the process that listens, for an accepted one the
+// process that connected.
+func PeerCred(c net.Conn) (uid, pid int, err error) {
 	sc, ok := c.(syscall.Conn)
 	if !ok {
-		return fmt.Errorf("runboxd socket: %T has no descriptor to ask who listens: %w", c, ErrStrangePeer)
+		return 0, 0, fmt.Errorf("%T has no descriptor to ask who its peer is: %w", c, ErrStrangePeer)
 	}
 	raw, err := sc.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("runboxd socket: %w", err)
+		return 0, 0, err
 	}
 	var cred *syscall.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil {
-		return fmt.Errorf("runboxd socket: %w", err)
+		return 0, 0, err
 	}
 	if cerr != nil {
-		return fmt.Errorf("runboxd socket: SO_PEERCRED: %w", cerr)
+		return 0, 0, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
-		return fmt.Errorf("runboxd socket: the listener (pid %d) is uid %d, neither %d nor root: %w", cred.Pid, cred.Uid, os.Geteuid(), ErrStrangePeer)
-	}
-	return nil
+	return int(cred.Uid), int(cred.Pid), nil
 }

@@ -3,7 +3,6 @@ package endpoint
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"net"
@@ -20,36 +19,6 @@ import (
 const strangerUID = strangertest.UID
 
 func TestMain(m *testing.M) { strangertest.Main(m) }
-
-// randomName returns n random hex characters.
-func randomName(t *testing.T, n int) string {
-	b := make([]byte, (n+1)/2)
-	rand.Read(b)
-	return hex.EncodeToString(b)[:n]
-}
-
-// sharedHome returns a fresh runbox home at a random path that every
-// user may write in (mode 1777, as a home under a shared directory),
-// which the stranger reaches.
-func sharedHome(t *testing.T) string {
-	t.Helper()
-	base, err := os.MkdirTemp("", "rbep") // short: a socket path is at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(base, randomName(t, 10))
-	if err := os.Mkdir(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(home, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	return home
-}
 
 // TestDialOnlyToThisUsersEndpoint: another local user who can write
 // where the endpoints' directory goes (a runbox home in a shared
@@ -74,8 +43,8 @@ func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
 	}{{"their directory", true}, {"our loosened directory", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			for range 3 {
-				home := sharedHome(t)
-				id := randomName(t, 12)
+				home := strangertest.SharedHome(t)
+				id := strangertest.RandomHex(12)
 				if !tc.theirs {
 					if err := os.Mkdir(Dir(home), 0o700); err != nil {
 						t.Fatal(err)
@@ -93,7 +62,7 @@ func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				target := Target{Home: home, Provider: "ssh", ID: id, Full: "/nonexistent/" + randomName(t, 8)}
+				target := Target{Home: home, Provider: "ssh", ID: id, Full: "/nonexistent/" + strangertest.RandomHex(8)}
 				dial := daemonauth.DialerWithin(func(ctx context.Context) (net.Conn, error) { return Dial(ctx, target) }, secret, time.Minute)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				conn, err := dial(ctx)
@@ -111,15 +80,15 @@ func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
 		})
 	}
 	t.Run("planted log", func(t *testing.T) {
-		home := sharedHome(t)
-		id := randomName(t, 12)
+		home := strangertest.SharedHome(t)
+		id := strangertest.RandomHex(12)
 		// The stranger makes the directory and links the log to a
 		// root-only file at a random path.
-		vault := filepath.Join(t.TempDir(), randomName(t, 9))
+		vault := filepath.Join(t.TempDir(), strangertest.RandomHex(9))
 		if err := os.Mkdir(vault, 0o700); err != nil {
 			t.Fatal(err)
 		}
-		target := filepath.Join(vault, randomName(t, 11))
+		target := filepath.Join(vault, strangertest.RandomHex(11))
 		if err := os.WriteFile(target, []byte("root only\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +107,7 @@ func TestDialOnlyToThisUsersEndpoint(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		tg := Target{Home: home, Provider: "ssh", ID: id, Full: "/nonexistent/" + randomName(t, 8)}
+		tg := Target{Home: home, Provider: "ssh", ID: id, Full: "/nonexistent/" + strangertest.RandomHex(8)}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		_, err := Dial(ctx, tg)
 		cancel()

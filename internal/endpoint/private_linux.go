@@ -5,6 +5,8 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/runbox/runbox/internal/daemonauth"
 )
 
 // ownDir makes dir (0700) or checks, on the directory it opened without
@@ -62,35 +64,12 @@ func openLog(path string) (*os.File, error) {
 // SO_PEERCRED: the caller sends the sandbox's secret on it next, and only
 // an endpoint of this user's may carry that.
 func peerIsSelf(c net.Conn) error {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return fmt.Errorf("endpoint: %T is not a unix connection", c)
-	}
-	uid, pid, err := peerCred(uc)
+	uid, pid, err := daemonauth.PeerCred(c)
 	if err != nil {
-		return err
+		return fmt.Errorf("endpoint: %w", err)
 	}
 	if uid != os.Geteuid() {
 		return fmt.Errorf("endpoint: the process listening (pid %d) is uid %d, not %d: %w", pid, uid, os.Geteuid(), ErrNotOwn)
 	}
 	return nil
-}
-
-// peerCred returns the uid and pid SO_PEERCRED gives for c's peer.
-func peerCred(c *net.UnixConn) (uid, pid int, err error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, 0, fmt.Errorf("endpoint: %w", err)
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return 0, 0, fmt.Errorf("endpoint: %w", err)
-	}
-	if cerr != nil {
-		return 0, 0, fmt.Errorf("endpoint: SO_PEERCRED: %w", cerr)
-	}
-	return int(cred.Uid), int(cred.Pid), nil
 }

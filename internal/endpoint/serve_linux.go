@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runbox/runbox/internal/daemonauth"
+
 	"github.com/runbox/runbox/internal/recordfile"
 )
 
@@ -206,7 +208,7 @@ func (s *Server) stop(why string) {
 // samePeer refuses a peer whose uid is not this process's: the socket's
 // permissions say the same, this holds even if they are loosened.
 func samePeer(c *net.UnixConn) error {
-	uid, pid, err := peerCred(c)
+	uid, pid, err := daemonauth.PeerCred(c)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package front
 
 import (
 	"bytes"
-	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"net"
@@ -20,28 +19,10 @@ import (
 
 func TestMain(m *testing.M) { strangertest.Main(m) }
 
-func randomHex(n int) string {
-	b := make([]byte, (n+1)/2)
-	rand.Read(b)
-	return hex.EncodeToString(b)[:n]
-}
-
-// sharedHome returns a fresh runbox home at a random short path in which
-// every user may write (mode 1777: a home under a shared directory), set
-// as $RUNBOX_HOME.
+// sharedHome is strangertest.SharedHome, set as $RUNBOX_HOME.
 func sharedHome(t *testing.T) string {
 	t.Helper()
-	base, err := os.MkdirTemp("", "rbf") // short: a socket path is at most 107 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	home := filepath.Join(base, randomHex(8))
-	for _, err := range []error{os.Chmod(base, 0o711), os.Mkdir(home, 0o700), os.Chmod(home, 0o1777)} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	home := strangertest.SharedHome(t)
 	t.Setenv("RUNBOX_HOME", home)
 	t.Setenv("RUNBOX_DOCKER_STREAM", "")
 	return home
@@ -80,7 +61,7 @@ func ourSandbox(t *testing.T, dir string, write func(secret []byte)) []byte {
 // which the front reads for it). It returns the stranger's directory.
 func stolen(t *testing.T, dir, file string) {
 	t.Helper()
-	aside := filepath.Join(filepath.Dir(dir), "."+randomHex(10))
+	aside := filepath.Join(filepath.Dir(dir), "."+strangertest.RandomHex(10))
 	if err := os.Rename(dir, aside); err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +72,20 @@ func stolen(t *testing.T, dir, file string) {
 	}
 	if err := os.Lchown(link, strangertest.UID, strangertest.UID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// refused checks that the front does not reach sandbox id through the
+// stranger s, nor sends it the secret.
+func refused(t *testing.T, id string, s *strangertest.Squatter, secret []byte) {
+	t.Helper()
+	r, ok := resolve(id)
+	if ok {
+		r.conn.Close()
+		t.Errorf("the front reached the stranger's socket as sandbox %s", id)
+	}
+	if bytes.Contains(s.Captured(), []byte(hex.EncodeToString(secret))) {
+		t.Errorf("the stranger read sandbox %s's secret", id)
 	}
 }
 
@@ -108,7 +103,7 @@ func TestFrontSendsSecretsOnlyToItsOwn(t *testing.T) {
 	for range 3 {
 		t.Run("host", func(t *testing.T) {
 			home := sharedHome(t)
-			id := randomHex(12)
+			id := strangertest.RandomHex(12)
 			sandboxes := filepath.Join(home, "sandboxes")
 			strangersDir(t, sandboxes)
 			sbDir := filepath.Join(sandboxes, id)
@@ -130,23 +125,16 @@ func TestFrontSendsSecretsOnlyToItsOwn(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(sbDir, "sandbox.json"), b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			r, ok := resolve(id)
-			if ok {
-				r.conn.Close()
-				t.Errorf("the front reached the stranger's socket as sandbox %s", id)
-			}
-			if bytes.Contains(s.Captured(), []byte(hex.EncodeToString(secret))) {
-				t.Errorf("the stranger read sandbox %s's secret", id)
-			}
+			refused(t, id, s, secret)
 		})
 		t.Run("docker", func(t *testing.T) {
 			home := sharedHome(t)
-			id := randomHex(12)
+			id := strangertest.RandomHex(12)
 			strangersDir(t, dockerrecord.Dir(home))
 			stateDir := filepath.Join(dockerrecord.Dir(home), id)
 			sock := filepath.Join(stateDir, "run", "runboxd.sock")
 			secret := ourSandbox(t, stateDir, func(secret []byte) {
-				c := dockerrecord.Container{ID: randomHex(64), Name: "runbox-" + id, Labels: map[string]string{
+				c := dockerrecord.Container{ID: strangertest.RandomHex(64), Name: "runbox-" + id, Labels: map[string]string{
 					dockerrecord.LabelSandbox: id, dockerrecord.LabelSocket: sock,
 					dockerrecord.LabelSecret: hex.EncodeToString(secret)}}
 				b, _ := json.Marshal(c)
@@ -156,14 +144,7 @@ func TestFrontSendsSecretsOnlyToItsOwn(t *testing.T) {
 			})
 			stolen(t, stateDir, dockerrecord.ContainerFile)
 			s := strangertest.Squat(t, sock)
-			r, ok := resolve(id)
-			if ok {
-				r.conn.Close()
-				t.Errorf("the front reached the stranger's socket as sandbox %s", id)
-			}
-			if bytes.Contains(s.Captured(), []byte(hex.EncodeToString(secret))) {
-				t.Errorf("the stranger read sandbox %s's secret", id)
-			}
+			refused(t, id, s, secret)
 		})
 	}
 }
@@ -207,7 +188,7 @@ func TestFrontDoesNotWaitOnPlantedFiles(t *testing.T) {
 		for _, c := range cases {
 			home := t.TempDir()
 			t.Setenv("RUNBOX_HOME", home)
-			id := randomHex(12)
+			id := strangertest.RandomHex(12)
 			dir := filepath.Join(home, c.dir, id)
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				t.Fatal(err)

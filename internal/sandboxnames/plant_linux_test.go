@@ -1,47 +1,23 @@
 package sandboxnames
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/runbox/runbox/internal/strangertest"
 )
 
 // strangerUID is the unprivileged host user who plants.
-const strangerUID = 65534
-
-func randomName(n int) string {
-	b := make([]byte, (n+1)/2)
-	rand.Read(b)
-	return hex.EncodeToString(b)[:n]
-}
-
-// sharedHome returns a fresh runbox home at a random path in which every
-// user may write (mode 1777: a home under a shared directory).
-func sharedHome(t *testing.T) string {
-	t.Helper()
-	base := t.TempDir()
-	if err := os.Chmod(base, 0o711); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(base, randomName(10))
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(home, 0o1777); err != nil {
-		t.Fatal(err)
-	}
-	return home
-}
+const strangerUID = strangertest.UID
 
 // vault returns a fresh root-only directory (0700) at a random path.
 func vault(t *testing.T) string {
 	t.Helper()
-	d := filepath.Join(t.TempDir(), randomName(9))
+	d := filepath.Join(t.TempDir(), strangertest.RandomHex(9))
 	if err := os.Mkdir(d, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +41,7 @@ func TestIndexPlantsRefused(t *testing.T) {
 		name := map[bool]string{true: "their directory", false: "our loosened directory"}[theirs]
 		t.Run(name, func(t *testing.T) {
 			for range 3 {
-				home := sharedHome(t)
+				home := strangertest.SharedHome(t)
 				x := At(home)
 				if err := os.Mkdir(x.dir, 0o777); err != nil {
 					t.Fatal(err)
@@ -73,12 +49,12 @@ func TestIndexPlantsRefused(t *testing.T) {
 				if err := os.Chmod(x.dir, 0o777); err != nil {
 					t.Fatal(err)
 				}
-				secret := filepath.Join(vault(t), randomName(11))
+				secret := filepath.Join(vault(t), strangertest.RandomHex(11))
 				if err := os.WriteFile(secret, []byte("root only\n"), 0o600); err != nil {
 					t.Fatal(err)
 				}
-				created := filepath.Join(vault(t), randomName(11))
-				sbName := "n" + randomName(8)
+				created := filepath.Join(vault(t), strangertest.RandomHex(11))
+				sbName := "n" + strangertest.RandomHex(8)
 				plants := map[string]string{
 					filepath.Join(x.dir, "."+sbName+".tmp"): secret,
 					filepath.Join(x.dir, ".lock"):           created,
@@ -155,7 +131,7 @@ func TestLookupOfAPlantedEntryReturns(t *testing.T) {
 		},
 	}
 	for kind, make := range plant {
-		name := "p" + randomName(10)
+		name := "p" + strangertest.RandomHex(10)
 		if err := make(filepath.Join(x.dir, name)); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,8 @@ package strangertest
 
 import (
 	"bufio"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
@@ -129,4 +131,30 @@ func Squat(t testing.TB, sock string) *Squatter {
 	}
 	s.Pid = cmd.Process.Pid
 	return s
+}
+
+// RandomHex returns n random hex digits: the names of fresh targets.
+func RandomHex(n int) string {
+	b := make([]byte, (n+1)/2)
+	rand.Read(b)
+	return hex.EncodeToString(b)[:n]
+}
+
+// SharedHome returns a fresh runbox home at a random, short path (a
+// socket path holds at most 107 bytes) in which every user, the stranger
+// included, may write: mode 1777, a home under a shared directory.
+func SharedHome(t testing.TB) string {
+	t.Helper()
+	base, err := os.MkdirTemp("", "rbh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	home := filepath.Join(base, RandomHex(8))
+	for _, err := range []error{os.Chmod(base, 0o711), os.Mkdir(home, 0o700), os.Chmod(home, 0o1777)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return home
 }
