@@ -8,13 +8,15 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 )
 
 // Every file of the index is reached through a descriptor of its
 // directory, opened without following a link and checked (fstat) to be
-// this user's: in a directory another user owns, anything may have been
+// this user's, or its home's owner's when no one else may write in the
+// home (dirFD): in a directory another user owns, anything may have been
 // planted or swapped, so the index is not read or written there
 // (ErrNotOwn). Within it, nothing is opened through a link, a FIFO or a
 // device: a name's entry is read only when it is a regular file of at
@@ -25,50 +27,68 @@ import (
 // time take a hundred bytes.
 const maxEntry = 4096
 
+// dirFD is the index's directory, open, and the one other user besides
+// this one whose files in it are trusted: its owner, when that is also
+// the owner of a home no one else may write in (root using a user's home;
+// a home in a shared directory trusts only the caller).
+type dirFD struct{ fd, owner int }
+
 // openDir opens the index's directory (made 0700 first when create),
-// checked to be this user's and made 0700 when looser. It returns
-// fs.ErrNotExist (wrapped) when there is none and create is false.
-func (x Index) openDir(create bool) (int, error) {
+// checked to be this user's or its home owner's (dirFD) and made 0700 when
+// looser. It returns fs.ErrNotExist (wrapped) when there is none and
+// create is false.
+func (x Index) openDir(create bool) (dirFD, error) {
 	if create {
 		if err := os.MkdirAll(x.dir, 0o700); err != nil {
-			return -1, fmt.Errorf("name index: %w", err)
+			return dirFD{}, fmt.Errorf("name index: %w", err)
 		}
 	}
 	fd, err := unix.Open(x.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("name index %s: %w", x.dir, err)
+		return dirFD{}, fmt.Errorf("name index %s: %w", x.dir, noLink(err))
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return -1, fmt.Errorf("name index %s: %w", x.dir, err)
+		return dirFD{}, fmt.Errorf("name index %s: %w", x.dir, err)
 	}
-	if int(st.Uid) != os.Geteuid() {
+	if int(st.Uid) != os.Geteuid() && !x.homeOwnedAlone(st.Uid) {
 		unix.Close(fd)
-		return -1, fmt.Errorf("name index %s: owned by uid %d, not %d: %w", x.dir, st.Uid, os.Geteuid(), ErrNotOwn)
+		return dirFD{}, fmt.Errorf("name index %s: owned by uid %d, neither %d nor the owner of a home only its owner may write in: %w", x.dir, st.Uid, os.Geteuid(), ErrNotOwn)
 	}
 	if st.Mode&0o7777 != 0o700 {
 		if err := unix.Fchmod(fd, 0o700); err != nil {
 			unix.Close(fd)
-			return -1, fmt.Errorf("name index %s: %w", x.dir, err)
+			return dirFD{}, fmt.Errorf("name index %s: %w", x.dir, err)
 		}
 	}
-	return fd, nil
+	return dirFD{fd: fd, owner: int(st.Uid)}, nil
+}
+
+// homeOwnedAlone reports whether the index's home belongs to uid and no
+// one else may add entries to it (so no one else could have made the
+// index's directory there).
+func (x Index) homeOwnedAlone(uid uint32) bool {
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Dir(x.dir), &st); err != nil {
+		return false
+	}
+	return st.Uid == uid && st.Mode&0o022 == 0
 }
 
 // locked runs f with the index's directory (openDir) holding its lock.
-func (x Index) locked(f func(dir int) error) error {
+func (x Index) locked(f func(dir dirFD) error) error {
 	dir, err := x.openDir(true)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(dir)
-	lock, err := unix.Openat(dir, lockFile, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o600)
+	defer unix.Close(dir.fd)
+	lock, err := unix.Openat(dir.fd, lockFile, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("name index lock: %w", noLink(err))
 	}
 	defer unix.Close(lock)
-	if err := regular(lock, -1); err != nil {
+	if err := regular(lock, -1, dir.owner); err != nil {
 		return fmt.Errorf("name index lock: %w", err)
 	}
 	for {
@@ -86,9 +106,9 @@ func (x Index) locked(f func(dir int) error) error {
 // lockFile is the index's lock (recordfile.LockFile's name).
 const lockFile = ".lock"
 
-// regular checks that fd is a regular file of this user's, of at most
-// limit bytes when limit >= 0.
-func regular(fd int, limit int64) error {
+// regular checks that fd is a regular file of this user's or owner's, of
+// at most limit bytes when limit >= 0.
+func regular(fd int, limit int64, owner int) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return err
@@ -96,8 +116,8 @@ func regular(fd int, limit int64) error {
 	switch {
 	case st.Mode&unix.S_IFMT != unix.S_IFREG:
 		return fmt.Errorf("not a regular file: %w", ErrNotOwn)
-	case int(st.Uid) != os.Geteuid():
-		return fmt.Errorf("owned by uid %d, not %d: %w", st.Uid, os.Geteuid(), ErrNotOwn)
+	case int(st.Uid) != os.Geteuid() && int(st.Uid) != owner:
+		return fmt.Errorf("owned by uid %d, neither %d nor %d: %w", st.Uid, os.Geteuid(), owner, ErrNotOwn)
 	case limit >= 0 && st.Size > limit:
 		return fmt.Errorf("%d bytes, more than an entry's %d", st.Size, limit)
 	}
@@ -106,14 +126,14 @@ func regular(fd int, limit int64) error {
 
 // readEntry reads the file name in dir: fs.ErrNotExist when there is
 // none.
-func readEntry(dir int, name string) ([]byte, error) {
-	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+func readEntry(dir dirFD, name string) ([]byte, error) {
+	fd, err := unix.Openat(dir.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, noLink(err)
 	}
 	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
-	if err := regular(fd, maxEntry); err != nil {
+	if err := regular(fd, maxEntry, dir.owner); err != nil {
 		return nil, err
 	}
 	return io.ReadAll(io.LimitReader(f, maxEntry+1))
@@ -160,5 +180,5 @@ func noLink(err error) error {
 	return err
 }
 
-// closeDir closes a descriptor openDir returned.
-func closeDir(dir int) { unix.Close(dir) }
+// closeDir closes a directory openDir returned.
+func closeDir(dir dirFD) { unix.Close(dir.fd) }

@@ -153,3 +153,37 @@ func make_(f func() error) <-chan error {
 	go func() { c <- f() }()
 	return c
 }
+
+// TestRootInAUsersHome: root working in a user's own home (0700, the
+// user's, its index the user's) reads and writes the index as before: the
+// owner of a home no one else may write in is trusted.
+func TestRootInAUsersHome(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	home := filepath.Join(t.TempDir(), strangertest.RandomHex(10))
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	x := At(home)
+	if err := os.Mkdir(x.dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entry := filepath.Join(x.dir, "a")
+	if err := os.WriteFile(entry, []byte(`{"provider":"host","id":"0123456789ab"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{home, x.dir, entry} {
+		if err := os.Chown(p, strangertest.UID, strangertest.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e, err := x.Lookup("a"); err != nil || e.ID != "0123456789ab" {
+		t.Errorf("Lookup in a user's home: %+v, %v", e, err)
+	}
+	release, err := x.Claim("b", errInUse, never)
+	if err != nil {
+		t.Fatalf("Claim in a user's home: %v", err)
+	}
+	release()
+}

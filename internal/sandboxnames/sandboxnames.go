@@ -58,9 +58,10 @@ func (e Entry) claimerAlive() bool {
 // ErrNoEntry means the index has no entry for the name.
 var ErrNoEntry = errors.New("no name index entry")
 
-// ErrNotOwn means the index's directory or one of its files is not this
-// user's own (or not a regular file): another user may have planted it,
-// so it is neither read nor written through.
+// ErrNotOwn means the index's directory or one of its files is neither
+// this user's own nor its home owner's (or is not a regular file):
+// another user may have planted it, so it is neither read nor written
+// through.
 var ErrNotOwn = errors.New("not this user's")
 
 // Index is the name index under one runbox home.
@@ -95,7 +96,7 @@ func (x Index) Lookup(name string) (Entry, error) {
 }
 
 // lookupIn reads the entry at path from the index's directory dir.
-func lookupIn(dir int, path string) (Entry, error) {
+func lookupIn(dir dirFD, path string) (Entry, error) {
 	b, err := readEntry(dir, filepath.Base(path))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Entry{}, ErrNoEntry
@@ -124,7 +125,7 @@ func (x Index) Claim(name string, inUse error, taken func(Entry) (bool, error)) 
 	}
 	start := selfStart()
 	mine := Entry{Pid: os.Getpid(), Start: start}
-	err = x.locked(func(dir int) error {
+	err = x.locked(func(dir dirFD) error {
 		old, err := lookupIn(dir, p)
 		switch {
 		case errors.Is(err, ErrNoEntry):
@@ -155,7 +156,7 @@ func (x Index) Set(name string, e Entry) error {
 	if x.path(name) == "" {
 		return fmt.Errorf("name index: invalid name %q", name)
 	}
-	return x.locked(func(dir int) error { return x.write(dir, name, e) })
+	return x.locked(func(dir dirFD) error { return x.write(dir, name, e) })
 }
 
 // Repair records that name is the sandbox e, found by a full lookup,
@@ -164,7 +165,7 @@ func (x Index) Repair(name string, e Entry) error {
 	if x.path(name) == "" {
 		return fmt.Errorf("name index: invalid name %q", name)
 	}
-	return x.locked(func(dir int) error {
+	return x.locked(func(dir dirFD) error {
 		if old, err := lookupIn(dir, x.path(name)); err == nil && (old == e || old.Pending() && old.claimerAlive()) {
 			return nil
 		}
@@ -183,12 +184,12 @@ func (x Index) Remove(name, id string) error {
 
 // removeIf deletes name's entry when match accepts it, under the lock.
 func (x Index) removeIf(name string, match func(Entry) bool) error {
-	return x.locked(func(dir int) error {
+	return x.locked(func(dir dirFD) error {
 		e, err := lookupIn(dir, x.path(name))
 		if err != nil || !match(e) {
 			return nil
 		}
-		if err := removeEntry(dir, name); err != nil {
+		if err := removeEntry(dir.fd, name); err != nil {
 			return fmt.Errorf("name index: %w", err)
 		}
 		return nil
@@ -197,12 +198,12 @@ func (x Index) removeIf(name string, match func(Entry) bool) error {
 
 // write replaces name's entry with e by a rename, in the index's
 // directory dir (the caller holds the lock).
-func (x Index) write(dir int, name string, e Entry) error {
+func (x Index) write(dir dirFD, name string, e Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("name index: %w", err)
 	}
-	if err := writeEntry(dir, name, b); err != nil {
+	if err := writeEntry(dir.fd, name, b); err != nil {
 		return fmt.Errorf("name index %s: %w", x.path(name), err)
 	}
 	return nil
