@@ -87,13 +87,13 @@ func StateDir(labels map[string]string) string {
 
 // Dialer returns a dialer of the sandbox's runboxd socket that
 // authenticates each connection with the secret in its labels, sent only
-// to a listener of this user's or root's (daemonauth.OwnListener: a
-// runboxd of a non-root image, or under a remapped user namespace, is
-// reached by runbox-full instead); ok is
-// false when the record has no socket of the right shape or no valid
-// secret.
+// to a listener of this user's, root's or its home owner's
+// (daemonauth.OwnListener: a runboxd of a non-root image, or under a
+// remapped user namespace, is reached by runbox-full instead); ok is false
+// when the record has no socket of the right shape or no valid secret.
 func (c Container) Dialer() (dial runbox.Dialer, ok bool) {
-	if StateDir(c.Labels) == "" {
+	dir := StateDir(c.Labels)
+	if dir == "" {
 		return nil, false
 	}
 	secret, err := hex.DecodeString(c.Labels[LabelSecret])
@@ -104,5 +104,5 @@ func (c Container) Dialer() (dial runbox.Dialer, ok bool) {
 	return daemonauth.Dialer(daemonauth.OwnListener(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
-	}), secret), true
+	}, filepath.Dir(filepath.Dir(dir))), secret), true
 }

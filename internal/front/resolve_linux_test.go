@@ -231,3 +231,49 @@ func TestFrontDoesNotWaitOnPlantedFiles(t *testing.T) {
 		}
 	}
 }
+
+// TestFrontReachesTheHomeOwnersRunboxd: root working in a user's own home
+// (0700) reaches a sandbox whose runboxd runs as that user (a rootless
+// local sandbox, say), here the stranger's process: the owner of a home no
+// one else may write in holds its secrets anyway.
+func TestFrontReachesTheHomeOwnersRunboxd(t *testing.T) {
+	home := filepath.Join(strangertest.SharedHome(t), strangertest.RandomHex(8))
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("RUNBOX_HOME", home)
+	id := strangertest.RandomHex(12)
+	sbDir := filepath.Join(home, "sandboxes", id)
+	if err := os.MkdirAll(sbDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := daemonauth.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sbDir, processrecord.SecretFile), secret, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{home, filepath.Dir(sbDir), sbDir} {
+		if err := os.Chown(p, strangertest.UID, strangertest.UID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sock := filepath.Join(sbDir, "runboxd.sock")
+	s := strangertest.Squat(t, sock)
+	_, start, err := processrecord.ProcStat(s.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := processrecord.Record{ID: id, Provider: processrecord.LocalProvider, Created: time.Now(),
+		Pid: s.Pid, StartTime: start, BootID: processrecord.BootID(), Socket: sock}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(filepath.Join(sbDir, "sandbox.json"), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := resolve(id)
+	if !ok {
+		t.Fatalf("root did not reach sandbox %s of its home's owner", id)
+	}
+	r.conn.Close()
+}
