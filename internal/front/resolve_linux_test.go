@@ -75,6 +75,25 @@ func stolen(t *testing.T, dir, file string) {
 	}
 }
 
+// squatAsRunboxd runs the stranger at the socket of sandbox id in sbDir
+// and writes the sandbox's record (of provider) naming it as runboxd.
+func squatAsRunboxd(t *testing.T, sbDir, id, provider string) *strangertest.Squatter {
+	t.Helper()
+	sock := filepath.Join(sbDir, "runboxd.sock")
+	s := strangertest.Squat(t, sock)
+	_, start, err := processrecord.ProcStat(s.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := processrecord.Record{ID: id, Provider: provider, Created: time.Now(),
+		Pid: s.Pid, StartTime: start, BootID: processrecord.BootID(), Socket: sock}
+	b, _ := json.Marshal(rec)
+	if err := os.WriteFile(filepath.Join(sbDir, "sandbox.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 // refused checks that the front does not reach sandbox id through the
 // stranger s, nor sends it the secret.
 func refused(t *testing.T, id string, s *strangertest.Squatter, secret []byte) {
@@ -113,18 +132,7 @@ func TestFrontSendsSecretsOnlyToItsOwn(t *testing.T) {
 				}
 			})
 			stolen(t, sbDir, processrecord.SecretFile)
-			sock := filepath.Join(sbDir, "runboxd.sock")
-			s := strangertest.Squat(t, sock)
-			_, start, err := processrecord.ProcStat(s.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := processrecord.Record{ID: id, Provider: processrecord.HostProvider, Created: time.Now(),
-				Pid: s.Pid, StartTime: start, BootID: processrecord.BootID(), Socket: sock}
-			b, _ := json.Marshal(rec)
-			if err := os.WriteFile(filepath.Join(sbDir, "sandbox.json"), b, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			s := squatAsRunboxd(t, sbDir, id, processrecord.HostProvider)
 			refused(t, id, s, secret)
 		})
 		t.Run("docker", func(t *testing.T) {
@@ -259,18 +267,7 @@ func TestFrontReachesTheHomeOwnersRunboxd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sock := filepath.Join(sbDir, "runboxd.sock")
-	s := strangertest.Squat(t, sock)
-	_, start, err := processrecord.ProcStat(s.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := processrecord.Record{ID: id, Provider: processrecord.LocalProvider, Created: time.Now(),
-		Pid: s.Pid, StartTime: start, BootID: processrecord.BootID(), Socket: sock}
-	b, _ := json.Marshal(rec)
-	if err := os.WriteFile(filepath.Join(sbDir, "sandbox.json"), b, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	squatAsRunboxd(t, sbDir, id, processrecord.LocalProvider)
 	r, ok := resolve(id)
 	if !ok {
 		t.Fatalf("root did not reach sandbox %s of its home's owner", id)
