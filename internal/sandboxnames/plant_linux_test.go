@@ -130,12 +130,12 @@ func TestLookupOfAPlantedEntryReturns(t *testing.T) {
 			return f.Truncate(1 << 30)
 		},
 	}
-	for kind, make := range plant {
+	for kind, put := range plant {
 		name := "p" + strangertest.RandomHex(10)
-		if err := make(filepath.Join(x.dir, name)); err != nil {
+		if err := put(filepath.Join(x.dir, name)); err != nil {
 			t.Fatal(err)
 		}
-		done := make_(func() error { _, err := x.Lookup(name); return err })
+		done := async(func() error { _, err := x.Lookup(name); return err })
 		select {
 		case err := <-done:
 			if err == nil {
@@ -147,8 +147,8 @@ func TestLookupOfAPlantedEntryReturns(t *testing.T) {
 	}
 }
 
-// make_ runs f in a goroutine and returns its result's channel.
-func make_(f func() error) <-chan error {
+// async runs f in a goroutine and returns its result's channel.
+func async(f func() error) <-chan error {
 	c := make(chan error, 1)
 	go func() { c <- f() }()
 	return c
