@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/runbox/runbox"
+	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // WriteSecretFile makes a fresh secret and stores it in a new file at path
@@ -29,11 +30,13 @@ func WriteSecretFile(path string) error {
 	return nil
 }
 
-// ReadSecretFile reads a secret WriteSecretFile stored. Without one the
+// ReadSecretFile reads a secret WriteSecretFile stored, only from a
+// regular file (recordfile.ReadRegular: never through a link, a FIFO or a
+// device). Without one the
 // sandbox cannot be reached: every error wraps runbox.ErrUnauthenticated
 // (and fs.ErrNotExist when there is no file).
 func ReadSecretFile(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := recordfile.ReadRegular(path, SecretSize)
 	if err != nil {
 		return nil, fmt.Errorf("%w: read the sandbox's secret: %w", runbox.ErrUnauthenticated, err)
 	}

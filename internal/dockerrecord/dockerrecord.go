@@ -14,11 +14,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // Labels on runbox's containers that this package reads (provider/docker
@@ -50,11 +50,12 @@ type Container struct {
 // docker sandbox with a socket.
 func Dir(home string) string { return filepath.Join(home, "docker") }
 
-// Read reads the record of sandbox id under home; a record that names
-// another sandbox is an error.
+// Read reads the record of sandbox id under home (recordfile.ReadRegular:
+// never through a link, a FIFO or a device); a record that names another
+// sandbox is an error.
 func Read(home, id string) (Container, error) {
 	var c Container
-	b, err := os.ReadFile(filepath.Join(Dir(home), id, ContainerFile))
+	b, err := recordfile.ReadRegular(filepath.Join(Dir(home), id, ContainerFile), recordfile.MaxRecord)
 	if err != nil {
 		return c, err
 	}
@@ -85,11 +86,14 @@ func StateDir(labels map[string]string) string {
 }
 
 // Dialer returns a dialer of the sandbox's runboxd socket that
-// authenticates each connection with the secret in its labels; ok is
-// false when the record has no socket of the right shape or no valid
-// secret.
+// authenticates each connection with the secret in its labels, sent only
+// to a listener of this user's, root's or its home owner's
+// (daemonauth.OwnListener: a runboxd of a non-root image, or under a
+// remapped user namespace, is reached by runbox-full instead); ok is false
+// when the record has no socket of the right shape or no valid secret.
 func (c Container) Dialer() (dial runbox.Dialer, ok bool) {
-	if StateDir(c.Labels) == "" {
+	dir := StateDir(c.Labels)
+	if dir == "" {
 		return nil, false
 	}
 	secret, err := hex.DecodeString(c.Labels[LabelSecret])
@@ -97,8 +101,8 @@ func (c Container) Dialer() (dial runbox.Dialer, ok bool) {
 		return nil, false
 	}
 	socket := c.Labels[LabelSocket]
-	return daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
+	return daemonauth.Dialer(daemonauth.OwnListener(func(ctx context.Context) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "unix", socket)
-	}, secret), true
+	}, filepath.Dir(filepath.Dir(dir))), secret), true
 }

@@ -34,6 +34,12 @@ func Dial(ctx context.Context, t Target) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The caller sends the sandbox's secret on what this returns: only to
+	// an endpoint of this user's, in a directory of this user's (a socket
+	// or log another user planted there is theirs).
+	if err := ownDir(Dir(t.Home)); err != nil {
+		return nil, err
+	}
 	if c, err := dialSocket(ctx, sock); err == nil || !absent(err) {
 		return c, err
 	}
@@ -52,10 +58,19 @@ func Dial(ctx context.Context, t Target) (net.Conn, error) {
 	}
 }
 
-// dialSocket dials the endpoint's socket.
+// dialSocket dials the endpoint's socket, and keeps the connection only
+// when the process listening on it is of this user's uid (peerIsSelf).
 func dialSocket(ctx context.Context, sock string) (net.Conn, error) {
 	var d net.Dialer
-	return d.DialContext(ctx, "unix", sock)
+	c, err := d.DialContext(ctx, "unix", sock)
+	if err != nil {
+		return nil, err
+	}
+	if err := peerIsSelf(c); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // absent reports whether err says no endpoint listens on the socket: no
@@ -68,17 +83,14 @@ func absent(err error) bool {
 // stdio on /dev/null, its log beside its socket) and waits until it says
 // it listens, on a pipe given as its descriptor 3.
 func start(ctx context.Context, t Target) error {
-	if err := os.MkdirAll(Dir(t.Home), 0o700); err != nil {
-		return fmt.Errorf("endpoint directory: %w", err)
-	}
 	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	if err != nil {
 		return err
 	}
 	defer null.Close()
-	logf, err := os.OpenFile(logPath(t.Home, t.Provider, t.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	logf, err := openLog(logPath(t.Home, t.Provider, t.ID))
 	if err != nil {
-		return fmt.Errorf("endpoint log: %w", err)
+		return err
 	}
 	defer logf.Close()
 	r, w, err := os.Pipe()
@@ -129,7 +141,10 @@ func logPath(home, provider, id string) string {
 // sandbox through the endpoint (and reached it the slow way, through
 // runbox-full): a slow exec then has its reason on record.
 func LogHandOver(t Target, why error) {
-	f, err := os.OpenFile(logPath(t.Home, t.Provider, t.ID), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if ownDir(Dir(t.Home)) != nil {
+		return // not this user's to write in
+	}
+	f, err := openLog(logPath(t.Home, t.Provider, t.ID))
 	if err != nil {
 		return
 	}

@@ -63,6 +63,10 @@ const maxSocketPath = 107
 // ErrDisabled means IdleEnv turns endpoints off.
 var ErrDisabled = errors.New("endpoints are off ($" + IdleEnv + ")")
 
+// ErrNotOwn means an endpoint's directory, log or listening process is
+// not this user's: Dial neither sends anything to it nor writes there.
+var ErrNotOwn = errors.New("not this user's")
+
 // Idle returns the idle time IdleEnv sets, DefaultIdle when unset, or
 // ErrDisabled / a parse error.
 func Idle() (time.Duration, error) {

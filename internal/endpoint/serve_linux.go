@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/runbox/runbox/internal/daemonauth"
+
 	"github.com/runbox/runbox/internal/recordfile"
 )
 
@@ -206,22 +208,12 @@ func (s *Server) stop(why string) {
 // samePeer refuses a peer whose uid is not this process's: the socket's
 // permissions say the same, this holds even if they are loosened.
 func samePeer(c *net.UnixConn) error {
-	raw, err := c.SyscallConn()
+	uid, pid, err := daemonauth.PeerCred(c)
 	if err != nil {
 		return err
 	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if cerr != nil {
-		return fmt.Errorf("SO_PEERCRED: %w", cerr)
-	}
-	if int(cred.Uid) != os.Getuid() {
-		return fmt.Errorf("peer pid %d is uid %d, not %d", cred.Pid, cred.Uid, os.Getuid())
+	if uid != os.Getuid() {
+		return fmt.Errorf("peer pid %d is uid %d, not %d", pid, uid, os.Getuid())
 	}
 	return nil
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/endpoint"
+	"github.com/runbox/runbox/internal/recordfile"
 )
 
 // remoteDialTimeout bounds the first dial of a remote sandbox: it may
@@ -26,7 +26,7 @@ func reachRemote(home, provider, id, name string) (reach, bool) {
 		return reach{}, false // endpoints are off: runbox-full reaches it
 	}
 	sbDir := filepath.Join(home, provider, id)
-	b, err := os.ReadFile(filepath.Join(sbDir, "sandbox.json"))
+	b, err := recordfile.ReadRegular(filepath.Join(sbDir, recordfile.Name), recordfile.MaxRecord)
 	if err != nil {
 		return reach{}, false
 	}

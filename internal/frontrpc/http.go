@@ -23,6 +23,11 @@ const ReadBufferBytes = 1 << 20
 // maxHeaderBytes bounds the response's status line and headers.
 const maxHeaderBytes = 64 << 10
 
+// maxInfoBytes bounds the body of an Info answer (an InfoResponse takes a
+// few hundred bytes): what a daemon sends past it is not read, so a
+// hostile one cannot fill the front's memory.
+const maxInfoBytes = 64 << 10
+
 // Paths of the calls (the Connect protocol's /package.Service/Method).
 const (
 	runPath    = "/runbox.v1.RunboxService/Run"
@@ -222,7 +227,7 @@ func Info(conn net.Conn) (time.Time, error) {
 	if status != 200 {
 		return time.Time{}, fmt.Errorf("info: runboxd answered HTTP status %d", status)
 	}
-	msg, err := b.all()
+	msg, err := b.all(maxInfoBytes)
 	if err != nil {
 		return time.Time{}, err
 	}
@@ -406,10 +411,14 @@ func (b *body) take(n int) ([]byte, error) {
 }
 
 // all returns the rest of the body: up to its Content-Length, its last
-// chunk, or the connection's end.
-func (b *body) all() ([]byte, error) {
+// chunk, or the connection's end; a body of more than limit bytes is an
+// error (ErrStreamBroken) once limit is passed, the rest unread.
+func (b *body) all(limit int) ([]byte, error) {
 	var out []byte
 	for {
+		if len(out) > limit {
+			return nil, fmt.Errorf("%w: an answer of more than %d bytes", ErrStreamBroken, limit)
+		}
 		switch {
 		case b.chunked:
 			err := b.ready()
@@ -423,8 +432,11 @@ func (b *body) all() ([]byte, error) {
 			return out, nil
 		case b.left < 0:
 			// Until the connection closes.
-			out = append(out, b.buf[b.r:b.w]...)
+			out = append(out, b.buf[b.r:min(b.w, b.r+limit+1-len(out))]...)
 			b.r = b.w
+			if len(out) > limit {
+				continue // refused above
+			}
 			if err := b.fill(1); err != nil {
 				if errors.Is(err, io.ErrUnexpectedEOF) {
 					return out, nil
@@ -433,7 +445,7 @@ func (b *body) all() ([]byte, error) {
 			}
 			continue
 		}
-		p, err := b.take(int(min(b.left, ReadBufferBytes)))
+		p, err := b.take(int(min(b.left, ReadBufferBytes, int64(limit+1-len(out)))))
 		if err != nil {
 			return nil, err
 		}

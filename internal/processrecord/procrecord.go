@@ -120,7 +120,9 @@ func ReadSecret(sbDir string) ([]byte, error) {
 }
 
 // Dialer dials socket and authenticates each connection with the secret in
-// sbDir, read at each dial.
+// sbDir, read at each dial, sent only to a listener of this user's,
+// root's or its home owner's (daemonauth.OwnListener; sbDir is
+// <home>/sandboxes/<id>).
 func Dialer(socket, sbDir string) runbox.Dialer {
 	return func(ctx context.Context) (net.Conn, error) {
 		secret, err := ReadSecret(sbDir)
@@ -128,9 +130,9 @@ func Dialer(socket, sbDir string) runbox.Dialer {
 			return nil, err
 		}
 		var d net.Dialer
-		return daemonauth.Dialer(func(ctx context.Context) (net.Conn, error) {
+		return daemonauth.Dialer(daemonauth.OwnListener(func(ctx context.Context) (net.Conn, error) {
 			return d.DialContext(ctx, "unix", socket)
-		}, secret)(ctx)
+		}, filepath.Dir(filepath.Dir(sbDir))), secret)(ctx)
 	}
 }
 

@@ -38,9 +38,18 @@ func TryLock(path string) (release func(), held bool, err error) {
 // lock flocks the file at path with how, retrying when a signal interrupts
 // the wait.
 func lock(path string, how int) (release func(), held bool, err error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600) // close-on-exec, as Go opens every file
-	if err != nil {
+	// Never through a link (one planted there would make this create or
+	// open a file elsewhere), never a FIFO or device; close-on-exec, as Go
+	// opens every file.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, false, fmt.Errorf("lock %s: a link: %w", path, ErrNotRegular)
+	} else if err != nil {
 		return nil, false, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, false, fmt.Errorf("lock %s: %w", path, ErrNotRegular)
 	}
 	for {
 		err = syscall.Flock(int(f.Fd()), how)

@@ -25,10 +25,11 @@ type Record interface {
 	RecordCreated() time.Time
 }
 
-// Read reads the record in sbDir.
+// Read reads the record in sbDir (ReadRegular: never through a link, a
+// FIFO or a device).
 func Read[T any](sbDir string) (T, error) {
 	var r T
-	b, err := os.ReadFile(filepath.Join(sbDir, Name))
+	b, err := ReadRegular(filepath.Join(sbDir, Name), MaxRecord)
 	if err != nil {
 		return r, err
 	}
@@ -45,11 +46,21 @@ func Write(sbDir string, r any) error {
 	if err != nil {
 		return fmt.Errorf("sandbox record: %w", err)
 	}
-	tmp := filepath.Join(sbDir, "."+Name+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+	// A fresh file of a random name (O_EXCL: never an existing file or a
+	// link planted there), renamed over the record.
+	f, err := os.CreateTemp(sbDir, "."+Name+".*.tmp")
+	if err != nil {
 		return fmt.Errorf("sandbox record: %w", err)
 	}
-	if err := os.Rename(tmp, filepath.Join(sbDir, Name)); err != nil {
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), filepath.Join(sbDir, Name))
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		return fmt.Errorf("sandbox record: %w", err)
 	}
 	return nil

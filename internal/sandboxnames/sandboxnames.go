@@ -58,6 +58,12 @@ func (e Entry) claimerAlive() bool {
 // ErrNoEntry means the index has no entry for the name.
 var ErrNoEntry = errors.New("no name index entry")
 
+// ErrNotOwn means the index's directory or one of its files is neither
+// this user's own nor its home owner's (or is not a regular file):
+// another user may have planted it, so it is neither read nor written
+// through.
+var ErrNotOwn = errors.New("not this user's")
+
 // Index is the name index under one runbox home.
 type Index struct{ dir string }
 
@@ -76,19 +82,30 @@ func (x Index) path(name string) string {
 // Lookup reads name's entry without locking. A name without one, or one
 // that cannot be a sandbox's name, is ErrNoEntry.
 func (x Index) Lookup(name string) (Entry, error) {
-	p := x.path(name)
-	if p == "" {
+	if x.path(name) == "" {
 		return Entry{}, ErrNoEntry
 	}
-	b, err := os.ReadFile(p)
+	dir, err := x.openDir(false)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Entry{}, ErrNoEntry
 	} else if err != nil {
-		return Entry{}, fmt.Errorf("name index: %w", err)
+		return Entry{}, err
+	}
+	defer closeDir(dir)
+	return lookupIn(dir, x.path(name))
+}
+
+// lookupIn reads the entry at path from the index's directory dir.
+func lookupIn(dir dirFD, path string) (Entry, error) {
+	b, err := readEntry(dir, filepath.Base(path))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Entry{}, ErrNoEntry
+	} else if err != nil {
+		return Entry{}, fmt.Errorf("name index entry %s: %w", path, err)
 	}
 	var e Entry
 	if err := json.Unmarshal(b, &e); err != nil {
-		return Entry{}, fmt.Errorf("name index entry %s: %w", p, err)
+		return Entry{}, fmt.Errorf("name index entry %s: %w", path, err)
 	}
 	return e, nil
 }
@@ -108,8 +125,8 @@ func (x Index) Claim(name string, inUse error, taken func(Entry) (bool, error)) 
 	}
 	start := selfStart()
 	mine := Entry{Pid: os.Getpid(), Start: start}
-	err = x.locked(func() error {
-		old, err := x.Lookup(name)
+	err = x.locked(func(dir dirFD) error {
+		old, err := lookupIn(dir, p)
 		switch {
 		case errors.Is(err, ErrNoEntry):
 		case err != nil:
@@ -125,7 +142,7 @@ func (x Index) Claim(name string, inUse error, taken func(Entry) (bool, error)) 
 				return fmt.Errorf("name %q is used by %s sandbox %s: %w", name, old.Provider, old.ID, inUse)
 			}
 		}
-		return x.write(name, mine)
+		return x.write(dir, name, mine)
 	})
 	if err != nil {
 		return nil, err
@@ -139,7 +156,7 @@ func (x Index) Set(name string, e Entry) error {
 	if x.path(name) == "" {
 		return fmt.Errorf("name index: invalid name %q", name)
 	}
-	return x.locked(func() error { return x.write(name, e) })
+	return x.locked(func(dir dirFD) error { return x.write(dir, name, e) })
 }
 
 // Repair records that name is the sandbox e, found by a full lookup,
@@ -148,11 +165,11 @@ func (x Index) Repair(name string, e Entry) error {
 	if x.path(name) == "" {
 		return fmt.Errorf("name index: invalid name %q", name)
 	}
-	return x.locked(func() error {
-		if old, err := x.Lookup(name); err == nil && (old == e || old.Pending() && old.claimerAlive()) {
+	return x.locked(func(dir dirFD) error {
+		if old, err := lookupIn(dir, x.path(name)); err == nil && (old == e || old.Pending() && old.claimerAlive()) {
 			return nil
 		}
-		return x.write(name, e)
+		return x.write(dir, name, e)
 	})
 }
 
@@ -167,32 +184,27 @@ func (x Index) Remove(name, id string) error {
 
 // removeIf deletes name's entry when match accepts it, under the lock.
 func (x Index) removeIf(name string, match func(Entry) bool) error {
-	return x.locked(func() error {
-		e, err := x.Lookup(name)
+	return x.locked(func(dir dirFD) error {
+		e, err := lookupIn(dir, x.path(name))
 		if err != nil || !match(e) {
 			return nil
 		}
-		if err := os.Remove(x.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeEntry(dir.fd, name); err != nil {
 			return fmt.Errorf("name index: %w", err)
 		}
 		return nil
 	})
 }
 
-// write replaces name's entry with e by a rename (the caller holds the
-// lock).
-func (x Index) write(name string, e Entry) error {
+// write replaces name's entry with e by a rename, in the index's
+// directory dir (the caller holds the lock).
+func (x Index) write(dir dirFD, name string, e Entry) error {
 	b, err := json.Marshal(e)
 	if err != nil {
 		return fmt.Errorf("name index: %w", err)
 	}
-	tmp := filepath.Join(x.dir, "."+name+".tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("name index: %w", err)
-	}
-	if err := os.Rename(tmp, x.path(name)); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("name index: %w", err)
+	if err := writeEntry(dir.fd, name, b); err != nil {
+		return fmt.Errorf("name index %s: %w", x.path(name), err)
 	}
 	return nil
 }
