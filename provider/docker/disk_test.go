@@ -18,6 +18,7 @@ import (
 // (Docker's overlay2 on ext4, as on most hosts) refuses the sandbox with
 // ErrLimitUnsupported, never makes it unbounded.
 func TestDiskBound(t *testing.T) {
+	needEngine(t)
 	p := newProvider(t, false)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
