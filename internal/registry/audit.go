@@ -144,29 +144,51 @@ func (s *Store) AppendAudit(ctx context.Context, rows []AuditRow) error {
 // OpenExec returns the id of the unfinished row of exec in sandbox, or
 // starts one; created says which.
 func (s *Store) OpenExec(ctx context.Context, tenant, sandbox, execID, command string) (id int64, created bool, err error) {
-	// One statement, no transaction: the unique index on open exec rows
-	// makes a second open of the same exec insert nothing, and then the
-	// row that stopped it is the one to return. Should that row end
-	// between the two statements, the exec has no open row any more and
-	// the insert is tried again, as the old look-then-insert transaction
-	// would have done.
-	for range 3 {
-		err = s.openExecInsert.QueryRowContext(ctx, tenant, sandbox, execID, command, ms(time.Now())).Scan(&id)
-		if err == nil {
-			return id, true, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
+	// One statement, no transaction, on the common path: the unique index
+	// on open exec rows makes a second open of the same exec insert
+	// nothing, and then the row that stopped it is the one to return.
+	err = s.openExecInsert.QueryRowContext(ctx, tenant, sandbox, execID, command, ms(time.Now())).Scan(&id)
+	if err == nil {
+		return id, true, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	err = s.openExecFind.QueryRowContext(ctx, sandbox, execID).Scan(&id)
+	if err == nil {
+		return id, false, nil
+	}
+	if !errors.Is(err, sql.ErrNoRows) {
+		return 0, false, fmt.Errorf("audit exec %s: find its open row: %w", execID, err)
+	}
+	// That row ended between the two statements: look and insert again
+	// holding the write lock (the store's transactions are immediate), so
+	// no other open or finish comes between them however busy it is.
+	return s.openExecLocked(ctx, tenant, sandbox, execID, command)
+}
+
+// openExecLocked is OpenExec in one immediate transaction.
+func (s *Store) openExecLocked(ctx context.Context, tenant, sandbox, execID, command string) (id int64, created bool, err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	defer tx.Rollback()
+	err = tx.StmtContext(ctx, s.openExecFind).QueryRowContext(ctx, sandbox, execID).Scan(&id)
+	switch {
+	case err == nil:
+	case errors.Is(err, sql.ErrNoRows):
+		if err = tx.StmtContext(ctx, s.openExecInsert).QueryRowContext(ctx, tenant, sandbox, execID, command, ms(time.Now())).Scan(&id); err != nil {
 			return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
 		}
-		err = s.openExecFind.QueryRowContext(ctx, sandbox, execID).Scan(&id)
-		if err == nil {
-			return id, false, nil
-		}
-		if !errors.Is(err, sql.ErrNoRows) {
-			return 0, false, fmt.Errorf("audit exec %s: find its open row: %w", execID, err)
-		}
+		created = true
+	default:
+		return 0, false, fmt.Errorf("audit exec %s: find its open row: %w", execID, err)
 	}
-	return 0, false, fmt.Errorf("audit exec %s: its open row kept ending while a second one was opened", execID)
+	if err := tx.Commit(); err != nil {
+		return 0, false, fmt.Errorf("audit exec %s: %w", execID, err)
+	}
+	return id, created, nil
 }
 
 // FinishExec ends an exec's row with its result; a row already ended is
