@@ -225,7 +225,9 @@ func killMarked(ctx context.Context, mark string, since uint64) (int, error) {
 			if err != nil || start < since || state == 'Z' || state == 'X' {
 				continue
 			}
-			env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+			// A child inside an exec shows an empty environment for a
+			// moment: read again, or it survives the last round.
+			env, err := processrecord.ReadExecData(pid, "environ", 100*time.Millisecond)
 			if err != nil || !bytes.Contains(append([]byte{0}, env...), needle) {
 				continue
 			}

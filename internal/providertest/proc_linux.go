@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/runbox/runbox/internal/processrecord"
 )
 
 // This file looks at processes through this machine's /proc, for providers
@@ -72,7 +74,9 @@ func ProcCount(marker string) (int, error) {
 		if pid == self {
 			continue
 		}
-		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		// A process inside an exec shows an empty cmdline for a moment:
+		// read again, so one that has just started is counted.
+		cmdline, err := processrecord.ReadExecData(pid, "cmdline", time.Second)
 		if err != nil || len(cmdline) == 0 {
 			continue // gone, or a kernel thread, or a zombie (empty cmdline)
 		}

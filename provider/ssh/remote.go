@@ -108,9 +108,11 @@ if [ -n "$3" ] && [ -f "$3/runboxd.log" ]; then tail -c 1500 "$3/runboxd.log"; f
 // cleanupScript waits up to $5 seconds for runboxd ($1, started at $2) to
 // exit, kills it if it still runs, then kills every process whose
 // environment carries RUNBOX_SANDBOX=$3 (what a killed runboxd's commands
-// leave; a plain user can read only its own processes' environments), and
-// removes the state directory ($4). It prints how many processes it
-// killed.
+// leave; a plain user can read only its own processes' environments),
+// round after round until two in a row, 50 ms apart, find none (a process
+// inside an exec shows an empty environment for a moment: the second
+// round sees it), and removes the state directory ($4). It prints how
+// many processes it killed.
 const cleanupScript = `
 pid=$1 start=$2 sandbox=$3 dir=$4 wait=$5
 alive() {
@@ -122,7 +124,8 @@ i=0
 while [ "$i" -lt "$((wait * 20))" ] && alive; do sleep 0.05; i=$((i+1)); done
 killed=0
 if alive; then kill -KILL "$pid" 2>/dev/null && killed=1; fi
-for round in 1 2 3; do
+empty=0
+for round in 1 2 3 4 5 6 7 8 9 10; do
 	found=0
 	for e in $(grep -lsxz "RUNBOX_SANDBOX=$sandbox" /proc/[0-9]*/environ); do
 		p=${e#/proc/}; p=${p%/environ}
@@ -130,8 +133,14 @@ for round in 1 2 3; do
 		kill -KILL "$p" 2>/dev/null && found=$((found+1))
 	done
 	killed=$((killed+found))
-	[ "$found" = 0 ] && break
-	sleep 0.1
+	if [ "$found" = 0 ]; then
+		empty=$((empty+1))
+		[ "$empty" = 2 ] && break
+		sleep 0.05
+	else
+		empty=0
+		sleep 0.1
+	fi
 done
 case "$dir" in
 */runbox/sandboxes/"$sandbox"|/tmp/runbox-*/"$sandbox") rm -rf "$dir" ;;
