@@ -24,6 +24,7 @@ import (
 	"github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/buildinfo"
 	"github.com/runbox/runbox/internal/execrules"
+	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/provider/host"
 	"github.com/runbox/runbox/provider/local"
 )
@@ -93,6 +94,11 @@ func Run(ctx context.Context, sc ServerCommands, args []string, stdin io.Reader,
 	if err != nil {
 		return err
 	}
+	if !needsNoHome(args) {
+		if err := homes.Trusted(e.Home); err != nil {
+			return err
+		}
+	}
 	a := &app{env: e, server: sc, args: args, stdin: stdin, stdout: stdout, stderr: stderr}
 	defer a.closeProviders()
 	if sc.HandOver != nil && handedCompletion(args) {
@@ -123,6 +129,20 @@ func envFromOS() (Env, error) {
 		e.Home = filepath.Join(h, ".runbox")
 	}
 	return e, nil
+}
+
+// needsNoHome reports whether args name a command that reads and writes
+// nothing in the runbox home (version, help, completion, man), which runs
+// even where the home is refused.
+func needsNoHome(args []string) bool {
+	if len(args) == 0 {
+		return true
+	}
+	switch args[0] {
+	case "version", "--version", "-v", "help", "--help", "-h", "completion", "man":
+		return true
+	}
+	return false
 }
 
 // app is one CLI invocation: its environment and standard streams.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/dockerrecord"
+	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/internal/processrecord"
 	"github.com/runbox/runbox/internal/sandboxkey"
 	"github.com/runbox/runbox/internal/sandboxnames"
@@ -51,10 +52,11 @@ func (r reach) lostError(cause error) error {
 // (reachRemote),
 // named by its exact id or by a name the name index (package
 // sandboxnames) gives, whose record still has that name, and whose
-// runboxd accepts a connection with its secret. Anything else (an id
-// prefix, a name the index lacks or that now names nothing, another
-// provider, a sandbox whose runboxd does not answer) is runbox-full's,
-// whose full lookup reports it in its own words.
+// runboxd accepts a connection with its secret, in a home only the user
+// and root may change (homes.Trusted). Anything else (an id prefix, a
+// name the index lacks or that now names nothing, another provider, a
+// sandbox whose runboxd does not answer, a home others may change) is
+// runbox-full's, whose full lookup reports it in its own words.
 func resolve(key string) (reach, bool) {
 	home, err := processrecord.Home()
 	if err != nil {
@@ -63,6 +65,17 @@ func resolve(key string) (reach, bool) {
 	if home, err = filepath.Abs(home); err != nil {
 		return reach{}, false
 	}
+	if homes.Trusted(home) != nil {
+		return reach{}, false // runbox-full refuses the home, saying why
+	}
+	return resolveIn(home, key)
+}
+
+// resolveIn is resolve in the absolute home, whatever its modes: each
+// read and dial below holds against what another user could plant in it
+// on its own (records and secrets read as regular files only, the
+// listener's uid checked), under the home's rule.
+func resolveIn(home, key string) (reach, bool) {
 	id, name, provider := key, "", ""
 	if !sandboxkey.ValidID(key) {
 		e, err := sandboxnames.At(home).Lookup(key)

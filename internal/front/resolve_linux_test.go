@@ -95,13 +95,18 @@ func squatAsRunboxd(t *testing.T, sbDir, id, provider string) *strangertest.Squa
 }
 
 // refused checks that the front does not reach sandbox id through the
-// stranger s, nor sends it the secret.
+// stranger s, nor sends it the secret: not through resolve, which refuses
+// a home others may write in (homes.Trusted), and not through resolveIn
+// either, whose own reads and dial must hold in such a home.
 func refused(t *testing.T, id string, s *strangertest.Squatter, secret []byte) {
 	t.Helper()
-	r, ok := resolve(id)
-	if ok {
+	if r, ok := resolve(id); ok {
 		r.conn.Close()
 		t.Errorf("the front reached the stranger's socket as sandbox %s", id)
+	}
+	if r, ok := resolveIn(os.Getenv("RUNBOX_HOME"), id); ok {
+		r.conn.Close()
+		t.Errorf("the front's layer under the home's rule reached the stranger's socket as sandbox %s", id)
 	}
 	if bytes.Contains(s.Captured(), []byte(hex.EncodeToString(secret))) {
 		t.Errorf("the stranger read sandbox %s's secret", id)
@@ -245,7 +250,7 @@ func TestFrontDoesNotWaitOnPlantedFiles(t *testing.T) {
 // local sandbox, say), here the stranger's process: the owner of a home no
 // one else may write in holds its secrets anyway.
 func TestFrontReachesTheHomeOwnersRunboxd(t *testing.T) {
-	home := filepath.Join(strangertest.SharedHome(t), strangertest.RandomHex(8))
+	home := filepath.Join(strangertest.TraversableDir(t), strangertest.RandomHex(8))
 	if err := os.Mkdir(home, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,10 @@
-// Package homes keeps the machine's list of runbox homes, so that no
-// sandbox's workdir is, contains or lies inside another runbox's home (a
-// server's, another user's, another RUNBOX_HOME's): each holds sandboxes'
-// secrets and sockets, which a workspace would hand to the sandbox.
+// Package homes holds the rules of runbox homes. A home is opened only
+// when no one but its user and root may change it or its path (Open,
+// Trusted): runbox acts on what its records there say. And the package
+// keeps the machine's list of runbox homes, so that no sandbox's workdir
+// is, contains or lies inside another runbox's home (a server's, another
+// user's, another RUNBOX_HOME's): each holds sandboxes' secrets and
+// sockets, which a workspace would hand to the sandbox.
 //
 // Every home runbox opens registers itself: a marker file in the home
 // (MarkerName) and an entry in the machine's registry directory

@@ -59,7 +59,7 @@ func Check(f *os.File, abs string) error {
 	if err != nil {
 		return fmt.Errorf("workdir %s: its ACL: %w", abs, err)
 	}
-	why := refusal(st, acl, callers())
+	why := refusal(st, acl, Callers())
 	if why == "" {
 		return nil
 	}
@@ -77,11 +77,11 @@ func Stat(f *os.File) (dev, ino uint64, err error) {
 	return st.Dev, st.Ino, nil
 }
 
-// callers are the uids a workdir may belong to: this process's effective
+// Callers are the uids a workdir may belong to: this process's effective
 // uid and, when that is root run through sudo, the user who ran sudo
 // (SUDO_UID: `sudo runbox run` in one's own project directory; only root
 // or that user can have set it for a root process).
-func callers() []uint32 {
+func Callers() []uint32 {
 	ids := []uint32{uint32(os.Geteuid())}
 	if ids[0] == 0 {
 		if n, err := strconv.ParseUint(os.Getenv("SUDO_UID"), 10, 32); err == nil && n != 0 {
@@ -89,6 +89,27 @@ func callers() []uint32 {
 		}
 	}
 	return ids
+}
+
+// Refusal says why no one but owners may add entries to, remove or
+// rename them in the directory f holds (a handle of it), or returns ""
+// when that holds: it must belong to one of owners and give write to no
+// one else, by its mode or a POSIX ACL. With stickyOK a sticky directory
+// (/tmp) passes whoever may write in it, as others can then add entries
+// but not remove or rename one of owners'. It reads the inode f holds.
+func Refusal(f *os.File, owners []uint32, stickyOK bool) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return "", err
+	}
+	if stickyOK && st.Mode&unix.S_ISVTX != 0 && slices.Contains(owners, st.Uid) {
+		return "", nil
+	}
+	acl, err := readACL(f)
+	if err != nil {
+		return "", fmt.Errorf("its ACL: %w", err)
+	}
+	return refusal(st, acl, owners), nil
 }
 
 // refusal says why a directory with stat st and ACL acl (nil: none) is

@@ -149,12 +149,20 @@ func DefaultHome() (string, error) { return processrecord.Home() }
 // Record is a sandbox as stored in sandbox.json (processrecord.Record).
 type Record = processrecord.Record
 
-func (p *Store) home() (string, error) {
-	if p.Home != "" {
-		return p.Home, nil
+// OpenHome returns the runbox home home ("" means DefaultHome), absolute,
+// made if missing, and refused unless only the caller and root may
+// change it (homes.Open): every provider opens its home through it.
+func OpenHome(home string) (string, error) {
+	if home == "" {
+		var err error
+		if home, err = DefaultHome(); err != nil {
+			return "", err
+		}
 	}
-	return DefaultHome()
+	return homes.Open(home)
 }
+
+func (p *Store) home() (string, error) { return OpenHome(p.Home) }
 
 // HomeDir is the runbox home the store keeps its sandboxes under.
 func (p *Store) HomeDir() (string, error) { return p.home() }

@@ -6,6 +6,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/runbox/runbox/internal/homes"
 )
 
 // privateDirs makes the server's home and workspace root mode 0700 (made
@@ -25,6 +27,11 @@ func (s *Server) privateDirs() error {
 			return fmt.Errorf("make %s: %w", dir, err)
 		}
 		if err := s.tighten(dir); err != nil {
+			return err
+		}
+	}
+	if s.cfg.Home != "" {
+		if err := homes.Trusted(s.cfg.Home); err != nil {
 			return err
 		}
 	}

@@ -71,6 +71,37 @@ func squat(sock, capture string) int {
 	}
 }
 
+// Command returns the test binary, copied where the stranger may run it,
+// as a command of the stranger's that runs no test (`-test.run=^$`): the
+// test package's TestMain, seeing an environment variable the caller
+// adds to Env, does the stranger's part. own is a fresh directory of the
+// stranger's beside it. It skips the test when not run as root.
+func Command(t testing.TB) (cmd *exec.Cmd, own string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run a process of another user")
+	}
+	base := TraversableDir(t)
+	own = filepath.Join(base, "own")
+	for _, err := range []error{os.Mkdir(own, 0o700), os.Chown(own, UID, UID)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(base, "test")
+	if err := os.WriteFile(bin, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd = exec.Command(bin, "-test.run=^$")
+	cmd.Env = os.Environ()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: UID, Gid: UID}}
+	return cmd, own
+}
+
 // Squatter is a stranger's process listening on a socket.
 type Squatter struct {
 	// Pid is its process id.
@@ -90,33 +121,9 @@ func (s *Squatter) Captured() []byte {
 // run as root.
 func Squat(t testing.TB, sock string) *Squatter {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to run a process of another user")
-	}
-	// The test binary and the capture where the stranger reaches them.
-	base, err := os.MkdirTemp("", "stranger")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(base) })
-	own := filepath.Join(base, "own")
-	for _, err := range []error{os.Chmod(base, 0o711), os.Mkdir(own, 0o700), os.Chown(own, UID, UID)} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(base, "test")
-	if err := os.WriteFile(bin, self, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	cmd, own := Command(t)
 	s := &Squatter{capture: filepath.Join(own, "captured")}
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = append(os.Environ(), env+"="+sock+" "+s.capture)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: UID, Gid: UID}}
+	cmd.Env = append(cmd.Env, env+"="+sock+" "+s.capture)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -140,18 +147,31 @@ func RandomHex(n int) string {
 	return hex.EncodeToString(b)[:n]
 }
 
-// SharedHome returns a fresh runbox home at a random, short path (a
-// socket path holds at most 107 bytes) in which every user, the stranger
-// included, may write: mode 1777, a home under a shared directory.
-func SharedHome(t testing.TB) string {
+// TraversableDir returns a fresh directory at a random, short path that
+// only root may write in and every user may pass through (0711): where a
+// home of the stranger's that root uses may lie.
+func TraversableDir(t testing.TB) string {
 	t.Helper()
 	base, err := os.MkdirTemp("", "rbh")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
-	home := filepath.Join(base, RandomHex(8))
-	for _, err := range []error{os.Chmod(base, 0o711), os.Mkdir(home, 0o700), os.Chmod(home, 0o1777)} {
+	if err := os.Chmod(base, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	return base
+}
+
+// SharedHome returns a fresh runbox home at a random, short path (a
+// socket path holds at most 107 bytes) in which every user, the stranger
+// included, may write: mode 0777 (not sticky), a home runbox refuses
+// (homes.Open) whose planted entries the layers below must hold against
+// anyway.
+func SharedHome(t testing.TB) string {
+	t.Helper()
+	home := filepath.Join(TraversableDir(t), RandomHex(8))
+	for _, err := range []error{os.Mkdir(home, 0o700), os.Chmod(home, 0o777)} {
 		if err != nil {
 			t.Fatal(err)
 		}

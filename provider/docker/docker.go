@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +15,8 @@ import (
 	"github.com/runbox/runbox"
 	rbclient "github.com/runbox/runbox/client"
 	"github.com/runbox/runbox/internal/dockerrecord"
+	"github.com/runbox/runbox/internal/procbox"
 	"github.com/runbox/runbox/internal/runboxdbin"
-	"github.com/runbox/runbox/provider/host"
 )
 
 // ProviderName is the name the CLI and Sandbox.Provider use for this provider.
@@ -202,20 +201,8 @@ func (p *Provider) execForced() bool {
 	return p.ForceExecStream || os.Getenv(StreamEnv) == streamExec
 }
 
-func (p *Provider) home() (string, error) {
-	h := p.Home
-	if h == "" {
-		var err error
-		if h, err = host.DefaultHome(); err != nil {
-			return "", err
-		}
-	}
-	abs, err := filepath.Abs(h)
-	if err != nil {
-		return "", fmt.Errorf("runbox home %s: %w", h, err)
-	}
-	return abs, nil
-}
+// home returns the runbox home, absolute and checked (procbox.OpenHome).
+func (p *Provider) home() (string, error) { return procbox.OpenHome(p.Home) }
 
 // engineError marks a failure to reach the engine at all as
 // runbox.ErrProviderUnavailable, saying where it was looked for.

@@ -15,6 +15,7 @@ import (
 	"github.com/runbox/runbox/internal/daemonauth"
 	"github.com/runbox/runbox/internal/egress"
 	"github.com/runbox/runbox/internal/handover"
+	"github.com/runbox/runbox/internal/homes"
 )
 
 // A private kubernetes sandbox (--network private) is a pod whose runboxd
@@ -88,6 +89,11 @@ func (p *Provider) checkEgress(spec runbox.SandboxSpec) error {
 	}
 	if spec.Network == NetworkPrivate && (p.Home == "" || p.Config != nil) {
 		return fmt.Errorf("network private needs a runbox home and a kubeconfig (the host side keeps the sandbox's local record and reaches the pod itself): %w", errors.ErrUnsupported)
+	}
+	if spec.Network == NetworkPrivate {
+		if _, err := homes.Open(p.Home); err != nil {
+			return fmt.Errorf("network private keeps the sandbox's local record in the runbox home: %w", err)
+		}
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/runbox/runbox"
 	"github.com/runbox/runbox/internal/daemonauth"
+	"github.com/runbox/runbox/internal/homes"
 	"github.com/runbox/runbox/internal/sandboxkey"
 )
 
@@ -52,12 +53,18 @@ type localRecord struct {
 	UID       string `json:"uid"`
 }
 
-// recordDir returns the local record's directory, "" without a home.
+// recordDir returns the local record's directory, "" without a home or
+// with one that others may change (homes.Open refuses it: no secret is
+// written there, and the sandbox is reached through the cluster).
 func (p *Provider) recordDir(id string) string {
 	if p.Home == "" || !sandboxkey.ValidID(id) {
 		return ""
 	}
-	return filepath.Join(p.Home, recordsDir, id)
+	home, err := homes.Open(p.Home)
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(home, recordsDir, id)
 }
 
 // context returns the kubeconfig context the provider uses ("" for the

@@ -2,8 +2,6 @@ package ssh
 
 import (
 	"errors"
-	"fmt"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -124,18 +122,5 @@ func (p *Provider) Close() error {
 	return nil
 }
 
-// home returns the absolute runbox home.
-func (p *Provider) home() (string, error) {
-	h := p.Home
-	if h == "" {
-		var err error
-		if h, err = procbox.DefaultHome(); err != nil {
-			return "", err
-		}
-	}
-	abs, err := filepath.Abs(h)
-	if err != nil {
-		return "", fmt.Errorf("runbox home %s: %w", h, err)
-	}
-	return abs, nil
-}
+// home returns the runbox home, absolute and checked (procbox.OpenHome).
+func (p *Provider) home() (string, error) { return procbox.OpenHome(p.Home) }
