@@ -145,7 +145,7 @@ func unsafeHome(home, at, why string) error {
 	if at != home {
 		where = at + ", on its path,"
 	}
-	return fmt.Errorf("runbox home %s: %s is not changed by you and root alone (%s): another user could plant records, sockets and links there that runbox would act on; `chmod go-w` it, or set RUNBOX_HOME to a directory of your own (docs/security.md, rule 8): %w",
+	return fmt.Errorf("runbox home %s: %s may be changed by someone other than you and root (%s): they could plant records, sockets and links there that runbox would act on; `chmod go-w` it, or set RUNBOX_HOME to a directory of your own (docs/security.md, rule 8): %w",
 		home, where, why, ErrUnsafeHome)
 }
 
