@@ -25,7 +25,13 @@ import (
 
 // The supervisor reaps every child of this test binary: no os/exec here.
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if socket := os.Getenv(holderSocketEnv); socket != "" {
+		holdAndWait(socket)
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

@@ -16,18 +16,16 @@ import (
 	"github.com/runbox/runbox/client"
 )
 
-// holderSocketEnv makes the test binary, run as TestHoldHelperProcess, a
+// holderSocketEnv makes the test binary (TestMain, through holdAndWait) a
 // process that takes a hold on the daemon at that socket, says "held" on
 // stdout and waits to be killed.
 const holderSocketEnv = "RUNBOX_TEST_HOLDER_SOCKET"
 
-// TestHoldHelperProcess is not a test: it is the holder process of
-// TestHoldEndsWithItsProcess (os/exec's helper-process pattern).
-func TestHoldHelperProcess(t *testing.T) {
-	socket := os.Getenv(holderSocketEnv)
-	if socket == "" {
-		t.Skip("not a test on its own: TestHoldEndsWithItsProcess runs it as its holder process, with " + holderSocketEnv + " set; run that test")
-	}
+// holdAndWait is the holder process of TestHoldEndsWithItsProcess (the
+// test binary run again, os/exec's helper-process pattern): it takes a hold
+// on the daemon at socket, says "held" and exits only when the hold is
+// lost.
+func holdAndWait(socket string) {
 	c := client.DialUnix(socket)
 	h, err := c.Hold(context.Background(), "test holder")
 	if err != nil {
@@ -197,7 +195,7 @@ func TestHoldEndsWithItsProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	proc, err := os.StartProcess(os.Args[0], []string{os.Args[0], "-test.run=^TestHoldHelperProcess$"}, &os.ProcAttr{
+	proc, err := os.StartProcess(os.Args[0], []string{os.Args[0], "-test.run=^$"}, &os.ProcAttr{
 		Env:   append(os.Environ(), holderSocketEnv+"="+socket),
 		Files: []*os.File{nil, w, os.Stderr},
 	})
