@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -20,6 +21,23 @@ import (
 // there that runbox would act on. The message names the directory and
 // what to do.
 var ErrUnsafeHome = errors.New("runbox home is not the caller's alone")
+
+// trustedHomes maps the absolute path of each home this process found to
+// pass the rule to what it found there (homeID). The rule's own guarantee
+// (no one else may change the home or its path) is what makes the answer
+// last while that same directory is there, unchanged: each home is walked
+// once per process, however many providers open it, and again when the
+// path leads to another directory (one removed and made again, which may
+// even have the same inode number) or its owner or mode changed.
+var trustedHomes sync.Map // string -> homeID
+
+// homeID is what stat says of a home: its device, inode, owner, mode and
+// inode change time.
+type homeID struct {
+	dev, ino  uint64
+	uid, mode uint32
+	ctime     unix.Timespec
+}
 
 // maxLinks bounds the symbolic links followed on a home's path, as the
 // kernel's own bound (40) does.
@@ -88,10 +106,29 @@ func Trusted(home string) error {
 
 // trusted applies Open's rule to abs, whose end may be missing.
 func trusted(abs string) error {
+	var st unix.Stat_t
+	found := unix.Stat(abs, &st) == nil
+	id := homeID{st.Dev, st.Ino, st.Uid, st.Mode, st.Ctim}
+	if v, ok := trustedHomes.Load(abs); ok && found && v == id {
+		return nil
+	}
 	steps, exists, err := walk(abs)
 	if err != nil {
 		return fmt.Errorf("runbox home %s: %w", abs, err)
 	}
+	if err := checkSteps(abs, steps, exists); err != nil {
+		return err
+	}
+	if exists && found {
+		// Should the path have led elsewhere between the stat and the
+		// walk, the next check finds another inode and walks again.
+		trustedHomes.Store(abs, id)
+	}
+	return nil
+}
+
+// checkSteps applies the rule to the steps walk found on abs's path.
+func checkSteps(abs string, steps []step, exists bool) error {
 	ours := append(owndir.Callers(), 0)
 	owners := ours
 	if home := steps[len(steps)-1]; exists && os.Geteuid() == 0 && !slices.Contains(ours, home.uid) {

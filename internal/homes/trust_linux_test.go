@@ -218,8 +218,10 @@ func TestLinkLoopRefused(t *testing.T) {
 	}
 }
 
-// BenchmarkTrusted is the rule's cost on every command (the front checks
-// it before each exec), against one stat of the home as the baseline.
+// BenchmarkTrusted is the rule's cost, against one stat of the home as
+// the baseline: "walk" is a process's first check of a home (the front's,
+// once per exec), "trusted" every later one (runbox-full's providers each
+// open the home).
 func BenchmarkTrusted(b *testing.B) {
 	home := filepath.Join(b.TempDir(), "a", "runbox")
 	if _, err := Open(home); err != nil {
@@ -232,6 +234,14 @@ func BenchmarkTrusted(b *testing.B) {
 			}
 		}
 	})
+	b.Run("walk", func(b *testing.B) {
+		for b.Loop() {
+			trustedHomes.Delete(home)
+			if err := Trusted(home); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("trusted", func(b *testing.B) {
 		for b.Loop() {
 			if err := Trusted(home); err != nil {
@@ -239,4 +249,37 @@ func BenchmarkTrusted(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestOpenConcurrently: providers open the home from many goroutines;
+// the answer each gets is the rule's, a home removed and made again by
+// another user in a sticky directory is refused though it passed before,
+// and the memo of passed homes holds under -race.
+func TestOpenConcurrently(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to give a directory to another user")
+	}
+	sticky := filepath.Join(strangertest.TraversableDir(t), strangertest.RandomHex(8))
+	must(t, os.Mkdir(sticky, 0o700), os.Chmod(sticky, 0o777|os.ModeSticky))
+	home := filepath.Join(sticky, strangertest.RandomHex(8))
+	errs := make(chan error, 16)
+	for range 16 {
+		go func() {
+			_, err := Open(home)
+			if err == nil {
+				err = Trusted(home)
+			}
+			errs <- err
+		}()
+	}
+	for range 16 {
+		if err := <-errs; err != nil {
+			t.Fatalf("Open of a fresh home from 16 goroutines: %v", err)
+		}
+	}
+	// Removed, then made first by the stranger where ours was.
+	must(t, os.Remove(home), os.Mkdir(home, 0o700), os.Chown(home, strangertest.UID, strangertest.UID))
+	if _, err := Open(home); !errors.Is(err, ErrUnsafeHome) {
+		t.Errorf("Open of a home the stranger made again: %v, want ErrUnsafeHome", err)
+	}
 }

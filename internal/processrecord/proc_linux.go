@@ -12,17 +12,10 @@ import (
 // ProcStat returns the state (field 3) and start time (field 22, clock
 // ticks after boot) of pid from /proc/<pid>/stat.
 func ProcStat(pid int) (state byte, start uint64, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	f, err := statFields(pid)
 	if err != nil {
 		return 0, 0, err
 	}
-	// The command name (field 2) is in parentheses and may itself contain
-	// spaces and parentheses: the fields that follow start after the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
 	// f[0] is field 3 (state); field 22 is f[19].
 	if len(f) < 20 || len(f[0]) != 1 {
 		return 0, 0, fmt.Errorf("parse /proc/%d/stat", pid)
@@ -32,6 +25,22 @@ func ProcStat(pid int) (state byte, start uint64, err error) {
 		return 0, 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
 	}
 	return f[0][0], start, nil
+}
+
+// statFields returns the fields of /proc/<pid>/stat from field 3 (the
+// state) on. The command name (field 2) is in parentheses and may itself
+// contain spaces and parentheses: the fields that follow start after the
+// last ')'.
+func statFields(pid int) ([]string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil, fmt.Errorf("parse /proc/%d/stat", pid)
+	}
+	return strings.Fields(string(b[i+1:])), nil
 }
 
 // SameProcess reports whether pid is alive (not a zombie) and started at
@@ -80,16 +89,9 @@ func ReadExecData(pid int, name string, settle time.Duration) ([]byte, error) {
 // mayBeInExec reports whether pid is a live user process, which an empty
 // cmdline or environ may mean is inside an exec.
 func mayBeInExec(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 || f[0] == "Z" || f[0] == "X" || f[0] == "x" {
+	f, err := statFields(pid)
+	// f[0] is field 3 (state); field 9 (flags) is f[6].
+	if err != nil || len(f) < 7 || f[0] == "Z" || f[0] == "X" || f[0] == "x" {
 		return false
 	}
 	flags, err := strconv.ParseUint(f[6], 10, 64)
